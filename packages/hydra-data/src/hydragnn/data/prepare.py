@@ -1,0 +1,175 @@
+"""``prepare(sample, schema)``: turn a raw sample into the prepared-graph contract.
+
+Shape conventions accepted for a source attribute of width ``dim`` (N nodes, E edges):
+
+========  ==========================  ===============================
+level     accepted                    stored in derived tensor as
+========  ==========================  ===============================
+node      ``(N, dim)``; ``(N,)`` if   ``(N, dim)``
+          ``dim == 1``
+edge      ``(E, dim)``; ``(E,)`` if   ``(E, dim)``
+          ``dim == 1``
+graph     ``(1, dim)``; ``(dim,)``;   ``(1, dim)``
+          ``()`` if ``dim == 1``
+========  ==========================  ===============================
+
+Source attributes themselves are left untouched on the prepared sample (a ``(N,)`` source stays
+``(N,)``); only the derived tensors are reshaped. Feature tensors (``x``, ``edge_attr``,
+``graph_attr``) and targets (``node_output``, ``edge_output``, ``graph_output``, ``y``) are
+floating point: integer sources (atomic numbers, say) are cast to the default dtype, floating
+sources keep their promoted dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch_geometric.data import Data
+
+from .errors import SchemaError
+from .schema import LEVELS, RESERVED_NAMES, Schema, Variable
+
+_DERIVED_BY_LEVEL = {"node": ("x", "node_output"), "edge": ("edge_attr", "edge_output"), "graph": ("graph_attr", "graph_output")}
+
+
+def _where(index: int | None) -> str:
+    return f"sample {index}" if index is not None else "sample"
+
+
+def _describe(t: Any) -> str:
+    if isinstance(t, torch.Tensor):
+        return f"shape {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
+    return f"a {type(t).__name__}"
+
+
+def _float_dtype(tensors: list[torch.Tensor]) -> torch.dtype:
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype if dtype.is_floating_point else torch.get_default_dtype()
+
+
+def _counts(sample: Data, schema: Schema, where: str) -> dict[str, int]:
+    """Number of rows expected at each level."""
+    counts = {"graph": 1}
+    node_src = schema.position or schema.feature_inputs("node")[0]
+    t = getattr(sample, node_src.name, None)
+    if not isinstance(t, torch.Tensor) or t.dim() == 0:
+        raise SchemaError(
+            f"{where}: variable {node_src.name!r} (node, dim {node_src.dim}): expected a tensor of shape "
+            f"(N, {node_src.dim}), found {'nothing' if t is None else _describe(t)}"
+        )
+    counts["node"] = int(t.shape[0])
+    edge_index = getattr(sample, "edge_index", None)
+    if edge_index is not None:
+        if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
+            raise SchemaError(f"{where}: 'edge_index': expected shape (2, E) int64, found {_describe(edge_index)}")
+        if edge_index.dtype != torch.long:
+            raise SchemaError(f"{where}: 'edge_index': expected dtype int64, found {_describe(edge_index)}")
+        counts["edge"] = int(edge_index.shape[1])
+    return counts
+
+
+def _checked(sample: Data, var: Variable, counts: dict[str, int], where: str) -> torch.Tensor:
+    """The source tensor of ``var`` validated and reshaped to ``(rows, dim)``."""
+    label = f"{where}: variable {var.name!r} ({var.level}, dim {var.dim})"
+    if var.level == "edge" and "edge" not in counts:
+        raise SchemaError(f"{label}: edge-level variables need 'edge_index' (2, E) on the sample; none found")
+    rows = counts[var.level]
+    expected = f"({'N=' if var.level == 'node' else 'E=' if var.level == 'edge' else ''}{rows}, {var.dim})"
+    t = getattr(sample, var.name, None)
+    if t is None:
+        raise SchemaError(f"{label}: attribute missing; expected a tensor of shape {expected}")
+    if not isinstance(t, torch.Tensor):
+        raise SchemaError(f"{label}: expected a torch.Tensor of shape {expected}, found {_describe(t)}")
+    if t.dtype == torch.bool or t.is_complex():
+        raise SchemaError(f"{label}: expected a real floating or integer dtype, found {_describe(t)}")
+    if var.is_position and not t.is_floating_point():
+        raise SchemaError(f"{label}: positions must be floating point, found {_describe(t)}")
+    shape = tuple(t.shape)
+    if shape == (rows, var.dim):
+        return t
+    if var.dim == 1 and var.level != "graph" and shape == (rows,):
+        return t.reshape(rows, 1)
+    if var.level == "graph" and (shape == (var.dim,) or (var.dim == 1 and shape == ())):
+        return t.reshape(1, var.dim)
+    raise SchemaError(f"{label}: expected shape {expected}, found {_describe(t)}")
+
+
+def _check_geometry(data: Data, counts: dict[str, int], where: str) -> None:
+    """Normalise ``cell``/``pbc`` to ``(1, 3, 3)``/``(1, 3)`` and check ``edge_shift``."""
+    cell = getattr(data, "cell", None)
+    if cell is not None:
+        if not isinstance(cell, torch.Tensor) or tuple(cell.shape) not in ((3, 3), (1, 3, 3)) or not cell.is_floating_point():
+            raise SchemaError(f"{where}: 'cell': expected a floating tensor of shape (3, 3) or (1, 3, 3), found {_describe(cell)}")
+        data.cell = cell.reshape(1, 3, 3)
+    pbc = getattr(data, "pbc", None)
+    if pbc is not None:
+        if not isinstance(pbc, torch.Tensor) or tuple(pbc.shape) not in ((3,), (1, 3)):
+            raise SchemaError(f"{where}: 'pbc': expected a tensor of shape (3,) or (1, 3), found {_describe(pbc)}")
+        data.pbc = pbc.reshape(1, 3).to(torch.bool)
+    shift = getattr(data, "edge_shift", None)
+    if shift is not None:
+        rows = counts.get("edge")
+        if not isinstance(shift, torch.Tensor) or rows is None or tuple(shift.shape) != (rows, 3):
+            raise SchemaError(f"{where}: 'edge_shift': expected shape (E={rows}, 3) next to edge_index, found {_describe(shift)}")
+
+
+def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:
+    """Build the prepared graph of ``sample`` according to ``schema``.
+
+    Args:
+        sample: a PyG ``Data`` carrying every source attribute the schema names.
+        schema: the validated ``Variables`` schema.
+        index: position of the sample in its dataset, used in error messages.
+
+    Returns:
+        A new ``Data`` with every attribute of ``sample`` except stale derived tensors, plus
+        ``x [N, Fx]``, ``edge_attr [E, Fe]`` (edge inputs), ``graph_attr [1, Fg]`` (graph
+        inputs), ``node_output [N, On]`` / ``edge_output [E, Oe]`` / ``graph_output [1, Og]``
+        (outputs present at that level), ``y [sum of output sizes, 1]`` (all outputs flattened
+        in JSON order) and ``y_loc [1, n_outputs + 1]`` (int64 boundaries of each output in
+        ``y``). ``pos`` is the same tensor object as the source (autograd is preserved).
+
+    Raises:
+        SchemaError: naming the sample index, the variable, expected and found shape/dtype.
+    """
+    where = _where(index)
+    if not isinstance(sample, Data):
+        raise SchemaError(f"{where}: expected a torch_geometric Data, found {type(sample).__name__}")
+    counts = _counts(sample, schema, where)
+    checked = {var.name: _checked(sample, var, counts, where) for var in (*schema.inputs, *schema.outputs)}
+    pos_var = schema.position
+    if pos_var is not None and checked[pos_var.name].shape[0] != counts["node"]:
+        raise SchemaError(f"{where}: variable 'pos' disagrees with the node count {counts['node']}")
+
+    data = Data()
+    for key, value in sample:
+        if key not in RESERVED_NAMES:
+            data[key] = value
+    _check_geometry(data, counts, where)
+
+    for level in LEVELS:
+        feature_key, output_key = _DERIVED_BY_LEVEL[level]
+        feats = [checked[v.name] for v in schema.feature_inputs(level)]
+        if feats:
+            dtype = _float_dtype(feats)
+            data[feature_key] = torch.cat([t.to(dtype) for t in feats], dim=1)
+        outs = [checked[v.name] for v in schema.outputs_at(level)]
+        if outs:
+            dtype = _float_dtype(outs)
+            data[output_key] = torch.cat([t.to(dtype) for t in outs], dim=1)
+
+    targets = [checked[v.name] for v in schema.outputs]
+    y_dtype = _float_dtype(targets)
+    flat = [t.reshape(-1).to(y_dtype) for t in targets]
+    data.y = torch.cat(flat).reshape(-1, 1)
+    sizes = torch.tensor([0] + [f.numel() for f in flat], dtype=torch.long)
+    data.y_loc = torch.cumsum(sizes, dim=0).reshape(1, -1)
+    return data
+
+
+def prepare_all(samples, schema: Schema) -> list[Data]:
+    """``[prepare(s, schema, index=i) for i, s in enumerate(samples)]``."""
+    return [prepare(s, schema, index=i) for i, s in enumerate(samples)]
