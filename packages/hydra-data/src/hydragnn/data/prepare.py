@@ -50,9 +50,9 @@ def _float_dtype(tensors: list[torch.Tensor]) -> torch.dtype:
     return dtype if dtype.is_floating_point else torch.get_default_dtype()
 
 
-def _counts(sample: Data, schema: Schema, where: str) -> dict[str, int]:
-    """Number of rows expected at each level."""
-    counts = {"graph": 1}
+def _counts(sample: Data, schema: Schema, where: str) -> dict[str, Any]:
+    """Number of rows expected at each level (N is taken from ``pos``, else the first node input)."""
+    counts: dict[str, Any] = {"graph": 1}
     node_src = schema.position or schema.feature_inputs("node")[0]
     t = getattr(sample, node_src.name, None)
     if not isinstance(t, torch.Tensor) or t.dim() == 0:
@@ -61,6 +61,7 @@ def _counts(sample: Data, schema: Schema, where: str) -> dict[str, int]:
             f"(N, {node_src.dim}), found {'nothing' if t is None else _describe(t)}"
         )
     counts["node"] = int(t.shape[0])
+    counts["node_source"] = node_src.name
     edge_index = getattr(sample, "edge_index", None)
     if edge_index is not None:
         if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
@@ -71,13 +72,16 @@ def _counts(sample: Data, schema: Schema, where: str) -> dict[str, int]:
     return counts
 
 
-def _checked(sample: Data, var: Variable, counts: dict[str, int], where: str) -> torch.Tensor:
+def _checked(sample: Data, var: Variable, counts: dict[str, Any], where: str) -> torch.Tensor:
     """The source tensor of ``var`` validated and reshaped to ``(rows, dim)``."""
     label = f"{where}: variable {var.name!r} ({var.level}, dim {var.dim})"
     if var.level == "edge" and "edge" not in counts:
         raise SchemaError(f"{label}: edge-level variables need 'edge_index' (2, E) on the sample; none found")
     rows = counts[var.level]
-    expected = f"({'N=' if var.level == 'node' else 'E=' if var.level == 'edge' else ''}{rows}, {var.dim})"
+    rows_text = {"node": f"N={rows}", "edge": f"E={rows}", "graph": "1"}[var.level]
+    if var.level == "node" and var.name != counts["node_source"]:
+        rows_text += f" from {counts['node_source']!r}"
+    expected = f"({rows_text}, {var.dim})"
     t = getattr(sample, var.name, None)
     if t is None:
         raise SchemaError(f"{label}: attribute missing; expected a tensor of shape {expected}")
@@ -97,7 +101,7 @@ def _checked(sample: Data, var: Variable, counts: dict[str, int], where: str) ->
     raise SchemaError(f"{label}: expected shape {expected}, found {_describe(t)}")
 
 
-def _check_geometry(data: Data, counts: dict[str, int], where: str) -> None:
+def _check_geometry(data: Data, counts: dict[str, Any], where: str) -> None:
     """Normalise ``cell``/``pbc`` to ``(1, 3, 3)``/``(1, 3)`` and check ``edge_shift``."""
     cell = getattr(data, "cell", None)
     if cell is not None:
@@ -140,9 +144,6 @@ def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:
         raise SchemaError(f"{where}: expected a torch_geometric Data, found {type(sample).__name__}")
     counts = _counts(sample, schema, where)
     checked = {var.name: _checked(sample, var, counts, where) for var in (*schema.inputs, *schema.outputs)}
-    pos_var = schema.position
-    if pos_var is not None and checked[pos_var.name].shape[0] != counts["node"]:
-        raise SchemaError(f"{where}: variable 'pos' disagrees with the node count {counts['node']}")
 
     data = Data()
     for key, value in sample:

@@ -1,0 +1,160 @@
+"""prepare(sample, schema): the prepared-graph contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+
+from hydragnn.data import Schema, SchemaError, prepare
+
+SCHEMA = Schema.from_dict(
+    {
+        "inputs": [
+            {"name": "atomic_number", "level": "node", "dim": 1},
+            {"name": "pos", "level": "node", "dim": 3, "role": "position"},
+            {"name": "spin", "level": "node", "dim": 2},
+            {"name": "bond", "level": "edge", "dim": 1},
+            {"name": "charge", "level": "graph", "dim": 1},
+        ],
+        "outputs": [
+            {"name": "energy", "level": "graph", "dim": 1},
+            {"name": "forces", "level": "node", "dim": 3},
+            {"name": "dipole", "level": "graph", "dim": 3},
+            {"name": "bond_energy", "level": "edge", "dim": 1},
+        ],
+    }
+)
+
+
+def make_sample(n=4, e=5, seed=0, **overrides):
+    g = torch.Generator().manual_seed(seed)
+    fields = dict(
+        atomic_number=torch.randint(1, 80, (n, 1), generator=g),
+        pos=torch.randn(n, 3, generator=g, dtype=torch.float64),
+        spin=torch.randn(n, 2, generator=g),
+        edge_index=torch.randint(0, n, (2, e), generator=g),
+        bond=torch.randn(e, generator=g),
+        charge=torch.tensor([[1.0]]),
+        energy=torch.tensor([[-3.5]]),
+        forces=torch.randn(n, 3, generator=g),
+        dipole=torch.randn(1, 3, generator=g),
+        bond_energy=torch.randn(e, 1, generator=g),
+    )
+    fields.update(overrides)
+    return Data(**{k: v for k, v in fields.items() if v is not None})
+
+
+def test_derived_tensors_follow_json_order():
+    s = make_sample()
+    d = prepare(s, SCHEMA)
+    assert torch.equal(d.x, torch.cat([s.atomic_number.double(), s.spin.double()], dim=1))
+    assert d.x.shape == (4, 3) and d.x.is_floating_point()
+    assert torch.equal(d.edge_attr, s.bond.reshape(-1, 1))
+    assert torch.equal(d.graph_attr, s.charge)
+    assert torch.equal(d.graph_output, torch.cat([s.energy, s.dipole], dim=1))
+    assert torch.equal(d.node_output, s.forces)
+    assert torch.equal(d.edge_output, s.bond_energy)
+    flat = torch.cat([s.energy.reshape(-1), s.forces.reshape(-1), s.dipole.reshape(-1), s.bond_energy.reshape(-1)])
+    assert torch.equal(d.y, flat.reshape(-1, 1))
+    assert d.y_loc.tolist() == [[0, 1, 13, 16, 21]]
+    for i, var in enumerate(SCHEMA.outputs):
+        lo, hi = d.y_loc[0, i], d.y_loc[0, i + 1]
+        assert torch.equal(d.y[lo:hi].reshape(-1), getattr(s, var.name).reshape(-1).float())
+
+
+def test_pos_stays_out_of_x_and_keeps_autograd():
+    pos = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    d = prepare(make_sample(pos=pos), SCHEMA)
+    assert d.pos is pos and d.pos.requires_grad
+    assert d.x.shape[1] == 3  # atomic_number (1) + spin (2), not pos
+    (d.pos**2).sum().backward()
+    assert torch.allclose(pos.grad, 2 * pos)
+
+
+def test_stale_derived_tensors_removed_and_sources_kept():
+    stale = make_sample(
+        x=torch.zeros(4, 9), y=torch.zeros(2), graph_attr=torch.zeros(1, 5), node_output=torch.zeros(4, 7)
+    )
+    schema = Schema.from_dict(
+        {
+            "inputs": [{"name": "atomic_number", "level": "node", "dim": 1}],
+            "outputs": [{"name": "energy", "level": "graph", "dim": 1}],
+        }
+    )
+    d = prepare(stale, schema)
+    assert d.x.shape == (4, 1)
+    for key in ("graph_attr", "node_output", "edge_attr", "edge_output"):
+        assert key not in d, key
+    assert d.y.shape == (1, 1)
+    for key in ("atomic_number", "spin", "forces", "bond", "edge_index", "pos"):
+        assert key in d, key
+
+
+def test_preparing_twice_gives_the_same_result():
+    once = prepare(make_sample(), SCHEMA)
+    twice = prepare(once, SCHEMA)
+    assert set(once.keys()) == set(twice.keys())
+    for key in once.keys():
+        assert torch.equal(once[key], twice[key]), key
+
+
+def test_one_dimensional_sources_for_dim1_are_reshaped():
+    s = make_sample(atomic_number=torch.tensor([1, 2, 3, 4]), energy=torch.tensor(-2.0), charge=torch.tensor([0.0]))
+    d = prepare(s, SCHEMA)
+    assert d.x[:, 0].tolist() == [1, 2, 3, 4]
+    assert d.graph_output[0, 0] == -2.0 and d.graph_attr.shape == (1, 1)
+    assert s.atomic_number.shape == (4,)  # the source is left as it was
+
+
+def test_graph_vector_given_flat_is_accepted():
+    d = prepare(make_sample(dipole=torch.tensor([1.0, 2.0, 3.0])), SCHEMA)
+    assert d.graph_output.shape == (1, 4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "pattern"),
+    [
+        ({"forces": torch.zeros(4, 2)}, r"sample 7: variable 'forces' \(node, dim 3\): expected shape \(N=4 from 'pos', 3\), found shape \(4, 2\) float32"),
+        ({"forces": torch.zeros(5, 3)}, r"'forces'.*expected shape \(N=4 from 'pos', 3\), found shape \(5, 3\)"),
+        ({"bond": torch.zeros(4)}, r"'bond' \(edge, dim 1\): expected shape \(E=5, 1\), found shape \(4,\)"),
+        ({"dipole": torch.zeros(2, 3)}, r"'dipole' \(graph, dim 3\): expected shape \(1, 3\), found shape \(2, 3\)"),
+        ({"energy": None}, r"'energy'.*attribute missing"),
+        ({"spin": [[0.0, 1.0]] * 4}, r"'spin'.*expected a torch.Tensor.*found a list"),
+        ({"spin": torch.zeros(4, 2, dtype=torch.complex64)}, r"'spin'.*real floating or integer dtype.*complex64"),
+        ({"spin": torch.zeros(4, 2, dtype=torch.bool)}, r"'spin'.*real floating or integer dtype.*bool"),
+        ({"pos": torch.zeros(4, 3, dtype=torch.int64)}, r"'pos'.*positions must be floating point.*int64"),
+        ({"pos": torch.zeros(3, 3)}, r"'atomic_number'.*expected shape \(N=3 from 'pos', 1\), found shape \(4, 1\)"),
+        ({"edge_index": torch.zeros(2, 5)}, r"'edge_index': expected dtype int64"),
+        ({"edge_index": None}, r"'bond'.*edge-level variables need 'edge_index'"),
+        ({"cell": torch.eye(2)}, r"'cell': expected a floating tensor of shape \(3, 3\)"),
+        ({"edge_shift": torch.zeros(4, 3)}, r"'edge_shift': expected shape \(E=5, 3\)"),
+    ],
+)
+def test_errors_name_sample_variable_and_shapes(overrides, pattern):
+    with pytest.raises(SchemaError, match=pattern):
+        prepare(make_sample(**overrides), SCHEMA, index=7)
+
+
+def test_periodic_geometry_normalised_for_batching():
+    d = prepare(make_sample(cell=torch.eye(3) * 4.0, pbc=torch.tensor([True, True, False]), edge_shift=torch.zeros(5, 3)), SCHEMA)
+    assert d.cell.shape == (1, 3, 3) and d.pbc.shape == (1, 3) and d.pbc.dtype == torch.bool
+    b = Batch.from_data_list([d, prepare(make_sample(n=6, e=2, seed=1, cell=torch.eye(3), pbc=torch.ones(3, dtype=torch.bool), edge_shift=torch.ones(2, 3)), SCHEMA)])
+    assert b.cell.shape == (2, 3, 3) and b.pbc.shape == (2, 3) and b.edge_shift.shape == (7, 3)
+
+
+def test_batched_y_loc_locates_each_graph_outputs():
+    a, b = prepare(make_sample(n=3, e=2, seed=1), SCHEMA), prepare(make_sample(n=5, e=4, seed=2), SCHEMA)
+    batch = Batch.from_data_list([a, b])
+    assert batch.y_loc.shape == (2, 5)
+    offset = a.y.shape[0]
+    for g, d in enumerate((a, b)):
+        base = 0 if g == 0 else offset
+        forces = batch.y[base + batch.y_loc[g, 1] : base + batch.y_loc[g, 2]].reshape(-1, 3)
+        assert torch.equal(forces, d.forces)
+    assert batch.x.shape == (8, 3) and batch.graph_output.shape == (2, 4) and batch.edge_output.shape == (6, 1)
+
+
+def test_non_data_input_rejected():
+    with pytest.raises(SchemaError, match="sample 3: expected a torch_geometric Data, found dict"):
+        prepare({"pos": torch.zeros(1, 3)}, SCHEMA, index=3)

@@ -1,0 +1,175 @@
+"""The encoder contract: what every message-passing stack receives and returns.
+
+An encoder turns a prepared graph into per-node embeddings. It never sees targets, and it
+never builds edges itself: :class:`GraphInputs` hands it edges with their geometry already
+computed (``edge_vec = pos[src] - pos[dst] + edge_shift``), so that forces by autograd see
+every edge through ``pos``.
+
+Capture-safe forward (DESIGN.md, Contract 2): no ``.item()``, ``.cpu()``, data-dependent
+shapes, boolean-mask indexing or ``torch.unique`` inside ``forward``; reductions use explicit
+sizes (``num_nodes``, ``num_graphs``) taken from Python ints carried by :class:`GraphInputs`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import torch
+from torch import nn
+
+from ..errors import ModelConfigError
+
+
+@dataclass
+class GraphInputs:
+    """Everything an encoder may read, for a batch of B graphs with N nodes and E edges.
+
+    Attributes:
+        x: node features ``[N, F]`` (the schema's node inputs, e.g. atomic number).
+        pos: positions ``[N, 3]`` or ``None`` for non-geometric data.
+        edge_index: ``[2, E]`` int64, ``edge_index[0]`` = source j, ``edge_index[1]`` = target i.
+        edge_vec: ``[E, 3]`` vector from target to source image, or ``None`` without ``pos``.
+        edge_len: ``[E]`` length of ``edge_vec``, or ``None`` without ``pos``.
+        edge_attr: ``[E, Fe]`` edge inputs from the schema, or ``None``.
+        batch: ``[N]`` int64 graph index of each node.
+        num_graphs: B (a Python int: no device sync).
+        graph_attr: ``[B, G]`` graph inputs from the schema, or ``None``.
+    """
+
+    x: torch.Tensor
+    pos: torch.Tensor | None
+    edge_index: torch.Tensor
+    edge_vec: torch.Tensor | None
+    edge_len: torch.Tensor | None
+    edge_attr: torch.Tensor | None
+    batch: torch.Tensor
+    num_graphs: int
+    graph_attr: torch.Tensor | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        return self.x.shape[0]
+
+
+@dataclass
+class NodeEmbedding:
+    """The output of an encoder.
+
+    Attributes:
+        scalar: rotation-invariant node features ``[N, hidden_dim]``.
+        vector: rotation-equivariant l=1 features ``[N, 3, C]`` of equivariant encoders, else None.
+    """
+
+    scalar: torch.Tensor
+    vector: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class EncoderDims:
+    """Sizes the model hands to every encoder (from the schema and the common config)."""
+
+    node_in: int
+    edge_in: int
+    graph_in: int
+    hidden_dim: int
+    num_conv_layers: int
+    radius: float
+    max_neighbours: int | None
+    num_radial: int
+    num_species: int
+    conv_checkpointing: bool = False
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Base of the per-encoder config dataclasses (encoder-specific keys of ``Architecture``).
+
+    Subclasses declare typed fields with defaults; :meth:`from_dict` rejects unknown keys and
+    ill-typed values with a :class:`ModelConfigError` naming ``NeuralNetwork.Architecture.<key>``.
+    """
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], where: str = "NeuralNetwork.Architecture") -> "EncoderConfig":
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ModelConfigError(
+                f"{where}: unknown key(s) {unknown} for {cls.__name__}; allowed: {sorted(fields)}"
+            )
+        hints = {name: f.type for name, f in fields.items()}
+        out = {}
+        for key, value in values.items():
+            out[key] = _check_type(value, hints[key], f"{where}.{key}")
+        return cls(**out)
+
+
+def _check_type(value: Any, hint: Any, where: str) -> Any:
+    """Check ``value`` against a simple annotation string (int, float, bool, str, X | None, tuple[int, ...])."""
+    hint = str(hint).replace(" ", "")
+    options = hint.split("|")
+    if value is None:
+        if "None" in options:
+            return None
+        raise ModelConfigError(f"{where}: expected {hint}, found null")
+    for opt in options:
+        if opt == "bool" and isinstance(value, bool):
+            return value
+        if opt == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if opt == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if opt == "str" and isinstance(value, str):
+            return value
+        if opt.startswith("tuple[") and isinstance(value, (list, tuple)):
+            inner = opt[len("tuple["):-1].split(",")[0]
+            return tuple(_check_type(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+    raise ModelConfigError(f"{where}: expected {hint}, found {type(value).__name__} {value!r}")
+
+
+class Encoder(nn.Module):
+    """Base class of message-passing stacks.
+
+    Subclasses set ``Config`` (their :class:`EncoderConfig` subclass), ``equivariant`` (True
+    when they return ``NodeEmbedding.vector``), ``needs_pos`` (True when they use geometry) and
+    implement ``__init__(dims, config)`` and :meth:`forward`.
+    """
+
+    Config: ClassVar[type[EncoderConfig]] = EncoderConfig
+    equivariant: ClassVar[bool] = False
+    needs_pos: ClassVar[bool] = True
+
+    def __init__(self, dims: EncoderDims, config: EncoderConfig) -> None:
+        super().__init__()
+        self.dims = dims
+        self.config = config
+
+    def forward(self, inputs: GraphInputs) -> NodeEmbedding:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+ENCODERS: dict[str, type[Encoder]] = {}
+"""The registry: ``mpnn_type`` -> encoder class."""
+
+
+def register_encoder(name: str):
+    """Class decorator adding an encoder to :data:`ENCODERS` under ``name``."""
+
+    def deco(cls: type[Encoder]) -> type[Encoder]:
+        if name in ENCODERS:
+            raise ValueError(f"encoder {name!r} registered twice ({ENCODERS[name].__name__}, {cls.__name__})")
+        ENCODERS[name] = cls
+        return cls
+
+    return deco
+
+
+def get_encoder(name: str) -> type[Encoder]:
+    """Look up ``mpnn_type``; unknown names give a :class:`ModelConfigError` listing the known ones."""
+    try:
+        return ENCODERS[name]
+    except KeyError:
+        raise ModelConfigError(
+            f"NeuralNetwork.Architecture.mpnn_type: unknown encoder {name!r}; known: {sorted(ENCODERS)}"
+        ) from None

@@ -1,0 +1,83 @@
+"""Radial bases and smooth cutoffs shared by the geometric encoders.
+
+All functions are smooth in the distance (forces by autograd are well defined) and vanish at
+the cutoff with zero slope, so energies are continuous when an atom crosses the radius.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+class CosineCutoff(nn.Module):
+    """``0.5 * (cos(pi r / rc) + 1)`` for ``r < rc``, else 0. Shape-preserving."""
+
+    def __init__(self, cutoff: float) -> None:
+        super().__init__()
+        self.cutoff = float(cutoff)
+
+    def forward(self, r: torch.Tensor) -> torch.Tensor:
+        inside = (r < self.cutoff).to(r.dtype)
+        return 0.5 * (torch.cos(r * (math.pi / self.cutoff)) + 1.0) * inside
+
+
+class PolynomialCutoff(nn.Module):
+    """The DimeNet / MACE polynomial envelope of order ``p`` (smooth to order p at ``rc``)."""
+
+    def __init__(self, cutoff: float, p: int = 6) -> None:
+        super().__init__()
+        self.cutoff = float(cutoff)
+        self.p = int(p)
+
+    def forward(self, r: torch.Tensor) -> torch.Tensor:
+        p = self.p
+        u = r / self.cutoff
+        env = (
+            1.0
+            - (p + 1.0) * (p + 2.0) / 2.0 * u.pow(p)
+            + p * (p + 2.0) * u.pow(p + 1)
+            - p * (p + 1.0) / 2.0 * u.pow(p + 2)
+        )
+        return env * (u < 1.0).to(r.dtype)
+
+
+class GaussianRBF(nn.Module):
+    """Gaussians centred on ``num_radial`` points in ``[0, cutoff]``: ``[E] -> [E, num_radial]``."""
+
+    def __init__(self, cutoff: float, num_radial: int) -> None:
+        super().__init__()
+        centers = torch.linspace(0.0, float(cutoff), num_radial)
+        self.register_buffer("centers", centers)
+        spacing = float(cutoff) / max(num_radial - 1, 1)
+        self.coeff = -0.5 / spacing**2
+
+    def forward(self, r: torch.Tensor) -> torch.Tensor:
+        diff = r.unsqueeze(-1) - self.centers.to(r.dtype)
+        return torch.exp(self.coeff * diff.pow(2))
+
+
+class BesselRBF(nn.Module):
+    """``sqrt(2/rc) sin(n pi r / rc) / r`` for n = 1..num_radial: ``[E] -> [E, num_radial]``.
+
+    Safe at ``r == 0`` (padded sink edges have zero length): the limit ``n pi / rc`` is used.
+    """
+
+    def __init__(self, cutoff: float, num_radial: int, trainable: bool = False) -> None:
+        super().__init__()
+        freqs = torch.arange(1, num_radial + 1, dtype=torch.get_default_dtype()) * math.pi / float(cutoff)
+        if trainable:
+            self.freqs = nn.Parameter(freqs)
+        else:
+            self.register_buffer("freqs", freqs)
+        self.prefactor = math.sqrt(2.0 / float(cutoff))
+
+    def forward(self, r: torch.Tensor) -> torch.Tensor:
+        freqs = self.freqs.to(r.dtype)
+        r = r.unsqueeze(-1)
+        small = r.abs() < 1e-9
+        safe_r = torch.where(small, torch.ones_like(r), r)
+        value = torch.sin(freqs * safe_r) / safe_r
+        return self.prefactor * torch.where(small, freqs.expand_as(value), value)
