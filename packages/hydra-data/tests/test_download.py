@@ -1,0 +1,179 @@
+"""The checksum-keyed download cache, against local files and a local HTTP server."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import threading
+from pathlib import Path
+
+import pytest
+from hydragnn.data.download import DownloadCache, default_cache_dir, download
+from hydragnn.data.errors import DataError, DownloadError
+
+CONTENT = bytes(range(256)) * 40 + b"tail"  # 10,244 bytes
+SHA = hashlib.sha256(CONTENT).hexdigest()
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    files: dict[str, bytes]
+    honour_range: bool
+    requests: list[dict]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def do_GET(self):
+        body = self.server.files.get(self.path)
+        record = {"path": self.path, "range": self.headers.get("Range"), "sent": 0}
+        self.server.requests.append(record)
+        if body is None:
+            self.send_error(404, "Not Found")
+            return
+        start = 0
+        rng = self.headers.get("Range")
+        if rng and self.server.honour_range:
+            start = int(rng.removeprefix("bytes=").split("-")[0])
+            if start >= len(body):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        payload = body[start:]
+        self.send_header("Content-Length", str(len(payload)))
+        record["sent"] = len(payload)  # before writing: the client may assert as soon as it has read
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def server(monkeypatch):
+    for var in ("no_proxy", "NO_PROXY"):  # a proxy configured in the environment must not intercept
+        monkeypatch.setenv(var, "127.0.0.1,localhost")
+    srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.files = {"/data/file.bin": CONTENT, "/other.bin": b"something else"}
+    srv.honour_range = True
+    srv.requests = []
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(5)
+
+
+def _entry(root: Path, name: str = "file.bin") -> Path:
+    return root / SHA[:2] / SHA / name
+
+
+def test_local_path_and_file_url(tmp_path):
+    src = tmp_path / "src" / "file.bin"
+    src.parent.mkdir()
+    src.write_bytes(CONTENT)
+    cache = tmp_path / "cache"
+    seen = []
+    path = download(src, SHA.upper(), cache_dir=cache, progress=lambda done, total: seen.append((done, total)))
+    assert path == _entry(cache) and path.read_bytes() == CONTENT
+    assert seen[-1] == (len(CONTENT), len(CONTENT))
+    assert download(src.as_uri(), SHA, cache_dir=cache) == path
+    src.unlink()  # cached: the source is never read again
+    assert download(str(src), SHA, cache_dir=cache) == path
+    assert DownloadCache(cache).lookup(SHA, "file.bin") == path
+
+
+def test_http_download_then_cached_without_request(server, tmp_path):
+    url = server.base + "/data/file.bin"
+    seen = []
+    path = download(url, SHA, cache_dir=tmp_path, progress=lambda d, t: seen.append((d, t)))
+    assert path == _entry(tmp_path) and path.read_bytes() == CONTENT
+    assert seen[-1] == (len(CONTENT), len(CONTENT))
+    assert [r["sent"] for r in server.requests] == [len(CONTENT)]
+    assert not list(path.parent.glob("*.part"))
+    server.requests.clear()
+    assert download(url, SHA, cache_dir=tmp_path) == path
+    assert server.requests == []
+
+
+def test_resume_sends_range_and_transfers_only_the_rest(server, tmp_path):
+    part = _entry(tmp_path, "file.bin.part")
+    part.parent.mkdir(parents=True)
+    part.write_bytes(CONTENT[:4000])
+    seen = []
+    path = download(server.base + "/data/file.bin", SHA, cache_dir=tmp_path, progress=lambda d, t: seen.append((d, t)))
+    assert path.read_bytes() == CONTENT and not part.exists()
+    assert server.requests == [{"path": "/data/file.bin", "range": "bytes=4000-", "sent": len(CONTENT) - 4000}]
+    assert seen[-1] == (len(CONTENT), len(CONTENT))
+
+
+def test_server_ignoring_range_restarts_from_zero(server, tmp_path):
+    server.honour_range = False
+    part = _entry(tmp_path, "file.bin.part")
+    part.parent.mkdir(parents=True)
+    part.write_bytes(CONTENT[:4000])
+    path = download(server.base + "/data/file.bin", SHA, cache_dir=tmp_path)
+    assert path.read_bytes() == CONTENT
+    assert server.requests[0]["range"] == "bytes=4000-" and server.requests[0]["sent"] == len(CONTENT)
+
+
+def test_stale_or_complete_part_files(server, tmp_path):
+    url = server.base + "/data/file.bin"
+    part = _entry(tmp_path, "file.bin.part")
+    part.parent.mkdir(parents=True)
+    part.write_bytes(b"x" * 100)  # not a prefix of the content: resumed result fails, restart
+    assert download(url, SHA, cache_dir=tmp_path).read_bytes() == CONTENT
+    assert [r["range"] for r in server.requests] == ["bytes=100-", None]
+    _entry(tmp_path).unlink()
+    server.requests.clear()
+    part.write_bytes(CONTENT)  # complete part: the server answers 416, verification accepts it
+    assert download(url, SHA, cache_dir=tmp_path).read_bytes() == CONTENT
+    assert [r["sent"] for r in server.requests] == [0]
+
+
+def test_corrupted_cache_file_is_downloaded_again(server, tmp_path):
+    url = server.base + "/data/file.bin"
+    path = download(url, SHA, cache_dir=tmp_path)
+    path.write_bytes(b"corrupted" + CONTENT[9:])
+    server.requests.clear()
+    assert download(url, SHA, cache_dir=tmp_path).read_bytes() == CONTENT
+    assert len(server.requests) == 1
+
+
+def test_checksum_mismatch(server, tmp_path):
+    wrong = hashlib.sha256(b"expected something else").hexdigest()
+    with pytest.raises(DownloadError) as info:
+        download(server.base + "/other.bin", wrong, cache_dir=tmp_path)
+    message = str(info.value)
+    assert wrong in message and hashlib.sha256(b"something else").hexdigest() in message
+    entry = tmp_path / wrong[:2] / wrong
+    assert not (entry / "other.bin").exists() and not (entry / "other.bin.part").exists()
+
+
+def test_http_404_and_unreachable(server, tmp_path):
+    with pytest.raises(DownloadError, match="404"):
+        download(server.base + "/missing.bin", SHA, cache_dir=tmp_path)
+    with pytest.raises(DownloadError, match="missing.bin"):
+        download(tmp_path / "missing.bin", SHA, cache_dir=tmp_path)
+
+
+def test_bad_arguments_and_default_dir(tmp_path, monkeypatch):
+    with pytest.raises(DataError, match="sha256"):
+        download(tmp_path / "f", "abc", cache_dir=tmp_path)
+    with pytest.raises(DataError, match="filename"):
+        download(tmp_path / "f", SHA, cache_dir=tmp_path, filename="../escape")
+    with pytest.raises(DownloadError, match="scheme"):
+        download("ftp://example.invalid/f", SHA, cache_dir=tmp_path)
+    monkeypatch.setenv("HYDRAGNN_CACHE", str(tmp_path / "env"))
+    assert default_cache_dir() == tmp_path / "env"
+    assert DownloadCache().root == tmp_path / "env"
+    monkeypatch.delenv("HYDRAGNN_CACHE")
+    assert default_cache_dir() == Path.home() / ".cache" / "hydragnn"
