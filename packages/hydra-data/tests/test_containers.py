@@ -1,0 +1,444 @@
+"""Dataset containers: round trips, random access, atomic writes, corruption, malicious files."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+import sys
+import zlib
+
+import pytest
+import torch
+from hydragnn.data import ContainerError, Schema, prepare
+from hydragnn.data.containers import (
+    FORMATS,
+    AdiosDataset,
+    PickleDataset,
+    PtDirectoryDataset,
+    open_dataset,
+    write_dataset,
+)
+from hydragnn.data.containers import pickle_container as pc
+from torch_geometric.data import Data
+
+try:
+    import adios2  # noqa: F401
+
+    HAS_ADIOS = True
+except ImportError:  # the optional extra hydra-data[adios] is not installed
+    HAS_ADIOS = False
+needs_adios = pytest.mark.skipif(not HAS_ADIOS, reason="adios2 not installed (pip install hydra-data[adios])")
+ALL_FORMATS = [pytest.param(f, marks=needs_adios) if f == "adios" else f for f in FORMATS]
+CLASSES = {"pickle": PickleDataset, "pt": PtDirectoryDataset, "adios": AdiosDataset}
+
+SCHEMA = Schema.from_dict(
+    {
+        "inputs": [
+            {"name": "atomic_number", "level": "node", "dim": 1},
+            {"name": "pos", "level": "node", "dim": 3, "role": "position"},
+        ],
+        "outputs": [
+            {"name": "energy", "level": "graph", "dim": 1},
+            {"name": "forces", "level": "node", "dim": 3},
+        ],
+    }
+)
+NORMALIZATION = {"energy": {"mean": -3.25, "std": 1.5}, "forces": {"rms": 0.75}}
+METADATA = {"source": "synthetic", "n_species": 3, "tags": ["a", "b"]}
+
+
+def make_raw(i: int, seed: int = 0) -> Data:
+    """A random periodic graph; sample 0 has no edges (edge_index [2, 0])."""
+    g = torch.Generator().manual_seed(1000 * seed + i)
+    n = int(torch.randint(1, 9, (1,), generator=g))
+    e = 0 if i == 0 else int(torch.randint(1, 12, (1,), generator=g))
+    data = Data(
+        atomic_number=torch.randint(1, 80, (n, 1), generator=g),
+        pos=torch.randn(n, 3, generator=g, dtype=torch.float64),
+        edge_index=torch.randint(0, n, (2, e), generator=g),
+        edge_shift=torch.randn(e, 3, generator=g),
+        cell=torch.randn(3, 3, generator=g),
+        pbc=torch.tensor([True, True, i % 2 == 0]),
+        energy=torch.randn(1, 1, generator=g),
+        forces=torch.randn(n, 3, generator=g),
+    )
+    data.mask = torch.rand(n, generator=g) > 0.5
+    data.half = torch.randn(n, generator=g).to(torch.float16)
+    data.brain = torch.randn(n, 2, generator=g).to(torch.bfloat16)
+    data.step = torch.tensor(i, dtype=torch.int32)
+    data.label = f"sample-{i}"
+    data.temperature = 300.5 + i
+    data.tags = {"split": "train", "ids": [i, None, True]}
+    return data
+
+
+def make_samples(n: int = 6, seed: int = 0) -> list[Data]:
+    return [prepare(make_raw(i, seed), SCHEMA, i) for i in range(n)]
+
+
+def assert_same(expected: Data, found: Data) -> None:
+    assert isinstance(found, Data)
+    assert list(found.keys()) == list(expected.keys())
+    for key in expected.keys():
+        a, b = expected[key], found[key]
+        if isinstance(a, torch.Tensor):
+            assert isinstance(b, torch.Tensor), key
+            assert (b.dtype, b.shape, b.requires_grad) == (a.dtype, a.shape, False), key
+            assert torch.equal(a.detach(), b), key
+        else:
+            assert type(b) is type(a) and b == a, key
+
+
+@pytest.fixture(scope="module")
+def samples() -> list[Data]:
+    return make_samples()
+
+
+def write(tmp_path, samples, fmt, name="ds", **kw):
+    return write_dataset(tmp_path / name, samples, fmt, **kw)
+
+
+# -- round trips --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_round_trip_is_tensor_exact(tmp_path, samples, fmt):
+    samples = [s.clone() for s in samples]
+    samples[1].forces.requires_grad_(True)
+    path = write(tmp_path, samples, fmt, schema=SCHEMA, normalization=NORMALIZATION, metadata=METADATA)
+    ds = open_dataset(path)
+    assert isinstance(ds, CLASSES[fmt]) and isinstance(ds, torch.utils.data.Dataset)
+    assert len(ds) == len(samples)
+    assert ds.schema == SCHEMA and ds.normalization == NORMALIZATION and ds.metadata == METADATA
+    for i in (3, 0, 5, 1, 2, 4):  # random order
+        assert_same(samples[i], ds[i])
+    assert ds[0].edge_index.shape == (2, 0) and ds[0].step.dim() == 0
+    assert_same(samples[-1], ds[-1])
+    assert_same(samples[-6], ds[-6])
+    assert_same(samples[2], CLASSES[fmt](path)[2])  # direct constructor
+    assert_same(samples[4], ds[torch.tensor(4)])
+    for bad in (6, -7, 100):
+        with pytest.raises(IndexError):
+            ds[bad]
+    with pytest.raises(TypeError):
+        ds["0"]
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_no_schema_and_empty_dataset(tmp_path, samples, fmt):
+    ds = open_dataset(write(tmp_path, samples[:2], fmt))
+    assert ds.schema is None and ds.normalization is None and ds.metadata is None
+    empty = open_dataset(write(tmp_path, iter([]), fmt, name="empty", metadata={"n": 0}))
+    assert len(empty) == 0 and empty.metadata == {"n": 0}
+    with pytest.raises(IndexError):
+        empty[0]
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_load_is_authoritative(tmp_path, fmt):
+    raw = make_raw(3)
+    prepared = prepare(raw, SCHEMA, 3)
+    prepared.x = prepared.x * 2 + 1  # differs from what prepare would build
+    ds = open_dataset(write(tmp_path, [prepared, raw], fmt if fmt != "adios" else "pickle", schema=SCHEMA))
+    assert torch.equal(ds[0].x, prepared.x)
+    assert "x" not in ds[1] and "y" not in ds[1]  # an unprepared sample stays unprepared
+    if fmt == "adios":
+        ds = open_dataset(write(tmp_path, [prepared], fmt, name="a", schema=SCHEMA))
+        assert torch.equal(ds[0].x, prepared.x)
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "pt"])
+def test_keys_may_differ_between_samples(tmp_path, samples, fmt):
+    mixed = [samples[0].clone(), Data(z=torch.arange(3)), samples[2]]
+    del mixed[0].mask
+    ds = open_dataset(write(tmp_path, mixed, fmt))
+    for a, i in zip(mixed, range(3)):
+        assert_same(a, ds[i])
+
+
+@needs_adios
+def test_adios_needs_uniform_keys_and_dtypes(tmp_path, samples):
+    other = samples[1].clone()
+    del other.mask
+    with pytest.raises(ContainerError, match=r"sample 1.*missing \['mask'\]"):
+        write(tmp_path, [samples[0], other], "adios")
+    other = samples[1].clone()
+    other.forces = other.forces.double()
+    with pytest.raises(ContainerError, match="sample 1: attribute 'forces' is float64"):
+        write(tmp_path, [samples[0], other], "adios")
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+@needs_adios
+def test_adios_written_in_many_chunks(tmp_path, samples, monkeypatch):
+    from hydragnn.data.containers import adios_format
+
+    monkeypatch.setattr(adios_format, "_CHUNK_BYTES", 300)  # a block of the global arrays per sample or two
+    ds = open_dataset(write(tmp_path, samples, "adios"))
+    for i in (5, 0, 3, 1, 4, 2):
+        assert_same(samples[i], ds[i])
+
+
+def test_unstorable_attribute_names_sample_and_key(tmp_path, samples):
+    import numpy as np
+
+    bad = samples[1].clone()
+    bad.extra = np.zeros(3)
+    with pytest.raises(ContainerError, match=r"sample 1: attribute 'extra' is a ndarray"):
+        write(tmp_path, [samples[0], bad], "pickle")
+    with pytest.raises(ContainerError, match="unknown dataset format 'hdf5'"):
+        write(tmp_path, samples, "hdf5")
+    with pytest.raises(ContainerError, match="normalization must be JSON-serializable"):
+        write(tmp_path, samples, "pickle", normalization={"mean": torch.zeros(2)})
+    assert os.listdir(tmp_path) == []
+
+
+# -- atomic writes ------------------------------------------------------------------------------
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def failing(samples, at):
+    for i, s in enumerate(samples):
+        if i == at:
+            raise Boom("sample source failed")
+        yield s
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_failed_write_leaves_nothing(tmp_path, samples, fmt):
+    with pytest.raises(Boom):
+        write(tmp_path, failing(samples, 3), fmt)
+    assert os.listdir(tmp_path) == []
+    # an existing dataset survives a failed overwrite and is replaced by a successful one
+    path = write(tmp_path, samples[:2], fmt)
+    with pytest.raises(Boom):
+        write(tmp_path, failing(samples, 4), fmt)
+    assert os.listdir(tmp_path) == ["ds"] and len(open_dataset(path)) == 2
+    write(tmp_path, samples[:3], fmt)
+    assert os.listdir(tmp_path) == ["ds"] and len(open_dataset(path)) == 3
+
+
+def test_write_refuses_to_overwrite_a_non_dataset(tmp_path, samples):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("keep me")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "notes" / "model.pt")  # readable as a foreign .pt dataset
+    assert len(open_dataset(tmp_path / "notes")) == 1
+    for fmt in FORMATS:  # refused before any format-specific code runs (adios2 not needed)
+        with pytest.raises(ContainerError, match="not a dataset written by hydra-data; refusing to overwrite"):
+            write(tmp_path, samples, fmt, name="notes")
+    assert (tmp_path / "notes" / "a.txt").read_text() == "keep me"
+    assert sorted(os.listdir(tmp_path)) == ["notes"]
+
+
+# -- corruption ---------------------------------------------------------------------------------
+
+
+def test_missing_and_foreign_paths(tmp_path):
+    for opener in (open_dataset, PickleDataset, PtDirectoryDataset):
+        with pytest.raises(ContainerError, match="no such file or directory"):
+            opener(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "junk.bin").write_bytes(b"hello world" * 10)
+    for name in ("empty", "junk.bin"):
+        with pytest.raises(ContainerError, match="not a HydraGNN dataset"):
+            open_dataset(tmp_path / name)
+    with pytest.raises(ContainerError, match="missing magic"):
+        PickleDataset(tmp_path / "junk.bin")
+    with pytest.raises(ContainerError, match="no manifest.json and no"):
+        PtDirectoryDataset(tmp_path / "empty")
+
+
+def flip(path, offset):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_pickle_truncated_and_corrupted(tmp_path, samples):
+    path = write(tmp_path, samples, "pickle")
+    good = path.read_bytes()
+    size = len(good)
+    for cut in (5, 30, pc.HEADER_SIZE + 10, size // 2, size - 1):
+        path.write_bytes(good[:cut])
+        with pytest.raises(ContainerError, match=str(path)):
+            open_dataset(path) if cut > 8 else PickleDataset(path)
+    n, index_offset, meta_offset = struct.unpack_from("<QQQ", good, 12)
+    for offset, what in (
+        (20, "header is corrupted"),
+        (index_offset + 9, "index is corrupted"),
+        (meta_offset + 3, "JSON is corrupted"),
+    ):
+        path.write_bytes(good)
+        flip(path, offset)
+        with pytest.raises(ContainerError, match=what):
+            open_dataset(path)
+    # a flipped byte inside sample 2 breaks sample 2 only
+    path.write_bytes(good)
+    ds = open_dataset(path)
+    start = ds._offsets[2]
+    ds.close()
+    flip(path, int(start) + 40)
+    ds = open_dataset(path)
+    assert_same(samples[1], ds[1])
+    with pytest.raises(ContainerError, match=r"sample 2: payload is corrupted"):
+        ds[2]
+
+
+def test_pickle_newer_version_is_refused(tmp_path, samples):
+    path = write(tmp_path, samples[:1], "pickle")
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<I", data, 8, 7)
+    fixed = bytes(data[:52])
+    struct.pack_into("<I", data, 52, zlib.crc32(fixed))
+    path.write_bytes(bytes(data))
+    with pytest.raises(ContainerError, match="version 7 is newer.*version 1"):
+        open_dataset(path)
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_newer_format_version_is_refused(tmp_path, samples, fmt, monkeypatch):
+    monkeypatch.setattr(CLASSES[fmt], "VERSION", 5)  # a future writer
+    path = write(tmp_path, samples[:2], fmt)
+    monkeypatch.undo()
+    with pytest.raises(ContainerError, match=r"version 5 is newer than .* version 1; upgrade hydra-data"):
+        open_dataset(path)
+
+
+class Evil:
+    def __init__(self, target):
+        self.target = target
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.target}",))
+
+
+def test_malicious_pickle_does_not_execute(tmp_path):
+    side_effect = tmp_path / "pwned"
+    header = {"format": "pickle", "version": 1, "n_samples": 0, "schema": None, "normalization": None, "metadata": None}
+    payloads = [
+        pickle.dumps({"x": Evil(side_effect)}),
+        pickle.dumps(Evil(side_effect), protocol=2),
+        pickle.dumps(torch.zeros(2)),
+    ]
+    assert pickle.loads(pickle.dumps(0)) == 0  # sanity: the real unpickler would run os.system
+    path = tmp_path / "evil.pkl"
+    pc.write_payloads(path, payloads, header)
+    ds = open_dataset(path)  # header and index are fine; the payloads are not
+    for i in range(len(payloads)):
+        with pytest.raises(ContainerError, match=rf"sample {i}: refused to unpickle \(global '.*' is not allowed\)"):
+            ds[i]
+    assert not side_effect.exists()
+
+
+def test_pt_missing_truncated_and_newer(tmp_path, samples):
+    path = write(tmp_path, samples, "pt", schema=SCHEMA)
+    files = sorted(p.name for p in path.iterdir())
+    assert files == ["000000.pt", "000001.pt", "000002.pt", "000003.pt", "000004.pt", "000005.pt", "manifest.json"]
+    (path / "000002.pt").unlink()
+    raw = (path / "000004.pt").read_bytes()
+    (path / "000004.pt").write_bytes(raw[: len(raw) // 2])
+    ds = open_dataset(path)
+    assert_same(samples[3], ds[3])
+    with pytest.raises(ContainerError, match=r"000002.pt: sample 2: sample file is missing"):
+        ds[2]
+    with pytest.raises(ContainerError, match=r"sample 4: .*truncated"):
+        ds[-2]
+    (path / "000004.pt").write_bytes(raw)
+    flip(path / "000004.pt", len(raw) // 2)
+    with pytest.raises(ContainerError, match=r"sample 4: sample file is corrupted"):
+        ds[4]
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps({**manifest, "version": 3}))
+    with pytest.raises(ContainerError, match="pt container format version 3 is newer"):
+        open_dataset(path)
+    (path / "manifest.json").write_text(json.dumps(manifest)[:-20])
+    with pytest.raises(ContainerError, match="not valid JSON"):
+        open_dataset(path)
+
+
+def test_pt_reads_third_party_pyg_directory(tmp_path, samples):
+    folder = tmp_path / "foreign"
+    folder.mkdir()
+    for i in (0, 2, 10):  # natural order: 0, 2, 10
+        torch.save(samples[i % len(samples)], folder / f"data_{i}.pt")
+    torch.save({"z": torch.arange(4)}, folder / "data_11.pt")
+    ds = open_dataset(folder)
+    assert isinstance(ds, PtDirectoryDataset) and len(ds) == 4 and ds.schema is None
+    for j, i in enumerate((0, 2, 10)):
+        assert_same(samples[i % len(samples)], ds[j])
+    assert torch.equal(ds[3].z, torch.arange(4))
+    side_effect = tmp_path / "pwned"
+    torch.save(Evil(side_effect), folder / "data_12.pt")
+    with pytest.raises(ContainerError, match=r"sample 4: cannot be loaded with weights_only=True"):
+        PtDirectoryDataset(folder)[4]
+    assert not side_effect.exists()
+
+
+@needs_adios
+def test_adios_truncated_garbled_and_newer(tmp_path, samples):
+    path = write(tmp_path, samples, "adios", schema=SCHEMA)
+    assert not (path / "profiling.json").exists()
+    saved = {p.name: p.read_bytes() for p in path.iterdir()}
+
+    def restore():
+        for name, data in saved.items():
+            (path / name).write_bytes(data)
+
+    for name in ("md.idx", "md.0", "mmd.0", "data.0"):
+        (path / name).write_bytes(saved[name][: len(saved[name]) // 2])
+        with pytest.raises(ContainerError, match=rf"{name}' is \d+ bytes, expected"):
+            open_dataset(path)
+        restore()
+        if name != "data.0":  # garbled ADIOS2 metadata would crash ADIOS2 itself: refused before it
+            flip(path / name, len(saved[name]) // 2)
+            with pytest.raises(ContainerError, match=rf"{name}' is corrupted"):
+                open_dataset(path)
+            restore()
+    # garbled sample data: only that sample fails, naming the attribute
+    data = saved["data.0"]
+    pos2 = samples[2].pos.numpy().tobytes()
+    flip(path / "data.0", data.index(pos2) + 5)
+    ds = open_dataset(path)
+    assert_same(samples[1], ds[1])
+    with pytest.raises(ContainerError, match=r"sample 2: attribute 'pos' is corrupted"):
+        ds[2]
+    restore()
+    (path / "hydragnn-integrity.json").unlink()
+    with pytest.raises(ContainerError, match="not a HydraGNN ADIOS2 dataset"):
+        open_dataset(path)
+    restore()
+    integrity = json.loads(saved["hydragnn-integrity.json"])
+    (path / "hydragnn-integrity.json").write_text(json.dumps({**integrity, "version": 9}))
+    with pytest.raises(ContainerError, match="version 9 is newer"):
+        open_dataset(path)
+
+
+def test_adios_reports_missing_package(tmp_path, samples, monkeypatch):
+    fake = tmp_path / "ds.bp"
+    fake.mkdir()
+    (fake / "md.idx").write_bytes(b"\0" * 64)
+    if HAS_ADIOS:
+        with pytest.raises(ContainerError, match="not a HydraGNN ADIOS2 dataset"):
+            open_dataset(fake)
+    monkeypatch.setitem(sys.modules, "adios2", None)  # as if not installed
+    with pytest.raises(ContainerError, match=r"pip install hydra-data\[adios\]"):
+        open_dataset(fake)
+    with pytest.raises(ContainerError, match=r"pip install hydra-data\[adios\]"):
+        write(tmp_path, samples[:1], "adios", name="other")
+    assert sorted(os.listdir(tmp_path)) == ["ds.bp"]
+
+
+@pytest.mark.parametrize("fmt", ALL_FORMATS)
+def test_dataset_pickles_for_worker_processes(tmp_path, samples, fmt):
+    ds = open_dataset(write(tmp_path, samples, fmt))
+    ds[0]  # open handles, then ship to a "worker"
+    clone = pickle.loads(pickle.dumps(ds))
+    assert_same(samples[3], clone[3])
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, shuffle=True, num_workers=2)
+    seen = sorted(int(d.step) for d in loader)  # read in two forked workers
+    assert seen == list(range(len(samples)))
