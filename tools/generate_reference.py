@@ -16,6 +16,7 @@ import time
 from collections import Counter
 
 import torch
+
 from hydragnn.data.reference import generate_bulk, generate_cuau
 
 

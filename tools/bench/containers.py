@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 
 import torch
+from torch_geometric.data import Data
+
 from hydragnn.data import Schema, prepare
 from hydragnn.data.containers import FORMATS, open_dataset, write_dataset
-from torch_geometric.data import Data
 
 SYNTHETIC_VARIABLES = {
     "inputs": [

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch_geometric.data import Data
+
 from hydragnn.data.batching import CostAwareBatchSampler
 from hydragnn.data.loaders import create_dataloaders, set_epoch
-from torch_geometric.data import Data
 
 
 def _steps(iterable, ids_of):

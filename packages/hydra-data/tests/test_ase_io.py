@@ -9,9 +9,10 @@ from ase import Atoms
 from ase.build import bulk, molecule
 from ase.calculators.emt import EMT
 from ase.calculators.singlepoint import SinglePointCalculator
+from torch_geometric.data import Data
+
 from hydragnn.data.ase_io import atoms_to_sample, sample_to_atoms
 from hydragnn.data.errors import SchemaError
-from torch_geometric.data import Data
 
 
 def _periodic(calc: bool = True) -> Atoms:

@@ -7,9 +7,10 @@ from collections import Counter
 
 import pytest
 import torch
+from torch_geometric.data import Data
+
 from hydragnn.data.batching import BatchingConfig, CostAwareBatchSampler, FixedBatchSampler, sample_costs
 from hydragnn.data.errors import DataError
-from torch_geometric.data import Data
 
 NODE = {"mode": "node_budget", "max_nodes": 32, "max_graphs": 4}
 

@@ -11,6 +11,8 @@ import zlib
 
 import pytest
 import torch
+from torch_geometric.data import Data
+
 from hydragnn.data import ContainerError, Schema, prepare
 from hydragnn.data.containers import (
     FORMATS,
@@ -21,7 +23,6 @@ from hydragnn.data.containers import (
     write_dataset,
 )
 from hydragnn.data.containers import pickle_container as pc
-from torch_geometric.data import Data
 
 try:
     import adios2  # noqa: F401

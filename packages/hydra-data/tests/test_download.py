@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from hydragnn.data.download import DownloadCache, default_cache_dir, download
 from hydragnn.data.errors import DataError, DownloadError
 

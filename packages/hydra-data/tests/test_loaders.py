@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch_geometric.data import Batch, Data
+
 from hydragnn.data.batching import CostAwareBatchSampler
 from hydragnn.data.errors import DataError
 from hydragnn.data.loaders import create_dataloaders, set_epoch
-from torch_geometric.data import Batch, Data
 
 
 def _dataset(n: int, nodes: int | None = None, seed: int = 0) -> list[Data]:

@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 import torch
+from torch_geometric.data import Batch, Data
+
 from hydragnn.data import Schema, prepare
 from hydragnn.data.errors import DataError
 from hydragnn.data.normalize import Normalizer
-from torch_geometric.data import Batch, Data
 
 
 def _raw(n: int = 12, seed: int = 0) -> list[Data]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from ase.calculators.emt import EMT
+
 from hydragnn.data.errors import DataError
 from hydragnn.data.prepare import prepare
 from hydragnn.data.reference import (

@@ -2,25 +2,66 @@
 
 Schema and sample preparation (Contract 1 of DESIGN.md), dataset containers, neighbor lists,
 loaders with cost-aware batching, normalization, ASE conversion, reference data from EMT, and
-a checksum-verified download cache.
+a checksum-verified download cache. Heavy optional parts import lazily: ``adios2`` (the
+``hydra-data[adios]`` extra) and nvalchemi-toolkit-ops (first neighbor-list call).
 """
 
 from .__about__ import __version__
+from .ase_io import atoms_to_sample, sample_to_atoms
+from .batching import BatchingConfig, CostAwareBatchSampler, FixedBatchSampler, sample_costs
+from .containers import (
+    FORMATS,
+    AdiosDataset,
+    ContainerDataset,
+    PickleDataset,
+    PtDirectoryDataset,
+    open_dataset,
+    write_dataset,
+)
+from .download import DownloadCache, download
 from .errors import ContainerError, DataError, DownloadError, NeighborListError, SchemaError
+from .loaders import create_dataloaders, set_epoch
+from .neighbors import add_edges, brute_force_radius_graph, radius_graph
+from .normalize import Normalizer
 from .prepare import prepare, prepare_all
+from .reference import CUAU_VARIABLES, generate_bulk, generate_cuau
 from .schema import LEVELS, RESERVED_NAMES, Schema, Variable
 
 __all__ = [
-    "__version__",
-    "ContainerError",
-    "DataError",
-    "DownloadError",
+    "CUAU_VARIABLES",
+    "FORMATS",
     "LEVELS",
-    "NeighborListError",
     "RESERVED_NAMES",
+    "AdiosDataset",
+    "BatchingConfig",
+    "ContainerDataset",
+    "ContainerError",
+    "CostAwareBatchSampler",
+    "DataError",
+    "DownloadCache",
+    "DownloadError",
+    "FixedBatchSampler",
+    "NeighborListError",
+    "Normalizer",
+    "PickleDataset",
+    "PtDirectoryDataset",
     "Schema",
     "SchemaError",
     "Variable",
+    "__version__",
+    "add_edges",
+    "atoms_to_sample",
+    "brute_force_radius_graph",
+    "create_dataloaders",
+    "download",
+    "generate_bulk",
+    "generate_cuau",
+    "open_dataset",
     "prepare",
     "prepare_all",
+    "radius_graph",
+    "sample_costs",
+    "sample_to_atoms",
+    "set_epoch",
+    "write_dataset",
 ]

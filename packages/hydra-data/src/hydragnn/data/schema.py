@@ -21,8 +21,9 @@ Rules (each raises :class:`SchemaError` naming the variable):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from .errors import SchemaError
 
@@ -141,7 +142,7 @@ class Schema:
         object.__setattr__(self, "_by_name", {v.name: v for v in (*self.inputs, *self.outputs)})
 
     @classmethod
-    def from_dict(cls, variables: Mapping[str, Any]) -> "Schema":
+    def from_dict(cls, variables: Mapping[str, Any]) -> Schema:
         """Parse the JSON ``Variables`` section.
 
         Args:
