@@ -13,8 +13,9 @@ sizes (``num_nodes``, ``num_graphs``) taken from Python ints carried by :class:`
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -91,7 +92,7 @@ class EncoderConfig:
     """
 
     @classmethod
-    def from_dict(cls, values: Mapping[str, Any], where: str = "NeuralNetwork.Architecture") -> "EncoderConfig":
+    def from_dict(cls, values: Mapping[str, Any], where: str = "NeuralNetwork.Architecture") -> EncoderConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(fields))
         if unknown:

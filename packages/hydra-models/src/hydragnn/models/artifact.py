@@ -1,0 +1,218 @@
+"""Model artifacts: one file, a JSON manifest plus ``safetensors`` weights. Never unpickled.
+
+Layout (little-endian)::
+
+    b"HYDRAGNN"             8 bytes, magic
+    u32 format_version      readable before anything else, so a newer file is refused cleanly
+    u64 manifest_length
+    manifest                UTF-8 JSON
+    weights                 safetensors bytes (to the end of the file)
+
+The manifest holds ``format``, ``format_version``, ``writer`` (package versions),
+``architecture`` (the full ``Architecture`` section), ``schema`` (the ``Variables`` section),
+``normalization``, ``species``, ``cutoff``, ``dtype``, ``weights_sha256``, ``weights_bytes``
+and ``extra``. A reader accepts every format version up to :data:`FORMAT_VERSION`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from hydragnn.data import Schema
+
+from .errors import ArtifactError, ModelError
+from .model import HydraModel, build_model
+
+MAGIC = b"HYDRAGNN"
+FORMAT_VERSION = 1
+"""The newest artifact format this version writes and reads."""
+FORMAT_NAME = "hydragnn-model"
+_HEADER = struct.Struct("<8sIQ")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:  # pragma: no cover - always installed with hydra-models
+        return None
+
+
+def _jsonable(value: Any, where: str) -> Any:
+    """Tensors and numpy values as lists / numbers; anything else must already be JSON."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().tolist()
+    if hasattr(value, "tolist") and callable(value.tolist):
+        return value.tolist()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ArtifactError(f"save_artifact: {where} holds a {type(value).__name__}, which is not JSON-serialisable")
+
+
+def save_artifact(
+    model: HydraModel,
+    path: str | os.PathLike,
+    *,
+    normalization: Mapping[str, Any] | None = None,
+    species: Sequence[int] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``model`` as one artifact file (atomically: temporary file + ``os.replace``).
+
+    Args:
+        model: a :class:`HydraModel` from :func:`build_model`.
+        path: destination (``.hydra`` by convention).
+        normalization: statistics of the targets / inputs (JSON, tensors allowed).
+        species: atomic numbers the model was trained on.
+        extra: any other JSON metadata (training config, provenance, ...).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ArtifactError: when the model is not a ``HydraModel`` or metadata is not JSON-serialisable.
+    """
+    if not isinstance(model, HydraModel):
+        raise ArtifactError(f"save_artifact: expected a HydraModel, found {type(model).__name__}")
+    if not model.config.raw:
+        raise ArtifactError(
+            "save_artifact: the model's config has no source Architecture section (build it with build_model)"
+        )
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    weights = st_save(state)
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "writer": {name: _version(name) for name in ("hydra-models", "hydra-data", "torch")},
+        "architecture": _jsonable(model.config.raw, "architecture"),
+        "schema": model.schema.to_dict(),
+        "normalization": _jsonable(normalization, "normalization"),
+        "species": _jsonable(list(species) if species is not None else None, "species"),
+        "cutoff": model.cutoff,
+        "dtype": str(model.dtype).removeprefix("torch."),
+        "weights_sha256": hashlib.sha256(weights).hexdigest(),
+        "weights_bytes": len(weights),
+        "extra": _jsonable(extra, "extra"),
+    }
+    blob = json.dumps(manifest, sort_keys=True).encode("utf-8")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_HEADER.pack(MAGIC, FORMAT_VERSION, len(blob)))
+            fh.write(blob)
+            fh.write(weights)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _read(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read the model artifact: {exc}") from exc
+    if len(data) < _HEADER.size or data[:8] != MAGIC:
+        raise ArtifactError(
+            f"{path}: not a HydraGNN model artifact (expected the magic bytes {MAGIC!r} at the start; "
+            "pickled checkpoints are never loaded)"
+        )
+    _, version, length = _HEADER.unpack_from(data)
+    if version > FORMAT_VERSION:
+        raise ArtifactError(
+            f"{path}: artifact format version {version} is newer than this reader "
+            f"(hydra-models {_version('hydra-models')} reads format versions <= {FORMAT_VERSION}); "
+            f"install a hydra-models that reads format version {version}"
+        )
+    if version < 1:
+        raise ArtifactError(f"{path}: invalid artifact format version {version}")
+    end = _HEADER.size + length
+    if end > len(data):
+        raise ArtifactError(
+            f"{path}: truncated artifact: manifest of {length} bytes, file has {len(data) - _HEADER.size}"
+        )
+    try:
+        manifest = json.loads(data[_HEADER.size : end].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path}: corrupted artifact manifest: {exc}") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise ArtifactError(f"{path}: corrupted artifact manifest (expected format {FORMAT_NAME!r})")
+    if manifest.get("format_version") != version:
+        raise ArtifactError(
+            f"{path}: corrupted artifact: header says format version {version}, manifest says {manifest.get('format_version')!r}"
+        )
+    weights = data[end:]
+    if len(weights) != manifest.get("weights_bytes"):
+        raise ArtifactError(
+            f"{path}: truncated or corrupted artifact: expected {manifest.get('weights_bytes')} weight bytes, found {len(weights)}"
+        )
+    if hashlib.sha256(weights).hexdigest() != manifest.get("weights_sha256"):
+        raise ArtifactError(f"{path}: corrupted artifact: the weights do not match their SHA-256 checksum")
+    return manifest, weights
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of an artifact (the file is fully checked; no model is built).
+
+    Raises:
+        ArtifactError: missing, truncated, corrupted or newer-format file.
+    """
+    return _read(path)[0]
+
+
+def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> HydraModel:
+    """Rebuild the model of an artifact, in eval mode, with its weights.
+
+    Args:
+        path: the artifact file.
+        device: where to put the model.
+
+    Returns:
+        A :class:`HydraModel` with ``model.manifest`` set to the manifest dict (normalization,
+        species, writer versions, ...).
+
+    Raises:
+        ArtifactError: missing, truncated, corrupted or newer-format file, or weights that do
+            not fit the architecture.
+    """
+    manifest, weights = _read(path)
+    try:
+        state = st_load(weights)
+    except Exception as exc:  # safetensors raises its own error types
+        raise ArtifactError(f"{path}: corrupted artifact weights: {exc}") from exc
+    try:
+        with torch.random.fork_rng(devices=[]):  # initialisation must not move the caller's RNG
+            model = build_model(manifest["architecture"], Schema.from_dict(manifest["schema"]))
+    except (ModelError, ValueError, KeyError) as exc:
+        raise ArtifactError(f"{path}: cannot rebuild the model from the manifest: {exc}") from exc
+    dtype = getattr(torch, str(manifest.get("dtype")), None)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ArtifactError(f"{path}: corrupted artifact manifest: unknown dtype {manifest.get('dtype')!r}")
+    model.to(dtype)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        raise ArtifactError(f"{path}: the weights do not fit the architecture: {exc}") from exc
+    model.manifest = manifest
+    return model.to(device).eval()

@@ -1,0 +1,352 @@
+"""``ModelConfig``: the JSON ``NeuralNetwork.Architecture`` section, parsed and validated.
+
+Common keys (every encoder) are fields of :class:`ModelConfig`; every remaining key belongs to
+the chosen encoder and is validated by its ``Config.from_dict``. Errors are
+:class:`~hydragnn.models.errors.ModelConfigError` naming ``NeuralNetwork.Architecture.<path>``.
+
+Example::
+
+    {"mpnn_type": "SchNet", "hidden_dim": 64, "num_conv_layers": 3, "radius": 5.0,
+     "enable_interatomic_potential": true,
+     "output_heads": {"graph": {"num_sharedlayers": 1, "num_headlayers": 2},
+                      "node": {"num_headlayers": 2, "dim_headlayers": [64, 32], "type": "mlp"}},
+     "task_weights": [1.0, 0.0, 10.0], "loss_function_type": "mse",
+     "num_filters": 64}                       # <- a SchNet key
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .encoders import EncoderConfig, get_encoder
+from .errors import ModelConfigError
+from .ops import ACTIVATIONS, POOLINGS
+
+ROOT = "NeuralNetwork.Architecture"
+
+PRECISIONS: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "fp64": torch.float64,
+    "float64": torch.float64,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+}
+"""``precision`` names and their dtypes."""
+
+LOSS_TYPES: tuple[str, ...] = ("mse", "mae", "huber", "smooth_l1")
+NODE_HEAD_TYPES: tuple[str, ...] = ("mlp", "conv")
+SPECIES_INPUT_NAMES: frozenset[str] = frozenset({"atomic_number", "atomic_numbers", "numbers", "z", "Z"})
+"""A first node input with one of these names makes ``num_species`` default to 119."""
+_ALIASES = {"activation_function": "activation"}
+
+
+def _typed(value: Any, kind: str, where: str, *, optional: bool = False) -> Any:
+    """Check a scalar JSON value: kind is int, float, bool or str (ints accepted as floats)."""
+    if value is None and optional:
+        return None
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }[kind]
+    if not ok:
+        found = "null" if value is None else f"{type(value).__name__} {value!r}"
+        raise ModelConfigError(f"{where}: expected {kind}{' or null' if optional else ''}, found {found}")
+    return float(value) if kind == "float" else value
+
+
+def _positive(value: int | float | None, where: str, *, allow_zero: bool = False) -> None:
+    if value is not None and (value < 0 or (value == 0 and not allow_zero)):
+        raise ModelConfigError(f"{where}: expected a value {'>= 0' if allow_zero else '> 0'}, found {value!r}")
+
+
+def _choice(value: str, options, where: str) -> str:
+    if value not in options:
+        raise ModelConfigError(f"{where}: expected one of {sorted(options)}, found {value!r}")
+    return value
+
+
+def _section(values: Any, where: str, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(values, Mapping):
+        raise ModelConfigError(f"{where}: expected an object, found {type(values).__name__}")
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise ModelConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
+    return dict(values)
+
+
+def _layer_dims(num: int, dims: Any, default: int, where: str) -> tuple[int, ...]:
+    """``dim_*layers`` as an int (same width for every layer) or a list of ``num`` ints."""
+    if dims is None:
+        return (default,) * num
+    if isinstance(dims, list):
+        out = tuple(_typed(d, "int", f"{where}[{i}]") for i, d in enumerate(dims))
+        if len(out) != num:
+            raise ModelConfigError(f"{where}: expected {num} widths (one per layer), found {len(out)}")
+    else:
+        out = (_typed(dims, "int", where),) * num
+    for i, d in enumerate(out):
+        _positive(d, f"{where}[{i}]")
+    return out
+
+
+@dataclass(frozen=True)
+class GraphHeadConfig:
+    """Graph heads: pooled embedding -> shared MLP layers -> one MLP per graph output."""
+
+    shared_dims: tuple[int, ...]
+    head_dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class NodeHeadConfig:
+    """Node heads: ``type`` ``mlp`` (per-node MLP) or ``conv`` (message passing over the edges)."""
+
+    head_dims: tuple[int, ...]
+    type: str = "mlp"
+
+
+@dataclass(frozen=True)
+class EdgeHeadConfig:
+    """Edge heads: MLP on ``[h_src, h_dst, edge features]``."""
+
+    head_dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HeadsConfig:
+    """The ``output_heads`` section."""
+
+    graph: GraphHeadConfig
+    node: NodeHeadConfig
+    edge: EdgeHeadConfig
+
+    @classmethod
+    def from_dict(cls, values: Any, hidden_dim: int, where: str = f"{ROOT}.output_heads") -> HeadsConfig:
+        """Parse ``output_heads``; widths default to ``hidden_dim``, layer counts to 1 shared / 2 head."""
+        sections = _section(values if values is not None else {}, where, {"graph", "node", "edge"})
+
+        def counts(sec: dict[str, Any], w: str, key: str, default: int) -> int:
+            n = _typed(sec.get(key, default), "int", f"{w}.{key}")
+            _positive(n, f"{w}.{key}", allow_zero=True)
+            return n
+
+        w = f"{where}.graph"
+        g = _section(
+            sections.get("graph") or {}, w, {"num_sharedlayers", "dim_sharedlayers", "num_headlayers", "dim_headlayers"}
+        )
+        graph = GraphHeadConfig(
+            shared_dims=_layer_dims(
+                counts(g, w, "num_sharedlayers", 1), g.get("dim_sharedlayers"), hidden_dim, f"{w}.dim_sharedlayers"
+            ),
+            head_dims=_layer_dims(
+                counts(g, w, "num_headlayers", 2), g.get("dim_headlayers"), hidden_dim, f"{w}.dim_headlayers"
+            ),
+        )
+        w = f"{where}.node"
+        n = _section(sections.get("node") or {}, w, {"num_headlayers", "dim_headlayers", "type"})
+        node = NodeHeadConfig(
+            head_dims=_layer_dims(
+                counts(n, w, "num_headlayers", 2), n.get("dim_headlayers"), hidden_dim, f"{w}.dim_headlayers"
+            ),
+            type=_choice(_typed(n.get("type", "mlp"), "str", f"{w}.type"), NODE_HEAD_TYPES, f"{w}.type"),
+        )
+        w = f"{where}.edge"
+        e = _section(sections.get("edge") or {}, w, {"num_headlayers", "dim_headlayers"})
+        edge = EdgeHeadConfig(
+            head_dims=_layer_dims(
+                counts(e, w, "num_headlayers", 2), e.get("dim_headlayers"), hidden_dim, f"{w}.dim_headlayers"
+            ),
+        )
+        return cls(graph=graph, node=node, edge=edge)
+
+
+# Common scalar keys: name -> (kind, optional). Defaults are the ModelConfig field defaults.
+_SCALARS: dict[str, tuple[str, bool]] = {
+    "hidden_dim": ("int", False),
+    "num_conv_layers": ("int", False),
+    "radius": ("float", False),
+    "max_neighbours": ("int", True),
+    "num_radial": ("int", False),
+    "num_species": ("int", True),
+    "activation": ("str", False),
+    "graph_pooling": ("str", False),
+    "precision": ("str", False),
+    "conv_checkpointing": ("bool", False),
+    "enable_interatomic_potential": ("bool", False),
+    "compute_grad_energy": ("bool", False),
+    "dynamic_graph": ("bool", False),
+    "energy_name": ("str", False),
+    "forces_name": ("str", False),
+    "atomic_energy_name": ("str", False),
+    "stress_name": ("str", False),
+    "trainable_reference_energies": ("bool", False),
+    "loss_function_type": ("str", False),
+    "huber_delta": ("float", False),
+}
+_STRUCTURED = {"mpnn_type", "output_heads", "task_weights", "reference_energies"}
+COMMON_KEYS: frozenset[str] = frozenset(_SCALARS) | _STRUCTURED
+"""Every key of ``Architecture`` that is not encoder-specific."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A validated ``Architecture`` section.
+
+    Attributes (JSON keys of the same name, defaults in brackets):
+        mpnn_type: registry name of the encoder (required).
+        encoder: the encoder's own config (every non-common key).
+        hidden_dim [64], num_conv_layers [3]: width and depth of the encoder.
+        radius [5.0]: cutoff in Å; max_neighbours [null]: cap for dynamic graphs.
+        num_radial [20]: size of radial bases.
+        num_species [auto]: size of the species embedding (0: a Linear on x). Auto is 119 when
+            the first node input is an atomic number (``atomic_number``, ``Z``, ...), else 0.
+        activation ["silu"], graph_pooling ["mean"]: head activation and pooling.
+        precision ["fp32"]: ``fp32``, ``bf16`` or ``fp64``.
+        conv_checkpointing [false]: activation checkpointing per conv layer.
+        enable_interatomic_potential [false]: energy as a sum of per-atom energies, forces
+            ``-dE/dpos``, stress from a cell strain.
+        compute_grad_energy [true]: MLIP forces by autograd (false: forces are a direct head).
+        dynamic_graph [false]: MLIP builds its edges from ``pos`` inside ``forward``.
+        energy_name ["energy"], forces_name ["forces"], atomic_energy_name ["atomic_energy"],
+            stress_name ["stress"]: output names the MLIP fills.
+        reference_energies [null]: per-species reference energy ``{"29": -3.5, ...}`` or a list
+            indexed by atomic number; trainable_reference_energies [false].
+        output_heads: :class:`HeadsConfig`.
+        task_weights [1 each]: list (schema output order) or ``{name: weight}``.
+        loss_function_type ["mse"]: mse, mae, huber, smooth_l1; huber_delta [1.0].
+        raw: the section as given (stored in artifacts).
+    """
+
+    mpnn_type: str
+    encoder: EncoderConfig
+    output_heads: HeadsConfig
+    hidden_dim: int = 64
+    num_conv_layers: int = 3
+    radius: float = 5.0
+    max_neighbours: int | None = None
+    num_radial: int = 20
+    num_species: int | None = None
+    activation: str = "silu"
+    graph_pooling: str = "mean"
+    precision: str = "fp32"
+    conv_checkpointing: bool = False
+    enable_interatomic_potential: bool = False
+    compute_grad_energy: bool = True
+    dynamic_graph: bool = False
+    energy_name: str = "energy"
+    forces_name: str = "forces"
+    atomic_energy_name: str = "atomic_energy"
+    stress_name: str = "stress"
+    reference_energies: tuple[tuple[int, float], ...] | None = None
+    trainable_reference_energies: bool = False
+    task_weights: tuple[float, ...] | tuple[tuple[str, float], ...] | None = None
+    loss_function_type: str = "mse"
+    huber_delta: float = 1.0
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of ``precision``."""
+        return PRECISIONS[self.precision]
+
+    @classmethod
+    def from_dict(cls, arch: Mapping[str, Any]) -> ModelConfig:
+        """Parse and validate an ``Architecture`` section.
+
+        Raises:
+            ModelConfigError: naming ``NeuralNetwork.Architecture.<key>`` for a missing
+                ``mpnn_type``, an unknown key, an ill-typed value or an impossible value.
+        """
+        if not isinstance(arch, Mapping):
+            raise ModelConfigError(f"{ROOT}: expected an object, found {type(arch).__name__}")
+        raw = copy.deepcopy(dict(arch))
+        values = dict(arch)
+        for old, new in _ALIASES.items():
+            if old in values:
+                if new in values:
+                    raise ModelConfigError(f"{ROOT}: give either {old!r} or {new!r}, not both")
+                values[new] = values.pop(old)
+        if "mpnn_type" not in values:
+            raise ModelConfigError(f"{ROOT}.mpnn_type: required (the encoder name)")
+        mpnn_type = _typed(values["mpnn_type"], "str", f"{ROOT}.mpnn_type")
+        encoder_cls = get_encoder(mpnn_type)
+        kwargs: dict[str, Any] = {}
+        for key, (kind, optional) in _SCALARS.items():
+            if key in values:
+                kwargs[key] = _typed(values[key], kind, f"{ROOT}.{key}", optional=optional)
+        for key in ("hidden_dim", "num_conv_layers", "num_radial", "radius", "max_neighbours", "huber_delta"):
+            _positive(kwargs.get(key), f"{ROOT}.{key}")
+        _positive(kwargs.get("num_species"), f"{ROOT}.num_species", allow_zero=True)
+        for key, options in (
+            ("activation", ACTIVATIONS),
+            ("graph_pooling", POOLINGS),
+            ("precision", PRECISIONS),
+            ("loss_function_type", LOSS_TYPES),
+        ):
+            if key in kwargs:
+                _choice(kwargs[key], options, f"{ROOT}.{key}")
+        hidden = kwargs.get("hidden_dim", cls.hidden_dim)
+        heads = HeadsConfig.from_dict(values.get("output_heads"), hidden)
+        if "task_weights" in values:
+            kwargs["task_weights"] = _task_weights(values["task_weights"])
+        if "reference_energies" in values:
+            kwargs["reference_energies"] = _reference_energies(values["reference_energies"])
+
+        rest = {k: v for k, v in values.items() if k not in COMMON_KEYS}
+        encoder_fields = {f.name for f in dataclasses.fields(encoder_cls.Config)}
+        unknown = sorted(set(rest) - encoder_fields)
+        if unknown:
+            raise ModelConfigError(
+                f"{ROOT}: unknown key(s) {unknown}: neither a common key ({sorted(COMMON_KEYS)}) "
+                f"nor a {mpnn_type} key ({sorted(encoder_fields)})"
+            )
+        encoder = encoder_cls.Config.from_dict(rest, ROOT)
+        return cls(mpnn_type=mpnn_type, encoder=encoder, output_heads=heads, raw=raw, **kwargs)
+
+
+def _task_weights(values: Any) -> tuple:
+    where = f"{ROOT}.task_weights"
+    if isinstance(values, Mapping):
+        out = tuple((_typed(k, "str", where), _typed(v, "float", f"{where}.{k}")) for k, v in values.items())
+        weights = [w for _, w in out]
+    elif isinstance(values, list):
+        out = tuple(_typed(v, "float", f"{where}[{i}]") for i, v in enumerate(values))
+        weights = list(out)
+    else:
+        raise ModelConfigError(
+            f"{where}: expected a list (one weight per output) or an object {{name: weight}}, found {type(values).__name__}"
+        )
+    if any(w < 0 for w in weights):
+        raise ModelConfigError(f"{where}: weights must be >= 0, found {weights}")
+    return out
+
+
+def _reference_energies(values: Any) -> tuple[tuple[int, float], ...] | None:
+    where = f"{ROOT}.reference_energies"
+    if values is None:
+        return None
+    if isinstance(values, list):
+        return tuple((z, _typed(v, "float", f"{where}[{z}]")) for z, v in enumerate(values))
+    if not isinstance(values, Mapping):
+        raise ModelConfigError(
+            f"{where}: expected an object {{atomic number: energy}} or a list indexed by atomic number, found {type(values).__name__}"
+        )
+    out = []
+    for key, value in values.items():
+        try:
+            z = int(key)
+        except (TypeError, ValueError):
+            raise ModelConfigError(f'{where}: keys must be atomic numbers (e.g. "29"), found {key!r}') from None
+        if not 0 <= z < 1000:
+            raise ModelConfigError(f"{where}: atomic number out of range: {key!r}")
+        out.append((z, _typed(value, "float", f"{where}.{key}")))
+    return tuple(sorted(out))

@@ -1,0 +1,53 @@
+"""Message-passing encoders and their registry (``mpnn_type`` -> class).
+
+Every module named in :data:`_ENCODER_MODULES` is imported here; importing it registers its
+encoder(s) with :func:`register_encoder`.
+"""
+
+import importlib
+
+from .base import (
+    ENCODERS,
+    Encoder,
+    EncoderConfig,
+    EncoderDims,
+    GraphInputs,
+    NodeEmbedding,
+    get_encoder,
+    register_encoder,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Encoder modules. To add an encoder: put it in encoders/<module>.py, decorate its class with
+# @register_encoder("Name"), and add "<module>" to this tuple (nothing else to edit).
+_ENCODER_MODULES: tuple[str, ...] = (
+    "cgcnn",
+    "dimenet",
+    "egnn",
+    "gat",
+    "gin",
+    "mace",
+    "mfc",
+    "painn",
+    "pna",
+    "pnaeq",
+    "pnaplus",
+    "sage",
+    "schnet",
+)
+# ---------------------------------------------------------------------------------------------
+
+for _module in _ENCODER_MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
+del _module
+
+__all__ = [
+    "ENCODERS",
+    "Encoder",
+    "EncoderConfig",
+    "EncoderDims",
+    "GraphInputs",
+    "NodeEmbedding",
+    "get_encoder",
+    "register_encoder",
+]

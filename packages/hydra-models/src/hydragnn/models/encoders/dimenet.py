@@ -1,0 +1,211 @@
+"""DimeNet++ (Gasteiger et al. 2020, "Fast and Uncertainty-Aware Directional Message Passing").
+
+Directional messages live on edges ``j -> i``; each interaction mixes the messages of the edges
+``k -> j`` arriving at ``j`` through a spherical basis of the distance ``d_kj`` and the angle at
+``j`` between ``k`` and ``i``. Output blocks scatter edge messages to their target node; their
+sum over the embedding and every interaction is the node embedding ``[N, hidden_dim]``.
+
+Built here, not through ``torch_geometric.nn.DimeNetPlusPlus`` (which needs ``radius_graph``
+and ``SparseTensor``): edges come ready in :class:`GraphInputs`, triplets are built in plain
+torch (:mod:`.triplets`) and the bases are NaN-safe (:mod:`.dimenet_basis`). PyG's
+``InteractionPPBlock`` and ``OutputPPBlock`` are reused as they are (they take precomputed
+indices); the last output layer is glorot-initialised rather than zero (a zero layer would make
+the encoder's output identically zero at initialisation).
+
+Angle convention (PyG's DimeNet++): ``cos = vec_ji . vec_kj / (|vec_ji| |vec_kj|)`` with the
+edge vectors of :class:`GraphInputs` (periodic shifts included, never position differences),
+i.e. the angle between ``i -> j`` and ``j -> k``; a backtracking pair would have ``cos = -1``.
+
+Capture safety: with ``triplet_capacity = None`` (default) the exact triplet list is built in
+``forward`` and its length is data-dependent (``repeat_interleave`` over in-degrees, a boolean
+mask): **not capture-safe**. With ``triplet_capacity = C`` the triplets use a fixed
+``E * C`` layout with 0/1 weights: capture-safe, exact when no node has more than ``C``
+incoming edges (check with :func:`.triplets.max_in_degree` before capturing).
+
+bf16 / fp16: the geometry (lengths, angles, backtracking test, bases) is computed in float32
+(bf16 edge vectors are upcast; float32 ones are used as given), the bases are cast to the
+module dtype for the learned layers.
+
+Padding: a sink node's zero-length ``sink -> sink`` edges are backtracking pairs of each other
+(excluded / weight 0), their radial bases are finite, their gradients zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from torch_geometric.nn.models.dimenet import InteractionPPBlock, OutputPPBlock
+
+from ..errors import ModelConfigError, ModelError
+from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .dimenet_basis import BesselEdgeBasis, SphericalBasis
+from .safe_geometry import safe_edge_length
+from .triplets import build_triplets, build_triplets_padded
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class DimeNetConfig(EncoderConfig):
+    """DimeNet++ keys of ``NeuralNetwork.Architecture`` (hidden size, depth, radius and
+    ``num_radial`` come from :class:`EncoderDims`).
+
+    Attributes:
+        int_emb_size: width of the down-projected triplet interaction.
+        basis_emb_size: width of the basis projections.
+        out_emb_size: width of the output blocks' MLP.
+        num_spherical: number of Legendre orders ``l`` in the spherical basis.
+        envelope_exponent: DimeNet envelope exponent (polynomial cutoff of order ``+1``).
+        num_before_skip: residual layers before the skip connection in each interaction.
+        num_after_skip: residual layers after it.
+        num_output_layers: dense layers in each output block.
+        triplet_capacity: ``None`` for the exact (data-dependent) triplet list, or slots per
+            edge for the fixed, capture-safe layout (must be >= the largest in-degree).
+    """
+
+    int_emb_size: int = 64
+    basis_emb_size: int = 8
+    out_emb_size: int = 256
+    num_spherical: int = 7
+    envelope_exponent: int = 5
+    num_before_skip: int = 1
+    num_after_skip: int = 2
+    num_output_layers: int = 3
+    triplet_capacity: int | None = None
+
+    def __post_init__(self) -> None:
+        where = "NeuralNetwork.Architecture"
+        for name in ("int_emb_size", "basis_emb_size", "out_emb_size", "num_spherical", "envelope_exponent"):
+            if getattr(self, name) < 1:
+                raise ModelConfigError(f"{where}.{name}: expected an int >= 1, found {getattr(self, name)}")
+        for name in ("num_before_skip", "num_after_skip", "num_output_layers"):
+            if getattr(self, name) < 0:
+                raise ModelConfigError(f"{where}.{name}: expected an int >= 0, found {getattr(self, name)}")
+        if self.triplet_capacity is not None and self.triplet_capacity < 1:
+            raise ModelConfigError(
+                f"{where}.triplet_capacity: expected null or an int >= 1, found {self.triplet_capacity}"
+            )
+
+
+class _EdgeEmbedding(nn.Module):
+    """Initial edge messages ``m_ji = act(W [h_i, h_j, act(W_rbf rbf_ji)])``: ``[E, H]``."""
+
+    def __init__(self, num_radial: int, hidden: int) -> None:
+        super().__init__()
+        self.act = nn.SiLU()
+        self.lin_rbf = nn.Linear(num_radial, hidden)
+        self.lin = nn.Linear(3 * hidden, hidden)
+
+    def forward(self, h: torch.Tensor, rbf: torch.Tensor, dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        rbf = self.act(self.lin_rbf(rbf))
+        return self.act(self.lin(torch.cat([h[dst], h[src], rbf], dim=-1)))
+
+
+@register_encoder("DimeNet")
+class DimeNetEncoder(Encoder):
+    """DimeNet++ stack: ``num_conv_layers`` interaction blocks and ``num_conv_layers + 1``
+    output blocks summed into ``scalar [N, hidden_dim]``. Invariant (``vector`` is None)."""
+
+    Config = DimeNetConfig
+    equivariant = False
+    needs_pos = True
+    #: Extra ``Architecture`` keys for the shared conformance suite: its capture-safety check
+    #: needs the fixed triplet layout (the test structures have in-degrees <= 18).
+    conformance_config: ClassVar[dict] = {"triplet_capacity": 32}
+
+    def __init__(self, dims: EncoderDims, config: DimeNetConfig) -> None:
+        super().__init__(dims, config)
+        hidden, num_radial = dims.hidden_dim, dims.num_radial
+        if dims.num_species > 0:
+            self.species = nn.Embedding(dims.num_species, hidden)
+            with torch.no_grad():
+                self.species.weight.uniform_(-math.sqrt(3.0), math.sqrt(3.0))
+            self.node_lin = None
+        else:
+            self.species = None
+            self.node_lin = nn.Linear(dims.node_in, hidden)
+        self.rbf = BesselEdgeBasis(num_radial, dims.radius, config.envelope_exponent)
+        self.sbf = SphericalBasis(config.num_spherical, num_radial, dims.radius, config.envelope_exponent)
+        self.emb = _EdgeEmbedding(num_radial, hidden)
+        act = nn.SiLU()
+        self.output_blocks = nn.ModuleList(
+            OutputPPBlock(
+                num_radial,
+                hidden,
+                config.out_emb_size,
+                hidden,
+                config.num_output_layers,
+                act,
+                output_initializer="glorot_orthogonal",
+            )
+            for _ in range(dims.num_conv_layers + 1)
+        )
+        self.interaction_blocks = nn.ModuleList(
+            InteractionPPBlock(
+                hidden,
+                config.int_emb_size,
+                config.basis_emb_size,
+                config.num_spherical,
+                num_radial,
+                config.num_before_skip,
+                config.num_after_skip,
+                act,
+            )
+            for _ in range(dims.num_conv_layers)
+        )
+
+    def _node_features(self, x: torch.Tensor) -> torch.Tensor:
+        if self.species is not None:
+            return self.species(x[:, 0].long())
+        return self.node_lin(x)
+
+    def triplets(
+        self, edge_index: torch.Tensor, num_nodes: int, edge_vec: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``(idx_kj, idx_ji, weight or None)`` per the configured layout (see module docstring)."""
+        if self.config.triplet_capacity is None:
+            idx_kj, idx_ji = build_triplets(edge_index, num_nodes, edge_vec)
+            return idx_kj, idx_ji, None
+        return build_triplets_padded(edge_index, num_nodes, self.config.triplet_capacity, edge_vec)
+
+    def _block(self, t: int, m, rbf, sbf, idx_kj, idx_ji, dst, num_nodes: int):
+        m = self.interaction_blocks[t](m, rbf, sbf, idx_kj, idx_ji)
+        return m, self.output_blocks[t + 1](m, rbf, dst, num_nodes=num_nodes)
+
+    def forward(self, inputs: GraphInputs) -> NodeEmbedding:
+        """``inputs.edge_vec [E, 3]`` -> ``NodeEmbedding(scalar [N, hidden_dim])``."""
+        if inputs.edge_vec is None:
+            raise ModelError("DimeNet needs positions: GraphInputs.edge_vec is None")
+        num_nodes = inputs.num_nodes
+        dtype = self.emb.lin.weight.dtype  # the module dtype
+        edge_index, vec = inputs.edge_index, inputs.edge_vec
+        if vec.dtype not in (torch.float32, torch.float64):
+            vec = vec.float()  # geometry and bases in at least float32, cast to the module dtype below
+        src, dst = edge_index[0], edge_index[1]
+        dist = safe_edge_length(vec)  # recomputed from vec: NaN-free gradient at zero length
+
+        idx_kj, idx_ji, weight = self.triplets(edge_index, num_nodes, vec)
+        len_kj = torch.clamp(dist[idx_kj], min=_EPS)
+        len_ji = torch.clamp(dist[idx_ji], min=_EPS)
+        cos_angle = (vec[idx_ji] * vec[idx_kj]).sum(dim=-1) / (len_kj * len_ji)
+
+        rbf = self.rbf(dist).to(dtype)  # [E, R]
+        sbf = self.sbf(dist, cos_angle, idx_kj).to(dtype)  # [T, L*R]
+        if weight is not None:
+            sbf = sbf * weight.to(sbf.dtype).unsqueeze(-1)  # the blocks' sbf maps have no bias
+
+        h = self._node_features(inputs.x.to(dtype))
+        m = self.emb(h, rbf, dst, src)  # [E, H]
+        out = self.output_blocks[0](m, rbf, dst, num_nodes=num_nodes)
+        for t in range(len(self.interaction_blocks)):
+            if self.dims.conv_checkpointing:
+                m, p = checkpoint(self._block, t, m, rbf, sbf, idx_kj, idx_ji, dst, num_nodes, use_reentrant=False)
+            else:
+                m, p = self._block(t, m, rbf, sbf, idx_kj, idx_ji, dst, num_nodes)
+            out = out + p
+        return NodeEmbedding(scalar=out)

@@ -1,0 +1,138 @@
+"""EGNN: E(n)-equivariant graph neural network (Satorras, Hoogeboom, Welling, ICML 2021).
+
+Equivariant graph convolutional layers (E_GCL) update invariant node features ``h`` from
+messages ``m_ij = phi_e(h_i, h_j, |x_i - x_j|^2, a_ij)`` and an equivariant vector channel
+``v_i += sum_j (x_i - x_j) phi_x(m_ij)``. The input positions are never moved (forces stay
+``-dE/dpos``): the coordinate update of the paper is carried in ``v`` as an accumulated
+displacement (channel 0), and with ``update_coords`` the next layer's distances are those of
+the displaced coordinates, ``x_j - x_i = edge_vec_ij + v_j[:, 0] - v_i[:, 0]`` (``edge_vec``
+already holds periodic shifts; positions are never differenced directly).
+
+Messages are gated by a cosine cutoff of the input distance, so energies are smooth when a
+neighbour crosses the radius, and sums are divided by the constant ``avg_num_neighbors``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .basis import BesselRBF, CosineCutoff
+from .equivariant_utils import (
+    AtomEmbedding,
+    call_layer,
+    check_dims,
+    check_positive,
+    edge_attributes,
+    edge_geometry,
+    scatter_sum,
+)
+
+
+@dataclass(frozen=True)
+class EGNNConfig(EncoderConfig):
+    """EGNN-specific keys of ``NeuralNetwork.Architecture``.
+
+    Attributes:
+        num_vector_channels: channels C of the returned vectors ``[N, 3, C]`` (channel 0 is
+            the accumulated coordinate displacement); ``None`` means ``hidden_dim``.
+        update_coords: feed the displaced coordinates' distances to the next layer (the
+            paper's coordinate update); False keeps every layer on the input distances.
+        attention: gate each message with ``sigmoid(Linear(m_ij))`` (the paper's edge inference).
+        avg_num_neighbors: constant divisor of the message and displacement sums.
+    """
+
+    num_vector_channels: int | None = None
+    update_coords: bool = True
+    attention: bool = False
+    avg_num_neighbors: float = 10.0
+
+    def __post_init__(self) -> None:
+        check_positive(self.num_vector_channels, "num_vector_channels")
+        check_positive(self.avg_num_neighbors, "avg_num_neighbors", allow_none=False)
+
+
+class EGCL(nn.Module):
+    """One E(n)-equivariant convolution layer acting on ``h [N, H]`` and ``v [N, 3, C]``."""
+
+    def __init__(self, hidden: int, edge_feat: int, channels: int, config: EGNNConfig, radius: float) -> None:
+        super().__init__()
+        self.update_coords = config.update_coords
+        self.inv_norm = 1.0 / config.avg_num_neighbors
+        self.inv_r2 = 1.0 / radius**2
+        self.edge_mlp = nn.Sequential(
+            nn.Linear(2 * hidden + 1 + edge_feat, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU()
+        )
+        self.att = nn.Sequential(nn.Linear(hidden, 1), nn.Sigmoid()) if config.attention else None
+        self.node_mlp = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
+        last = nn.Linear(hidden, channels, bias=False)
+        if config.update_coords:  # small initial displacements (the paper's gain 0.001); other channels default
+            with torch.no_grad():
+                last.weight[0].mul_(1e-3)
+        self.coord_mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), last)
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        v: torch.Tensor,
+        edge_index: torch.Tensor,
+        edge_vec: torch.Tensor,
+        edge_feat: torch.Tensor,
+        fcut: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``h [N,H]``, ``v [N,3,C]``, ``edge_vec [E,3]`` (x_j - x_i), ``edge_feat [E,R(+Fe)]``, ``fcut [E]``."""
+        src, dst = edge_index[0], edge_index[1]
+        num_nodes = h.shape[0]
+        rel = edge_vec + v[src, :, 0] - v[dst, :, 0] if self.update_coords else edge_vec
+        d2 = (rel * rel).sum(dim=-1, keepdim=True) * self.inv_r2
+        m = self.edge_mlp(torch.cat([h[dst], h[src], d2, edge_feat], dim=-1))
+        if self.att is not None:
+            m = m * self.att(m)
+        gate = fcut.unsqueeze(-1)
+        m = m * gate
+        h = h + self.node_mlp(torch.cat([h, scatter_sum(m, dst, num_nodes) * self.inv_norm], dim=-1))
+        dv = -rel.unsqueeze(-1) * (self.coord_mlp(m) * gate).unsqueeze(1)  # (x_i - x_j) phi_x(m_ij)
+        v = v + scatter_sum(dv, dst, num_nodes) * self.inv_norm
+        return h, v
+
+
+@register_encoder("EGNN")
+class EGNN(Encoder):
+    """EGNN encoder: returns ``NodeEmbedding(scalar h [N, H], vector [N, 3, C])``."""
+
+    Config = EGNNConfig
+    equivariant = True
+    needs_pos = True
+
+    def __init__(self, dims: EncoderDims, config: EGNNConfig | None = None) -> None:
+        config = EGNNConfig() if config is None else config
+        super().__init__(dims, config)
+        check_dims(dims, "EGNN")
+        channels = config.num_vector_channels or dims.hidden_dim
+        self.embedding = AtomEmbedding(dims)
+        self.rbf = BesselRBF(dims.radius, dims.num_radial)
+        self.cutoff = CosineCutoff(dims.radius)
+        edge_feat = dims.num_radial + max(dims.edge_in, 0)
+        self.layers = nn.ModuleList(
+            EGCL(dims.hidden_dim, edge_feat, channels, config, dims.radius) for _ in range(dims.num_conv_layers)
+        )
+        self.channels = channels
+
+    def forward(self, inputs: GraphInputs) -> NodeEmbedding:
+        length, _ = edge_geometry(inputs, "EGNN")
+        h = self.embedding(inputs.x)
+        length = length.to(h.dtype)
+        assert inputs.edge_vec is not None
+        edge_vec = inputs.edge_vec.to(h.dtype)
+        edge_feat = self.rbf(length)
+        edge_attr = edge_attributes(inputs, self.dims, "EGNN", h.dtype)
+        if edge_attr is not None:
+            edge_feat = torch.cat([edge_feat, edge_attr], dim=-1)
+        fcut = self.cutoff(length)
+        v = h.new_zeros((h.shape[0], 3, self.channels))
+        for layer in self.layers:
+            h, v = call_layer(layer, self.dims.conv_checkpointing, h, v, inputs.edge_index, edge_vec, edge_feat, fcut)
+        return NodeEmbedding(scalar=h, vector=v)

@@ -1,0 +1,156 @@
+"""Building blocks shared by the equivariant encoders (PAINN, EGNN, PNAEq).
+
+Everything here is capture-safe (no host synchronisation, no data-dependent shapes) and
+safe on padded batches whose sink edges have zero length: lengths, unit vectors and norms
+have finite values *and* finite gradients at zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ..errors import ModelConfigError, ModelError
+from .base import EncoderDims, GraphInputs
+
+
+class AtomEmbedding(nn.Module):
+    """Initial node scalars ``[N, F] -> [N, hidden_dim]``.
+
+    With ``dims.num_species > 0`` column 0 of ``x`` is an atomic number embedded by an
+    :class:`~torch.nn.Embedding`; the remaining columns (if any) are added through a linear
+    layer. Without species, a linear layer reads all of ``x``.
+    """
+
+    def __init__(self, dims: EncoderDims) -> None:
+        super().__init__()
+        hidden = dims.hidden_dim
+        self.species: nn.Embedding | None = None
+        self.extra: nn.Linear | None = None
+        self.linear: nn.Linear | None = None
+        if dims.num_species > 0:
+            self.species = nn.Embedding(dims.num_species, hidden)
+            if dims.node_in > 1:
+                self.extra = nn.Linear(dims.node_in - 1, hidden, bias=False)
+        else:
+            self.linear = nn.Linear(dims.node_in, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [N, F]`` -> ``[N, hidden_dim]`` in the module's dtype."""
+        if self.species is not None:
+            h = self.species(x[:, 0].long())
+            if self.extra is not None:
+                h = h + self.extra(x[:, 1:].to(h.dtype))
+            return h
+        assert self.linear is not None
+        return self.linear(x.to(self.linear.weight.dtype))
+
+
+def edge_geometry(inputs: GraphInputs, encoder: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edge lengths ``[E]`` and unit vectors ``[E, 3]`` from ``inputs.edge_vec``.
+
+    The length is recomputed from ``edge_vec`` with a double ``torch.where`` so that a
+    zero-length (padded sink) edge has length 0, unit vector 0 and zero, not NaN, gradients;
+    ``inputs.edge_len`` is therefore not read (its gradient at 0 may be NaN).
+    """
+    vec = inputs.edge_vec
+    if vec is None:
+        raise ModelError(f"encoder {encoder} needs positions: GraphInputs.edge_vec is None")
+    sq = (vec * vec).sum(dim=-1)
+    nonzero = sq > 0
+    one = torch.ones_like(sq)
+    safe_len = torch.where(nonzero, sq, one).sqrt()
+    length = torch.where(nonzero, safe_len, torch.zeros_like(sq))
+    unit = vec / torch.where(nonzero, safe_len, one).unsqueeze(-1)
+    return length, unit
+
+
+def edge_attributes(inputs: GraphInputs, dims: EncoderDims, encoder: str, dtype: torch.dtype) -> torch.Tensor | None:
+    """The schema's edge inputs ``[E, edge_in]`` in ``dtype``, or None when ``dims.edge_in == 0``."""
+    if dims.edge_in <= 0:
+        return None
+    if inputs.edge_attr is None:
+        raise ModelError(f"encoder {encoder} was built with edge_in={dims.edge_in} but GraphInputs.edge_attr is None")
+    return inputs.edge_attr.to(dtype)
+
+
+def scatter_sum(src: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
+    """Sum rows of ``src [E, ...]`` into ``[dim_size, ...]`` at ``index [E]``."""
+    out = src.new_zeros((dim_size,) + tuple(src.shape[1:]))
+    return out.index_add_(0, index, src)
+
+
+def vector_norm(v: torch.Tensor, eps: float) -> torch.Tensor:
+    """``sqrt(|v|^2 + eps)`` over the Cartesian axis: ``[N, 3, C] -> [N, C]`` (smooth at 0)."""
+    return torch.sqrt((v * v).sum(dim=1) + eps)
+
+
+def call_layer(layer: Callable[..., object], checkpointing: bool, *args: object) -> object:
+    """Run ``layer(*args)``, through activation checkpointing when asked and grads are on."""
+    if checkpointing and torch.is_grad_enabled():
+        return checkpoint(layer, *args, use_reentrant=False)
+    return layer(*args)
+
+
+class PaiNNUpdate(nn.Module):
+    """The PaiNN update block: mixes scalar and vector channels of each node.
+
+    ``v += a_vv * U v``; ``s += a_sv * <U v, V v> + a_ss`` with ``(a_vv, a_sv, a_ss)`` an MLP of
+    ``[s, |V v|]``. Equivariant: U and V act on channels only (no bias).
+    """
+
+    def __init__(self, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.eps = eps
+        self.U = nn.Linear(hidden, hidden, bias=False)
+        self.V = nn.Linear(hidden, hidden, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.SiLU(), nn.Linear(hidden, 3 * hidden))
+
+    def forward(self, s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``s [N, H]``, ``v [N, 3, H]`` -> updated ``(s, v)``."""
+        uv = self.U(v)
+        vv = self.V(v)
+        a = self.mlp(torch.cat([s, vector_norm(vv, self.eps)], dim=-1))
+        a_vv, a_sv, a_ss = torch.split(a, self.hidden, dim=-1)
+        v = v + a_vv.unsqueeze(1) * uv
+        s = s + a_sv * (uv * vv).sum(dim=1) + a_ss
+        return s, v
+
+
+class VectorReadout(nn.Module):
+    """Optional channel projection of the vector features ``[N, 3, H] -> [N, 3, C]`` (no bias)."""
+
+    def __init__(self, hidden: int, channels: int | None) -> None:
+        super().__init__()
+        self.proj = None if channels is None or channels == hidden else nn.Linear(hidden, channels, bias=False)
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return v if self.proj is None else self.proj(v)
+
+
+def check_positive(value: int | float | None, key: str, allow_none: bool = True) -> None:
+    """Raise :class:`ModelConfigError` naming ``NeuralNetwork.Architecture.<key>`` unless ``value > 0``."""
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise ModelConfigError(f"NeuralNetwork.Architecture.{key}: expected a positive number, found {value!r}")
+
+
+def check_dims(dims: EncoderDims, encoder: str) -> None:
+    """Sizes every equivariant encoder needs."""
+    for key in ("hidden_dim", "num_conv_layers", "num_radial"):
+        value = getattr(dims, key)
+        if value <= 0:
+            raise ModelConfigError(
+                f"NeuralNetwork.Architecture.{key}: {encoder} needs a positive value, found {value!r}"
+            )
+    if not dims.radius > 0:
+        raise ModelConfigError(
+            f"NeuralNetwork.Architecture.radius: {encoder} needs a positive cutoff, found {dims.radius!r}"
+        )
+    if dims.num_species <= 0 and dims.node_in <= 0:
+        raise ModelConfigError(f"{encoder}: needs node input features (node_in > 0) or num_species > 0")

@@ -1,0 +1,266 @@
+"""Shared pieces of the invariant encoders (GIN, GAT, SAGE, MFC, CGCNN, PNA, PNAPlus).
+
+Invariant encoders see geometry only through edge lengths. Each one is a stack of
+``dims.num_conv_layers`` convolutions of width ``dims.hidden_dim`` on top of
+
+* :class:`NodeInputEmbedding`: a learned embedding of the atomic number ``x[:, 0]`` when
+  ``dims.num_species > 0`` (plus a linear map of the remaining columns), else a linear map of x;
+* :class:`RadialEdgeFeatures`: a radial basis of ``edge_len`` times a smooth cutoff envelope,
+  concatenated with the schema's ``edge_attr``; and the envelope itself, ``[E, 1]``, which the
+  convolutions use to gate messages so that a neighbour's contribution goes smoothly to zero at
+  the cutoff radius.
+
+Geometry is used when the inputs carry ``edge_len`` (positions given) and the encoder was built
+with ``dims.radius > 0`` and ``dims.num_radial > 0``. Without ``edge_len`` (non-geometric data)
+the radial part of the edge features is zero and the envelope is one, so the same weights run.
+
+Everything here is capture-safe: reductions use explicit ``dim_size``, there is no host sync and
+no data-dependent shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+from torch_geometric.utils import scatter
+
+from ..errors import ModelConfigError, ModelError
+from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding
+from .basis import BesselRBF, CosineCutoff, GaussianRBF, PolynomialCutoff
+
+WHERE = "NeuralNetwork.Architecture"
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "silu": nn.SiLU,
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "tanh": nn.Tanh,
+    "softplus": nn.Softplus,
+    "leaky_relu": nn.LeakyReLU,
+    "elu": nn.ELU,
+}
+RADIAL_BASES = ("gaussian", "bessel")
+CUTOFF_FUNCTIONS = ("cosine", "polynomial")
+
+
+@dataclass(frozen=True)
+class InvariantConfig(EncoderConfig):
+    """Keys common to the invariant encoders.
+
+    Attributes:
+        activation: nonlinearity after each convolution (a smooth one keeps forces smooth).
+        residual: add each convolution's activated output to its input.
+        radial_basis: ``"gaussian"`` or ``"bessel"`` expansion of the edge length.
+        cutoff_function: ``"cosine"`` or ``"polynomial"`` envelope, zero at ``radius``.
+        envelope_exponent: order p of the polynomial envelope.
+    """
+
+    activation: str = "silu"
+    residual: bool = True
+    radial_basis: str = "gaussian"
+    cutoff_function: str = "cosine"
+    envelope_exponent: int = 6
+
+
+def make_activation(name: str) -> nn.Module:
+    """The activation module called ``name`` (see :data:`ACTIVATIONS`)."""
+    try:
+        return ACTIVATIONS[name]()
+    except KeyError:
+        raise ModelConfigError(
+            f"{WHERE}.activation: unknown activation {name!r}; known: {sorted(ACTIVATIONS)}"
+        ) from None
+
+
+def check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str] | set[str]) -> None:
+    """Raise a :class:`ModelConfigError` naming ``key`` if ``value`` is not in ``allowed``."""
+    if value not in allowed:
+        raise ModelConfigError(f"{WHERE}.{key}: expected one of {sorted(allowed)}, found {value!r}")
+
+
+def check_positive(key: str, value: int, minimum: int = 1) -> None:
+    """Raise a :class:`ModelConfigError` naming ``key`` if ``value < minimum``."""
+    if value < minimum:
+        raise ModelConfigError(f"{WHERE}.{key}: expected an integer >= {minimum}, found {value!r}")
+
+
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums are accumulated in: float32 for 16-bit floats, else ``dtype``."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+class Float32Aggregation:
+    """Mixin for a PyG ``MessagePassing``: aggregate 16-bit messages in float32.
+
+    Sums over tens of neighbours in bfloat16 lose most of their digits; the messages are
+    upcast before the aggregation and the result is cast back to the message dtype.
+    """
+
+    def aggregate(
+        self, inputs: Tensor, index: Tensor, ptr: Tensor | None = None, dim_size: int | None = None
+    ) -> Tensor:
+        acc = accumulate_dtype(inputs.dtype)
+        return super().aggregate(inputs.to(acc), index, ptr, dim_size).to(inputs.dtype)  # type: ignore[misc]
+
+
+def soft_degree(env: Tensor, target: Tensor, num_nodes: int) -> Tensor:
+    """Envelope-weighted in-degree ``d_i = sum_j env_ij``: ``[E, 1] -> [N, 1]``.
+
+    Unlike the edge count it changes smoothly when a neighbour crosses the cutoff.
+    """
+    return scatter(env, target, dim=0, dim_size=num_nodes, reduce="sum")
+
+
+def smooth_count(degree: Tensor) -> Tensor:
+    """A smooth, positive stand-in for ``max(degree, 1)``: ``sqrt(1 + degree**2)``."""
+    return torch.sqrt(1.0 + degree * degree)
+
+
+def smoothstep(u: Tensor) -> Tensor:
+    """``3u^2 - 2u^3`` on ``[0, 1]`` (C1: zero slope at both ends)."""
+    u = u.clamp(0.0, 1.0)
+    return u * u * (3.0 - 2.0 * u)
+
+
+class NodeInputEmbedding(nn.Module):
+    """Node inputs ``x [N, node_in]`` to ``[N, hidden_dim]``.
+
+    With ``num_species > 0``: ``Embedding(num_species)`` of ``int(x[:, 0])`` (the table covers
+    atomic numbers ``0 .. num_species - 1``, 0 for padding; out-of-range values are clamped, as
+    an index error cannot be raised without a host sync), plus a bias-free linear map of
+    ``x[:, 1:]`` when there are more columns. Otherwise a linear map of all of ``x``.
+    """
+
+    def __init__(self, dims: EncoderDims) -> None:
+        super().__init__()
+        if dims.node_in < 1:
+            raise ModelConfigError(f"{WHERE}: invariant encoders need node inputs, found node_in={dims.node_in}")
+        self.num_species = int(dims.num_species)
+        self.species: nn.Embedding | None = None
+        self.extra: nn.Linear | None = None
+        self.linear: nn.Linear | None = None
+        if self.num_species > 0:
+            self.species = nn.Embedding(self.num_species, dims.hidden_dim)
+            if dims.node_in > 1:
+                self.extra = nn.Linear(dims.node_in - 1, dims.hidden_dim, bias=False)
+        else:
+            self.linear = nn.Linear(dims.node_in, dims.hidden_dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x [N, node_in]`` -> ``[N, hidden_dim]`` in the module's dtype."""
+        if self.species is None:
+            assert self.linear is not None
+            return self.linear(x.to(self.linear.weight.dtype))
+        z = x[:, 0].long().clamp(0, self.num_species - 1)
+        h = self.species(z)
+        if self.extra is not None:
+            h = h + self.extra(x[:, 1:].to(h.dtype))
+        return h
+
+
+class RadialEdgeFeatures(nn.Module):
+    """Edge features ``cat[rbf(edge_len) * env, edge_attr]`` ``[E, out_dim]`` and envelope ``[E, 1]``.
+
+    ``out_dim = num_radial (when geometric) + edge_in``; the features are ``None`` when it is 0.
+    """
+
+    def __init__(self, dims: EncoderDims, config: InvariantConfig) -> None:
+        super().__init__()
+        check_choice("radial_basis", config.radial_basis, RADIAL_BASES)
+        check_choice("cutoff_function", config.cutoff_function, CUTOFF_FUNCTIONS)
+        check_positive("envelope_exponent", config.envelope_exponent)
+        self.geometric = dims.radius > 0 and dims.num_radial > 0
+        self.num_radial = int(dims.num_radial) if self.geometric else 0
+        self.edge_in = int(dims.edge_in)
+        self.out_dim = self.num_radial + self.edge_in
+        self.rbf: nn.Module | None = None
+        self.envelope: nn.Module | None = None
+        if self.geometric:
+            if config.radial_basis == "gaussian":
+                self.rbf = GaussianRBF(dims.radius, dims.num_radial)
+            else:
+                self.rbf = BesselRBF(dims.radius, dims.num_radial)
+            if config.cutoff_function == "cosine":
+                self.envelope = CosineCutoff(dims.radius)
+            else:
+                self.envelope = PolynomialCutoff(dims.radius, config.envelope_exponent)
+
+    def forward(self, inputs: GraphInputs) -> tuple[Tensor | None, Tensor]:
+        num_edges = inputs.edge_index.shape[1]
+        length = inputs.edge_len
+        dtype = length.dtype if length is not None else inputs.x.dtype
+        device = inputs.x.device
+        parts: list[Tensor] = []
+        if self.geometric and length is not None:
+            assert self.rbf is not None and self.envelope is not None
+            env = self.envelope(length).unsqueeze(-1)
+            parts.append(self.rbf(length) * env)
+        else:
+            env = torch.ones(num_edges, 1, dtype=dtype, device=device)
+            if self.geometric:
+                parts.append(torch.zeros(num_edges, self.num_radial, dtype=dtype, device=device))
+        if self.edge_in > 0:
+            if inputs.edge_attr is None:
+                raise ModelError(f"encoder built with edge_in={self.edge_in} but the inputs carry no edge_attr")
+            parts.append(inputs.edge_attr.to(dtype).reshape(num_edges, self.edge_in))
+        if not parts:
+            return None, env
+        feat = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+        return feat, env
+
+
+class InvariantEncoder(Encoder):
+    """Base of the invariant encoders: embedding, edge features, a stack of convolutions.
+
+    Subclasses set ``Config`` and implement :meth:`make_conv`; a convolution is called as
+    ``conv(h, edge_index, edge_feat, env) -> [N, hidden_dim]`` (override :meth:`apply_conv`
+    for another calling convention). Each layer is ``h <- h + act(conv(h))`` with
+    ``residual``, else ``h <- act(conv(h))``.
+    """
+
+    Config: ClassVar[type[EncoderConfig]] = InvariantConfig
+    equivariant: ClassVar[bool] = False
+    needs_pos: ClassVar[bool] = False
+
+    def __init__(self, dims: EncoderDims, config: InvariantConfig) -> None:
+        super().__init__(dims, config)
+        check_positive("hidden_dim", dims.hidden_dim)
+        check_positive("num_conv_layers", dims.num_conv_layers)
+        self.embedding = NodeInputEmbedding(dims)
+        self.edges = RadialEdgeFeatures(dims, config)
+        self.act = make_activation(config.activation)
+        self.residual = bool(config.residual)
+        self.checkpointing = bool(dims.conv_checkpointing)
+        self.convs = nn.ModuleList(
+            [self.make_conv(dims, config, self.edges.out_dim) for _ in range(dims.num_conv_layers)]
+        )
+
+    def make_conv(self, dims: EncoderDims, config: InvariantConfig, edge_dim: int) -> nn.Module:
+        """One convolution ``hidden_dim -> hidden_dim`` taking ``edge_dim`` edge features."""
+        raise NotImplementedError
+
+    def apply_conv(
+        self, conv: nn.Module, h: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor
+    ) -> Tensor:
+        return conv(h, edge_index, edge_feat, env)
+
+    def _layer(self, conv: nn.Module, h: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor) -> Tensor:
+        out = self.act(self.apply_conv(conv, h, edge_index, edge_feat, env))
+        return h + out if self.residual else out
+
+    def forward(self, inputs: GraphInputs) -> NodeEmbedding:
+        h = self.embedding(inputs.x)  # in the module's dtype
+        edge_feat, env = self.edges(inputs)
+        env = env.to(h.dtype)
+        edge_feat = None if edge_feat is None else edge_feat.to(h.dtype)
+        edge_index = inputs.edge_index
+        for conv in self.convs:
+            if self.checkpointing and torch.is_grad_enabled():
+                h = checkpoint(self._layer, conv, h, edge_index, edge_feat, env, use_reentrant=False)
+            else:
+                h = self._layer(conv, h, edge_index, edge_feat, env)
+        return NodeEmbedding(scalar=h)

@@ -1,0 +1,181 @@
+"""MACE (Batatia et al. 2022, "MACE: Higher Order Equivariant Message Passing Neural Networks").
+
+Each layer: an equivariant convolution builds the atomic basis ``A_i`` (node features
+``Linear(h_j)`` times the edge spherical harmonics ``Y(r_ij)`` up to ``max_ell``, weighted
+per path and channel by a radial MLP on a Bessel basis with a polynomial cutoff, summed over
+neighbours and divided by the constant ``avg_num_neighbors``); a many-body product of ``A``
+up to ``correlation`` copies with element-dependent weights (:class:`.mace_blocks.ProductBasis`,
+a compact symmetric contraction: see its docstring for how it differs from MACE's U-matrix
+version); an element-dependent residual (``FullyConnectedTensorProduct(h, one-hot species)``,
+from the second layer on, as in MACE). Node features are ``hidden_dim`` channels of each
+irrep ``0e, 1o, ..., node_max_ell``.
+
+Output: ``scalar`` = the ``0e`` channels ``[N, hidden_dim]``, ``vector`` = the ``1o`` channels
+``[N, 3, hidden_dim]`` in ``(x, y, z)`` order (e3nn 0.6's ``1o`` basis is already Cartesian).
+
+Capture-safe: fixed shapes, scatter with ``dim_size = N``, species one-hot by comparison with
+``arange(num_species)``. Zero-length (padding) edges: unit vector 0, so their harmonics are
+``Y_0`` only, radial basis finite, gradients zero; they only touch the sink.
+
+bf16 / fp16: e3nn's tensor products and linears run in the module's dtype (they work in bf16,
+with bf16 accuracy); the geometry (lengths, unit vectors, harmonics, radial basis) is computed in
+float32 and cast to the module dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from e3nn import o3
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ..errors import ModelConfigError, ModelError
+from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .basis import BesselRBF, PolynomialCutoff
+from .mace_blocks import Interaction, ProductBasis, natural_irreps
+from .safe_geometry import safe_edge_length, safe_unit_vectors
+
+
+@dataclass(frozen=True)
+class MACEConfig(EncoderConfig):
+    """MACE keys of ``NeuralNetwork.Architecture`` (hidden size, depth, radius, ``num_radial``
+    and ``num_species`` come from :class:`EncoderDims`).
+
+    Attributes:
+        max_ell: highest order of the edge spherical harmonics (and of ``A``).
+        node_max_ell: highest order of the node features (>= 1: the vector output is ``1o``).
+        correlation: body order of the product basis minus one (number of ``A`` factors).
+        avg_num_neighbors: constant dividing the neighbour sum (never computed from the data).
+        radial_mlp_dim: width of the radial MLP.
+        radial_mlp_layers: hidden layers of the radial MLP.
+        envelope_exponent: order ``p`` of the polynomial cutoff (MACE uses 5).
+    """
+
+    max_ell: int = 3
+    node_max_ell: int = 1
+    correlation: int = 3
+    avg_num_neighbors: float = 10.0
+    radial_mlp_dim: int = 64
+    radial_mlp_layers: int = 3
+    envelope_exponent: int = 5
+
+    def __post_init__(self) -> None:
+        where = "NeuralNetwork.Architecture"
+        if self.max_ell < 1:
+            raise ModelConfigError(f"{where}.max_ell: expected an int >= 1, found {self.max_ell}")
+        if not 1 <= self.node_max_ell <= self.max_ell:
+            raise ModelConfigError(
+                f"{where}.node_max_ell: expected an int in [1, max_ell={self.max_ell}], found {self.node_max_ell}"
+            )
+        if self.correlation < 1:
+            raise ModelConfigError(f"{where}.correlation: expected an int >= 1, found {self.correlation}")
+        if not self.avg_num_neighbors > 0:
+            raise ModelConfigError(f"{where}.avg_num_neighbors: expected a float > 0, found {self.avg_num_neighbors}")
+        for name in ("radial_mlp_dim", "radial_mlp_layers", "envelope_exponent"):
+            if getattr(self, name) < 1:
+                raise ModelConfigError(f"{where}.{name}: expected an int >= 1, found {getattr(self, name)}")
+
+
+def _geometry_dtype(dtype: torch.dtype) -> torch.dtype:
+    return dtype if dtype in (torch.float32, torch.float64) else torch.float32
+
+
+@register_encoder("MACE")
+class MACEEncoder(Encoder):
+    """MACE stack of ``num_conv_layers`` interaction + product layers (equivariant)."""
+
+    Config = MACEConfig
+    equivariant = True
+    needs_pos = True
+    #: Extra ``Architecture`` keys for the shared conformance suite (smaller harmonics: faster).
+    conformance_config: ClassVar[dict] = {"max_ell": 2, "correlation": 3}
+
+    def __init__(self, dims: EncoderDims, config: MACEConfig) -> None:
+        super().__init__(dims, config)
+        hidden = dims.hidden_dim
+        num_attrs = dims.num_species if dims.num_species > 0 else 1
+        if dims.num_species > 0:
+            self.species = nn.Embedding(dims.num_species, hidden)
+            self.node_lin = None
+        else:
+            self.species = None
+            self.node_lin = nn.Linear(dims.node_in, hidden)
+        self.register_buffer("species_ids", torch.arange(num_attrs), persistent=False)
+
+        sh_irreps = o3.Irreps.spherical_harmonics(config.max_ell)
+        self.sh = o3.SphericalHarmonics(sh_irreps, normalize=False, normalization="component")
+        self.radial_basis = BesselRBF(dims.radius, dims.num_radial)
+        self.cutoff = PolynomialCutoff(dims.radius, p=config.envelope_exponent)
+        # BesselRBF is sqrt(2/rc) sin(n pi d/rc) / d; this makes it the dimensionless
+        # sin(n pi u) / u (u = d/rc), of order 1, so the radial MLP sees unit-scale inputs
+        self.radial_scale = float(dims.radius) * math.sqrt(float(dims.radius) / 2.0)
+        # the one-hot has variance 1/num_attrs; e3nn's normalisation expects unit variance
+        self.attrs_scale = math.sqrt(float(num_attrs))
+
+        self.hidden_irreps = natural_irreps(hidden, config.node_max_ell)
+        target_irreps = natural_irreps(hidden, config.max_ell)
+        attrs_irreps = o3.Irreps([(num_attrs, (0, 1))])
+        self.interactions = nn.ModuleList()
+        self.products = nn.ModuleList()
+        self.skips = nn.ModuleList()
+        for layer in range(dims.num_conv_layers):
+            irreps_in = o3.Irreps([(hidden, (0, 1))]) if layer == 0 else self.hidden_irreps
+            self.interactions.append(
+                Interaction(
+                    irreps_in,
+                    sh_irreps,
+                    target_irreps,
+                    dims.num_radial,
+                    config.radial_mlp_dim,
+                    config.radial_mlp_layers,
+                    config.avg_num_neighbors,
+                )
+            )
+            self.products.append(ProductBasis(target_irreps, self.hidden_irreps, config.correlation, num_attrs))
+            if layer > 0:  # element-dependent residual, from the second layer on (MACE)
+                self.skips.append(o3.FullyConnectedTensorProduct(irreps_in, attrs_irreps, self.hidden_irreps))
+
+    def _layer(self, layer: int, h, edge_sh, edge_radial, edge_index, node_attrs):
+        a = self.interactions[layer](h, edge_sh, edge_radial, edge_index)
+        out = self.products[layer](a, node_attrs)
+        if layer > 0:
+            out = out + self.skips[layer - 1](h, node_attrs * self.attrs_scale)
+        return out
+
+    def forward(self, inputs: GraphInputs) -> NodeEmbedding:
+        """``inputs.edge_vec [E, 3]`` -> ``scalar [N, hidden_dim]``, ``vector [N, 3, hidden_dim]``."""
+        if inputs.edge_vec is None:
+            raise ModelError("MACE needs positions: GraphInputs.edge_vec is None")
+        x = inputs.x
+        dtype = (self.species if self.species is not None else self.node_lin).weight.dtype  # the module dtype
+        num_nodes = inputs.num_nodes
+        hidden = self.dims.hidden_dim
+
+        vec = inputs.edge_vec.to(_geometry_dtype(inputs.edge_vec.dtype))
+        dist = safe_edge_length(vec)
+        edge_sh = self.sh(safe_unit_vectors(vec, dist)).to(dtype)
+        edge_radial = (self.radial_basis(dist) * (self.cutoff(dist) * self.radial_scale).unsqueeze(-1)).to(dtype)
+
+        if self.species is not None:
+            z = x[:, 0].long()
+            node_attrs = (z.unsqueeze(-1) == self.species_ids).to(dtype)  # one-hot, no host sync
+            h = self.species(z)
+        else:
+            node_attrs = torch.ones(num_nodes, 1, dtype=dtype, device=x.device)
+            h = self.node_lin(x.to(dtype))
+
+        for layer in range(len(self.interactions)):
+            if self.dims.conv_checkpointing:
+                h = checkpoint(
+                    self._layer, layer, h, edge_sh, edge_radial, inputs.edge_index, node_attrs, use_reentrant=False
+                )
+            else:
+                h = self._layer(layer, h, edge_sh, edge_radial, inputs.edge_index, node_attrs)
+
+        scalar = h[:, :hidden]
+        vector = h[:, hidden : 4 * hidden].reshape(num_nodes, hidden, 3).transpose(1, 2)
+        return NodeEmbedding(scalar=scalar, vector=vector)

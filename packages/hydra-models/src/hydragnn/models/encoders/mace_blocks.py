@@ -1,0 +1,155 @@
+"""Building blocks of the MACE encoder on e3nn: irreps helpers, interaction, product basis.
+
+Irreps use the natural parity ``(-1)^l`` throughout (``0e + 1o + 2e + 3o ...``); e3nn 0.6's
+``1o`` components are in ``(x, y, z)`` order (``Irrep("1o").D_from_matrix(R) == R``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from e3nn import o3
+from e3nn.nn import FullyConnectedNet
+from torch import nn
+from torch_geometric.utils import scatter
+
+
+def natural_irreps(mul: int, lmax: int) -> o3.Irreps:
+    """``mul x 0e + mul x 1o + ... + mul x lmax`` (parity ``(-1)^l``)."""
+    return o3.Irreps([(mul, (ell, (-1) ** ell)) for ell in range(lmax + 1)])
+
+
+def tp_out_irreps_with_instructions(
+    irreps1: o3.Irreps, irreps2: o3.Irreps, target: o3.Irreps, mode: str
+) -> tuple[o3.Irreps, list[tuple[int, int, int, str, bool]]]:
+    """Output irreps and instructions of a channel-wise tensor product, kept to ``target``'s irreps.
+
+    ``mode`` is ``"uvu"`` (irreps2 of multiplicity 1, e.g. spherical harmonics) or ``"uuu"``
+    (both inputs of the same multiplicity). Output paths are sorted by irrep (as MACE does).
+    """
+    target_irs = {ir for _, ir in target}
+    out: list[tuple[int, o3.Irrep]] = []
+    instructions = []
+    for i, (mul, ir_in) in enumerate(irreps1):
+        for j, (_, ir_2) in enumerate(irreps2):
+            for ir_out in ir_in * ir_2:
+                if ir_out in target_irs:
+                    instructions.append((i, j, len(out), mode, True))
+                    out.append((mul, ir_out))
+    irreps_out, permutation, _ = o3.Irreps(out).sort()
+    instructions = sorted(((i, j, permutation[k], m, t) for i, j, k, m, t in instructions), key=lambda ins: ins[2])
+    return irreps_out, instructions
+
+
+class Interaction(nn.Module):
+    """Equivariant convolution: ``A_i = Linear(sum_j R(d_ij) (Linear(h_j) x Y(r_ij))) / avg_num_neighbors``.
+
+    Args:
+        irreps_in: node feature irreps ``h``.
+        sh_irreps: spherical-harmonics irreps of the edges.
+        target_irreps: irreps of the output ``A`` (the channels the product basis consumes).
+        num_radial: size of the radial basis.
+        radial_mlp_dim, radial_mlp_layers: radial MLP producing the tensor-product weights.
+        avg_num_neighbors: the constant normalising the neighbour sum.
+    """
+
+    def __init__(
+        self,
+        irreps_in: o3.Irreps,
+        sh_irreps: o3.Irreps,
+        target_irreps: o3.Irreps,
+        num_radial: int,
+        radial_mlp_dim: int,
+        radial_mlp_layers: int,
+        avg_num_neighbors: float,
+    ) -> None:
+        super().__init__()
+        self.linear_up = o3.Linear(irreps_in, irreps_in)
+        irreps_mid, instructions = tp_out_irreps_with_instructions(irreps_in, sh_irreps, target_irreps, "uvu")
+        self.conv_tp = o3.TensorProduct(
+            irreps_in, sh_irreps, irreps_mid, instructions, shared_weights=False, internal_weights=False
+        )
+        self.radial_mlp = FullyConnectedNet(
+            [num_radial] + [radial_mlp_dim] * radial_mlp_layers + [self.conv_tp.weight_numel], torch.nn.functional.silu
+        )
+        self.linear = o3.Linear(irreps_mid, target_irreps)
+        self.inv_avg = 1.0 / float(avg_num_neighbors)
+
+    def forward(
+        self, h: torch.Tensor, edge_sh: torch.Tensor, edge_radial: torch.Tensor, edge_index: torch.Tensor
+    ) -> torch.Tensor:
+        """``h [N, irreps_in]`` -> ``A [N, target_irreps]``."""
+        src, dst = edge_index[0], edge_index[1]
+        h = self.linear_up(h)
+        weights = self.radial_mlp(edge_radial)  # [E, weight_numel]
+        messages = self.conv_tp(h[src], edge_sh, weights)  # [E, irreps_mid]
+        agg = scatter(messages, dst, dim=0, dim_size=h.shape[0], reduce="sum")
+        return self.linear(agg) * self.inv_avg
+
+
+def _uuu_instructions(
+    irreps1: o3.Irreps, irreps2: o3.Irreps, irreps_out: o3.Irreps
+) -> list[tuple[int, int, int, str, bool]]:
+    """Every channel-wise path ``ir1 x ir2 -> ir3`` with ``ir3`` in ``irreps_out`` (paths into one slot are summed)."""
+    return [
+        (i, j, k, "uuu", True)
+        for i, (_, ir1) in enumerate(irreps1)
+        for j, (_, ir2) in enumerate(irreps2)
+        for k, (_, ir3) in enumerate(irreps_out)
+        if ir3 in ir1 * ir2
+    ]
+
+
+class ProductBasis(nn.Module):
+    """Equivariant many-body product up to ``correlation``: a compact symmetric contraction.
+
+    ``B_0 = 1`` (one scalar per channel), ``B_nu = TP_uuu(B_{nu-1}, A; w_nu(species))`` for
+    ``nu = 1..correlation``, and ``out = sum_nu Linear_nu(B_nu)`` onto ``irreps_out``. ``B_nu``
+    is a channel-wise product of ``nu`` copies of ``A`` (body order ``nu + 1``) with
+    element-dependent path weights ``w_nu = W_nu[species]`` (one row per species, selected by the
+    ``node_attrs`` one-hot). Products of the same ``A`` are symmetric by construction (only
+    natural-parity paths exist, and those are swap-symmetric).
+
+    Differences from MACE's U-matrix ``SymmetricContraction``: intermediate products keep irreps
+    up to ``A``'s ``lmax`` only, and the weight of a full coupling path of order ``nu >= 3`` is
+    the product of per-step path weights (factorised) instead of one free weight per path. For
+    ``correlation <= 2`` both span the same features.
+    """
+
+    def __init__(self, irreps_a: o3.Irreps, irreps_out: o3.Irreps, correlation: int, num_attrs: int) -> None:
+        super().__init__()
+        mul = irreps_a[0].mul
+        current = o3.Irreps([(mul, (0, 1))])
+        self.tps = nn.ModuleList()
+        self.path_weights = nn.ModuleList()
+        self.linears = nn.ModuleList()
+        for nu in range(1, correlation + 1):
+            target = irreps_a if nu < correlation else irreps_out
+            tp = o3.TensorProduct(
+                current,
+                irreps_a,
+                target,
+                _uuu_instructions(current, irreps_a, target),
+                shared_weights=False,
+                internal_weights=False,
+            )
+            self.tps.append(tp)
+            weights = nn.Linear(num_attrs, tp.weight_numel, bias=False)
+            # one-hot rows: each species gets its own path weights, N(0, (1/nu!)^2) like a Taylor
+            # series, so that a large A does not blow the higher orders up at initialisation
+            nn.init.normal_(weights.weight, std=1.0 / math.factorial(nu))
+            self.path_weights.append(weights)
+            self.linears.append(o3.Linear(target, irreps_out))
+            current = target
+        self.mul = mul
+
+    def forward(self, a: torch.Tensor, node_attrs: torch.Tensor) -> torch.Tensor:
+        """``A [N, irreps_a]``, ``node_attrs [N, num_attrs]`` -> ``[N, irreps_out]``."""
+        b = a.new_ones(a.shape[0], self.mul)
+        out = None
+        for tp, weights, linear in zip(self.tps, self.path_weights, self.linears, strict=True):
+            b = tp(b, a, weights(node_attrs))
+            term = linear(b)
+            out = term if out is None else out + term
+        return out

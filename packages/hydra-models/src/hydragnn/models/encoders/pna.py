@@ -1,0 +1,147 @@
+"""PNA: principal neighbourhood aggregation (PyG's :class:`~torch_geometric.nn.conv.PNAConv`).
+
+Plain PNAConv layers with the radial basis of the distances (times the cutoff envelope, plus
+the schema's edge inputs) as edge features. The degree scalers are normalised by a degree
+histogram given at construction (``pna_deg``, as HydraGNN's training pipeline fills it from the
+data; a default typical of atomistic neighbour counts otherwise), never computed in forward.
+Messages are aggregated in float32 when the model runs in bfloat16.
+
+Aggregators: PyG's ``sum``, ``mean``, ``min``, ``max``, ``var``; ``softmax`` / ``softmin``
+(PyG's :class:`~torch_geometric.nn.aggr.SoftmaxAggregation` with ``t = +1 / -1``), and ``std``
+as ``sqrt(var + 1e-4) - 1e-2`` with a two-pass variance (PyG's ``std`` clamps at 1e-5: its
+slope blows up for near-equal messages). The defaults replace HydraGNN's hard ``min`` / ``max``
+by ``softmin`` / ``softmax``: a hard maximum is not differentiable where messages tie, which
+they do in every symmetric structure, so forces would be ill-defined there.
+
+Note: PNA's aggregators and degree scalers count neighbours, and messages are not gated by the
+envelope, so the output jumps when a neighbour crosses the cutoff radius (forces are exact for
+a fixed graph). ``PNAPlus`` is continuous there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn.aggr import Aggregation, SoftmaxAggregation
+from torch_geometric.nn.conv import PNAConv
+
+from ..errors import ModelConfigError
+from .base import EncoderDims, register_encoder
+from .invariant_utils import WHERE, Float32Aggregation, InvariantConfig, InvariantEncoder, check_choice, check_positive
+
+PNA_AGGREGATORS = ("sum", "mean", "min", "max", "var", "std", "softmax", "softmin")
+PNA_SCALERS = ("identity", "amplification", "attenuation", "linear", "inverse_linear")
+DEFAULT_PNA_DEG: tuple[int, ...] = (0,) + (1,) * 32
+"""Default in-degree histogram: uniform over 1..32 neighbours (average 16.5)."""
+STD_EPS = 1e-2
+"""``std = sqrt(var + STD_EPS**2) - STD_EPS``: smooth, 0 for equal messages."""
+
+
+class SmoothStdAggregation(Aggregation):
+    """``sqrt(var + eps^2) - eps`` per node, with the two-pass variance ``mean((x - mean)^2)``."""
+
+    def forward(
+        self,
+        x: Tensor,
+        index: Tensor | None = None,
+        ptr: Tensor | None = None,
+        dim_size: int | None = None,
+        dim: int = -2,
+    ) -> Tensor:
+        self.assert_index_present(index)
+        assert index is not None
+        mean = self.reduce(x, index, ptr, dim_size, dim, reduce="mean")
+        diff = x - mean.index_select(dim, index)
+        var = self.reduce(diff * diff, index, ptr, dim_size, dim, reduce="mean")
+        return torch.sqrt(var + STD_EPS * STD_EPS) - STD_EPS
+
+
+def pyg_aggregators(names: tuple[str, ...] | list[str]) -> list[str | Aggregation]:
+    """PyG aggregations for the configured names (strings PyG resolves, or modules)."""
+    special = {
+        "std": SmoothStdAggregation,
+        "softmax": lambda: SoftmaxAggregation(t=1.0),
+        "softmin": lambda: SoftmaxAggregation(t=-1.0),
+    }
+    return [special[name]() if name in special else name for name in names]
+
+
+@dataclass(frozen=True)
+class PNAConfig(InvariantConfig):
+    """PNA keys.
+
+    Attributes:
+        aggregators: PNA aggregators (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``,
+            ``softmax``, ``softmin``; see the module docstring).
+        scalers: degree scalers (``identity``, ``amplification``, ``attenuation``, ``linear``,
+            ``inverse_linear``).
+        pna_deg: in-degree histogram of the training set (``pna_deg[k]`` = number of nodes with
+            k neighbours); None: :data:`DEFAULT_PNA_DEG`.
+        towers: PNA towers (``hidden_dim`` must be divisible by it).
+        pre_layers: linear layers before aggregation.
+        post_layers: linear layers after aggregation.
+    """
+
+    aggregators: tuple[str, ...] = ("mean", "softmin", "softmax", "std")
+    scalers: tuple[str, ...] = ("identity", "amplification", "attenuation", "linear")
+    pna_deg: tuple[int, ...] | None = None
+    towers: int = 1
+    pre_layers: int = 1
+    post_layers: int = 1
+
+
+def pna_kwargs(dims: EncoderDims, config: PNAConfig) -> dict:
+    """Validated keyword arguments of :class:`PNAConv` (width ``hidden_dim``) from ``config``."""
+    if not config.aggregators:
+        raise ModelConfigError(f"{WHERE}.aggregators: expected at least one of {list(PNA_AGGREGATORS)}")
+    if not config.scalers:
+        raise ModelConfigError(f"{WHERE}.scalers: expected at least one of {list(PNA_SCALERS)}")
+    for name in config.aggregators:
+        check_choice("aggregators", name, PNA_AGGREGATORS)
+    for name in config.scalers:
+        check_choice("scalers", name, PNA_SCALERS)
+    deg = DEFAULT_PNA_DEG if config.pna_deg is None else tuple(config.pna_deg)
+    if any(int(c) < 0 for c in deg) or sum(deg[1:]) <= 0:
+        raise ModelConfigError(
+            f"{WHERE}.pna_deg: expected a histogram of non-negative counts with some node of degree >= 1, found {list(deg)}"
+        )
+    check_positive("towers", config.towers)
+    check_positive("pre_layers", config.pre_layers)
+    check_positive("post_layers", config.post_layers)
+    if dims.hidden_dim % config.towers:
+        raise ModelConfigError(
+            f"{WHERE}.towers: hidden_dim ({dims.hidden_dim}) must be divisible by towers ({config.towers})"
+        )
+    return dict(
+        in_channels=dims.hidden_dim,
+        out_channels=dims.hidden_dim,
+        aggregators=pyg_aggregators(config.aggregators),
+        scalers=list(config.scalers),
+        deg=torch.tensor(deg, dtype=torch.long),
+        towers=config.towers,
+        pre_layers=config.pre_layers,
+        post_layers=config.post_layers,
+        divide_input=False,
+        act=config.activation,
+    )
+
+
+class Float32PNAConv(Float32Aggregation, PNAConv):
+    """:class:`PNAConv` aggregating 16-bit messages in float32."""
+
+
+@register_encoder("PNA")
+class PNAEncoder(InvariantEncoder):
+    """Stack of :class:`PNAConv` with radial-basis edge features (see the module docstring)."""
+
+    Config = PNAConfig
+
+    def make_conv(self, dims: EncoderDims, config: PNAConfig, edge_dim: int) -> nn.Module:
+        return Float32PNAConv(edge_dim=edge_dim if edge_dim > 0 else None, **pna_kwargs(dims, config))
+
+    def apply_conv(
+        self, conv: nn.Module, h: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor
+    ) -> Tensor:
+        return conv(h, edge_index, edge_feat)

@@ -1,0 +1,161 @@
+"""Output heads: graph-level (pool + shared MLP + one MLP per output), node-level (``mlp`` or
+``conv``) and edge-level (MLP on ``[h_src, h_dst, edge features]``).
+
+Every head reads the encoder's invariant node features ``NodeEmbedding.scalar [N, H]`` and the
+:class:`~hydragnn.models.encoders.GraphInputs`; none of them normalises over the whole batch,
+so padding by a sink graph leaves the real outputs unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from .config import EdgeHeadConfig, GraphHeadConfig, NodeHeadConfig
+from .encoders import GraphInputs
+from .encoders.basis import CosineCutoff
+from .ops import POOLINGS, make_activation, mlp, scatter_sum
+
+
+class GraphHeads(nn.Module):
+    """Pool node features per graph, apply shared layers, then one MLP per graph output.
+
+    Args:
+        hidden_dim: width H of the node embedding.
+        graph_in: width G of ``graph_attr`` (concatenated to the pooled features; 0 for none).
+        outputs: ``(name, dim)`` of every graph output.
+        config: layer widths.
+        pooling: ``add``/``sum``, ``mean`` or ``max`` (accumulated in float32 for bf16).
+        activation: activation name.
+    """
+
+    def __init__(
+        self,
+        hidden_dim: int,
+        graph_in: int,
+        outputs: Sequence[tuple[str, int]],
+        config: GraphHeadConfig,
+        pooling: str,
+        activation: str,
+    ) -> None:
+        super().__init__()
+        self.names = [name for name, _ in outputs]
+        self.pool = POOLINGS[pooling]
+        layers: list[nn.Module] = []
+        width = hidden_dim + graph_in
+        for d in config.shared_dims:
+            layers += [nn.Linear(width, d), make_activation(activation)]
+            width = d
+        self.shared = nn.Sequential(*layers)
+        self.heads = nn.ModuleDict({name: mlp(width, config.head_dims, dim, activation) for name, dim in outputs})
+
+    def forward(self, h: torch.Tensor, inputs: GraphInputs) -> dict[str, torch.Tensor]:
+        """``h [N, H]`` -> ``{name: [B, dim]}``."""
+        pooled = self.pool(h, inputs.batch, inputs.num_graphs)
+        if inputs.graph_attr is not None:
+            pooled = torch.cat([pooled, inputs.graph_attr.to(pooled.dtype)], dim=-1)
+        shared = self.shared(pooled)
+        return {name: self.heads[name](shared) for name in self.names}
+
+
+class NodeConvLayer(nn.Module):
+    """``h_i' = act(W_s h_i + sum_j c(r_ij) W_m h_j)``; ``c`` is a smooth cutoff (1 without geometry)."""
+
+    def __init__(self, in_dim: int, out_dim: int, activation: str, cutoff: float | None) -> None:
+        super().__init__()
+        self.lin_self = nn.Linear(in_dim, out_dim)
+        self.lin_msg = nn.Linear(in_dim, out_dim, bias=False)
+        self.act = make_activation(activation)
+        self.cutoff = CosineCutoff(cutoff) if cutoff is not None else None
+
+    def forward(self, h: torch.Tensor, inputs: GraphInputs) -> torch.Tensor:
+        src, dst = inputs.edge_index[0], inputs.edge_index[1]
+        msg = self.lin_msg(h)[src]
+        if self.cutoff is not None and inputs.edge_len is not None:
+            msg = msg * self.cutoff(inputs.edge_len).unsqueeze(-1).to(msg.dtype)
+        return self.act(self.lin_self(h) + scatter_sum(msg, dst, inputs.num_nodes))
+
+
+class NodeHead(nn.Module):
+    """One node-level output: ``[N, H] -> [N, dim]``.
+
+    ``mlp``: a per-node MLP. ``conv``: ``len(head_dims)`` :class:`NodeConvLayer` over the same
+    edges as the encoder, then a linear layer.
+    """
+
+    def __init__(
+        self, hidden_dim: int, dim: int, config: NodeHeadConfig, activation: str, cutoff: float | None
+    ) -> None:
+        super().__init__()
+        self.type = config.type
+        if config.type == "mlp":
+            self.net = mlp(hidden_dim, config.head_dims, dim, activation)
+            self.convs = nn.ModuleList()
+        else:
+            widths = [hidden_dim, *config.head_dims]
+            self.convs = nn.ModuleList(NodeConvLayer(a, b, activation, cutoff) for a, b in zip(widths[:-1], widths[1:]))
+            self.net = nn.Linear(widths[-1], dim)
+
+    def forward(self, h: torch.Tensor, inputs: GraphInputs) -> torch.Tensor:
+        for conv in self.convs:
+            h = conv(h, inputs)
+        return self.net(h)
+
+
+class NodeHeads(nn.Module):
+    """One :class:`NodeHead` per node output: ``h [N, H]`` -> ``{name: [N, dim]}``."""
+
+    def __init__(
+        self,
+        hidden_dim: int,
+        outputs: Sequence[tuple[str, int]],
+        config: NodeHeadConfig,
+        activation: str,
+        cutoff: float | None,
+    ) -> None:
+        super().__init__()
+        self.heads = nn.ModuleDict(
+            {name: NodeHead(hidden_dim, dim, config, activation, cutoff) for name, dim in outputs}
+        )
+
+    def forward(self, h: torch.Tensor, inputs: GraphInputs) -> dict[str, torch.Tensor]:
+        return {name: head(h, inputs) for name, head in self.heads.items()}
+
+
+class EdgeHeads(nn.Module):
+    """One MLP per edge output on ``[h_src, h_dst, edge_attr?, edge_len?]``: ``-> {name: [E, dim]}``.
+
+    Args:
+        hidden_dim: width H of the node embedding.
+        edge_in: width of ``edge_attr`` (0 for none).
+        geometric: append the (invariant) edge length.
+        outputs: ``(name, dim)`` of every edge output.
+        config: layer widths.
+        activation: activation name.
+    """
+
+    def __init__(
+        self,
+        hidden_dim: int,
+        edge_in: int,
+        geometric: bool,
+        outputs: Sequence[tuple[str, int]],
+        config: EdgeHeadConfig,
+        activation: str,
+    ) -> None:
+        super().__init__()
+        self.geometric = geometric
+        width = 2 * hidden_dim + edge_in + int(geometric)
+        self.heads = nn.ModuleDict({name: mlp(width, config.head_dims, dim, activation) for name, dim in outputs})
+
+    def forward(self, h: torch.Tensor, inputs: GraphInputs) -> dict[str, torch.Tensor]:
+        src, dst = inputs.edge_index[0], inputs.edge_index[1]
+        feats = [h[src], h[dst]]
+        if inputs.edge_attr is not None:
+            feats.append(inputs.edge_attr.to(h.dtype))
+        if self.geometric and inputs.edge_len is not None:
+            feats.append(inputs.edge_len.unsqueeze(-1).to(h.dtype))
+        z = torch.cat(feats, dim=-1)
+        return {name: head(z) for name, head in self.heads.items()}

@@ -1,0 +1,105 @@
+"""Per-output losses weighted by ``task_weights`` (shared with hydra-train).
+
+Targets come from the prepared batch: ``graph_output [B, Og]``, ``node_output [N, On]``,
+``edge_output [E, Oe]``, each output at its columns (:meth:`Schema.output_slices`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch.nn import functional as F
+from torch_geometric.data import Data
+
+from hydragnn.data import Schema
+
+from .errors import ModelError
+
+LOSSES: dict[str, Callable[..., torch.Tensor]] = {
+    "mse": lambda p, t, delta: F.mse_loss(p, t),
+    "mae": lambda p, t, delta: F.l1_loss(p, t),
+    "huber": lambda p, t, delta: F.huber_loss(p, t, delta=delta),
+    "smooth_l1": lambda p, t, delta: F.smooth_l1_loss(p, t, beta=delta),
+}
+"""``loss_function_type`` -> ``f(prediction, target, delta)`` (mean over elements)."""
+
+_TARGETS = {"graph": "graph_output", "node": "node_output", "edge": "edge_output"}
+
+
+def targets(batch: Data, schema: Schema) -> dict[str, torch.Tensor]:
+    """``{output name: target [rows, dim]}`` sliced from the batch's derived target tensors.
+
+    Raises:
+        ModelError: when the batch lacks the target tensor of an output's level.
+    """
+    slices = schema.output_slices()
+    out: dict[str, torch.Tensor] = {}
+    for var in schema.outputs:
+        key = _TARGETS[var.level]
+        tensor = getattr(batch, key, None)
+        if tensor is None:
+            raise ModelError(f"output {var.name!r} ({var.level}): the batch has no {key!r} targets (was it prepared?)")
+        out[var.name] = tensor[:, slices[var.name]]
+    return out
+
+
+def compute_loss(
+    outputs: Mapping[str, torch.Tensor],
+    batch: Data,
+    schema: Schema,
+    *,
+    task_weights: Mapping[str, float] | Sequence[float] | None = None,
+    loss_type: str = "mse",
+    huber_delta: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Weighted sum of per-output losses.
+
+    Args:
+        outputs: predictions ``{name: [rows, dim]}`` (as returned by ``HydraModel``).
+        batch: the prepared batch holding the targets.
+        schema: the schema naming the outputs.
+        task_weights: ``{name: weight}`` or one weight per output in schema order (default 1).
+        loss_type: ``mse``, ``mae``, ``huber`` or ``smooth_l1``.
+        huber_delta: ``delta`` of the Huber loss and ``beta`` of smooth L1.
+
+    Returns:
+        ``(total, {name: loss})``: scalar tensors in at least float32; the per-output values
+        are unweighted and keep their graph (call ``.detach()`` for logging). Outputs with
+        weight 0 are still reported.
+
+    Raises:
+        ModelError: unknown loss type, missing prediction or target, or mismatched shapes.
+    """
+    if loss_type not in LOSSES:
+        raise ModelError(f"loss_function_type: expected one of {sorted(LOSSES)}, found {loss_type!r}")
+    names = [v.name for v in schema.outputs]
+    if task_weights is None:
+        weights = {n: 1.0 for n in names}
+    elif isinstance(task_weights, Mapping):
+        weights = {n: float(task_weights.get(n, 1.0)) for n in names}
+    else:
+        if len(task_weights) != len(names):
+            raise ModelError(
+                f"task_weights: expected {len(names)} weights (one per output: {names}), found {len(task_weights)}"
+            )
+        weights = {n: float(w) for n, w in zip(names, task_weights)}
+    fn = LOSSES[loss_type]
+    wanted = targets(batch, schema)
+    per_head: dict[str, torch.Tensor] = {}
+    total: torch.Tensor | None = None
+    for name in names:
+        if name not in outputs:
+            raise ModelError(f"output {name!r}: no prediction (predictions have {sorted(outputs)})")
+        pred, target = outputs[name], wanted[name]
+        if pred.shape != target.shape:
+            raise ModelError(
+                f"output {name!r}: prediction shape {tuple(pred.shape)} != target shape {tuple(target.shape)}"
+            )
+        dtype = torch.promote_types(torch.promote_types(pred.dtype, target.dtype), torch.float32)
+        value = fn(pred.to(dtype), target.to(dtype), huber_delta)
+        per_head[name] = value
+        term = weights[name] * value
+        total = term if total is None else total + term
+    assert total is not None  # a schema has at least one output
+    return total, per_head

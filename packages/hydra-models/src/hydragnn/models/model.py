@@ -1,0 +1,335 @@
+"""``HydraModel`` and ``build_model``: one shared encoder, one head per output variable.
+
+``HydraModel.forward(batch)`` reads the prepared-batch contract (``x``, ``pos``,
+``edge_index``, ``edge_shift``, ``cell``, ``pbc``, ``edge_attr``, ``graph_attr``, ``batch``),
+computes the edge geometry from ``pos`` (so autograd reaches every edge), runs the encoder and
+the heads, and returns ``{output name: tensor}``: graph outputs ``[B, dim]``, node outputs
+``[N, dim]``, edge outputs ``[E, dim]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch_geometric.data import Batch, Data
+
+from hydragnn.data import Schema
+
+from .config import SPECIES_INPUT_NAMES, ModelConfig
+from .encoders import EncoderDims, GraphInputs, NodeEmbedding, get_encoder
+from .errors import ModelConfigError, ModelError
+from .heads import EdgeHeads, GraphHeads, NodeHeads
+from .loss import compute_loss
+from .mlip import EnergyHead, apply_strain, derivatives, dynamic_edges, stress_from_virial
+from .ops import safe_norm
+
+ROOT = "NeuralNetwork.Architecture"
+
+
+def _num_graphs(batch: Data) -> int:
+    """B as a Python int (from ``_num_graphs`` or ``ptr``: no device sync for a collated Batch)."""
+    if isinstance(batch, Batch):
+        return int(batch.num_graphs)
+    return 1
+
+
+def _node_batch(batch: Data, like: torch.Tensor) -> torch.Tensor:
+    """``batch.batch [N]``, or zeros for a single graph."""
+    node_batch = getattr(batch, "batch", None)
+    if node_batch is None:
+        node_batch = torch.zeros(like.shape[0], dtype=torch.long, device=like.device)
+    return node_batch
+
+
+class HydraModel(nn.Module):
+    """A multi-headed model: encoder + graph / node / edge heads (+ MLIP energy and forces).
+
+    Build it with :func:`build_model`. Attributes: ``config`` (:class:`ModelConfig`),
+    ``schema``, ``encoder``, ``task_weights`` (``{output: weight}``).
+    """
+
+    def __init__(self, config: ModelConfig, schema: Schema) -> None:
+        super().__init__()
+        self.config = config
+        self.schema = schema
+        self.mlip = config.enable_interatomic_potential
+        self.geometric = schema.position is not None
+        encoder_cls = get_encoder(config.mpnn_type)
+        if encoder_cls.needs_pos and not self.geometric:
+            raise ModelConfigError(
+                f"{ROOT}.mpnn_type: {config.mpnn_type} needs positions; the schema has no 'pos' input"
+            )
+        special = self._check_mlip() if self.mlip else {}
+        if schema.outputs_at("edge") and self.mlip and config.dynamic_graph:
+            raise ModelConfigError(f"{ROOT}.dynamic_graph: edge outputs need the dataset's edges, not dynamic ones")
+        if schema.feature_inputs("edge") and self.mlip and config.dynamic_graph:
+            raise ModelConfigError(f"{ROOT}.dynamic_graph: edge inputs need the dataset's edges, not dynamic ones")
+        self.special = special  # role -> output name for the MLIP outputs
+        self.dims = EncoderDims(
+            node_in=schema.input_dim("node"),
+            edge_in=schema.input_dim("edge"),
+            graph_in=schema.input_dim("graph"),
+            hidden_dim=config.hidden_dim,
+            num_conv_layers=config.num_conv_layers,
+            radius=config.radius,
+            max_neighbours=config.max_neighbours,
+            num_radial=config.num_radial,
+            num_species=self._num_species(),
+            conv_checkpointing=config.conv_checkpointing,
+        )
+        self.encoder = encoder_cls(self.dims, config.encoder)
+        cutoff = config.radius if self.geometric else None
+        heads, act = config.output_heads, config.activation
+        taken = set(special.values())
+        graph_outs = [(v.name, v.dim) for v in schema.outputs_at("graph") if v.name not in taken]
+        node_outs = [(v.name, v.dim) for v in schema.outputs_at("node") if v.name not in taken]
+        edge_outs = [(v.name, v.dim) for v in schema.outputs_at("edge")]
+        H = config.hidden_dim
+        self.graph_heads = (
+            GraphHeads(H, self.dims.graph_in, graph_outs, heads.graph, config.graph_pooling, act)
+            if graph_outs
+            else None
+        )
+        self.node_heads = NodeHeads(H, node_outs, heads.node, act, cutoff) if node_outs else None
+        self.edge_heads = (
+            EdgeHeads(H, self.dims.edge_in, self.geometric, edge_outs, heads.edge, act) if edge_outs else None
+        )
+        self.energy_head = (
+            EnergyHead(H, heads.node, act, cutoff, config.reference_energies, config.trainable_reference_energies)
+            if self.mlip
+            else None
+        )
+        self.task_weights = self._task_weights()
+
+    # ------------------------------------------------------------------ validation
+    def _check_mlip(self) -> dict[str, str]:
+        c, s = self.config, self.schema
+        where = f"{ROOT}.enable_interatomic_potential"
+        if not self.geometric:
+            raise ModelConfigError(f"{where}: an interatomic potential needs a 'pos' input with role 'position'")
+        expect = {"energy": (c.energy_name, "graph", (1,))}
+        if c.compute_grad_energy:
+            expect["forces"] = (c.forces_name, "node", (3,))
+            expect["stress"] = (c.stress_name, "graph", (6, 9))
+        expect["atomic_energy"] = (c.atomic_energy_name, "node", (1,))
+        special: dict[str, str] = {}
+        for role, (name, level, dims) in expect.items():
+            if name not in s or s[name] not in s.outputs:
+                if role == "energy":
+                    raise ModelConfigError(
+                        f"{where}: the schema needs a graph output {name!r} (dim 1) for the energy "
+                        f"(set {ROOT}.energy_name to use another name)"
+                    )
+                continue
+            var = s[name]
+            if var.level != level or var.dim not in dims:
+                raise ModelConfigError(
+                    f"{where}: output {name!r} is the {role}; expected level {level!r} and dim in {list(dims)}, "
+                    f"found level {var.level!r} dim {var.dim}"
+                )
+            special[role] = name
+        return special
+
+    def _num_species(self) -> int:
+        if self.config.num_species is not None:
+            return self.config.num_species
+        first = self.schema.feature_inputs("node")[0]
+        return 119 if first.name in SPECIES_INPUT_NAMES and first.dim == 1 else 0
+
+    def _task_weights(self) -> dict[str, float]:
+        names = [v.name for v in self.schema.outputs]
+        tw = self.config.task_weights
+        where = f"{ROOT}.task_weights"
+        if tw is None:
+            return {n: 1.0 for n in names}
+        if tw and isinstance(tw[0], tuple):
+            given = dict(tw)
+            unknown = sorted(set(given) - set(names))
+            if unknown:
+                raise ModelConfigError(f"{where}: unknown output(s) {unknown}; outputs are {names}")
+            return {n: float(given.get(n, 1.0)) for n in names}
+        if len(tw) != len(names):
+            raise ModelConfigError(f"{where}: expected {len(names)} weights (one per output: {names}), found {len(tw)}")
+        return {n: float(w) for n, w in zip(names, tw)}
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def dtype(self) -> torch.dtype:
+        """The parameter dtype: ``precision``, or whatever ``model.to(dtype)`` set since."""
+        for param in self.encoder.parameters():
+            if param.is_floating_point():
+                return param.dtype
+        return self.config.dtype
+
+    @property
+    def geometry_dtype(self) -> torch.dtype:
+        """Positions and edge vectors: float32 for a bf16 model, else the model dtype."""
+        return torch.float32 if self.dtype == torch.bfloat16 else self.dtype
+
+    @property
+    def cutoff(self) -> float:
+        return self.config.radius
+
+    # ------------------------------------------------------------------ forward
+    def graph_inputs(
+        self,
+        batch: Data,
+        pos: torch.Tensor | None,
+        edge_index: torch.Tensor,
+        edge_shift: torch.Tensor | None,
+    ) -> GraphInputs:
+        """The encoder inputs: edge geometry ``edge_vec = pos[src] - pos[dst] + edge_shift``.
+
+        Args:
+            batch: the prepared batch (``x``, ``batch``, ``edge_attr``, ``graph_attr`` are read).
+            pos: ``[N, 3]`` positions in :attr:`geometry_dtype`, or ``None``.
+            edge_index: ``[2, E]``.
+            edge_shift: ``[E, 3]`` or ``None``.
+        """
+        dtype = self.dtype
+        x = batch.x.to(dtype)
+        edge_vec = edge_len = None
+        if pos is not None:
+            edge_vec = pos[edge_index[0]] - pos[edge_index[1]]
+            if edge_shift is not None:
+                edge_vec = edge_vec + edge_shift.to(edge_vec.dtype)
+            edge_len = safe_norm(edge_vec).to(dtype)
+            edge_vec = edge_vec.to(dtype)
+        node_batch = _node_batch(batch, x)
+        edge_attr = batch.edge_attr.to(dtype) if self.dims.edge_in else None
+        graph_attr = batch.graph_attr.to(dtype) if self.dims.graph_in else None
+        return GraphInputs(
+            x=x,
+            pos=pos.to(dtype) if pos is not None else None,
+            edge_index=edge_index,
+            edge_vec=edge_vec,
+            edge_len=edge_len,
+            edge_attr=edge_attr,
+            batch=node_batch,
+            num_graphs=_num_graphs(batch),
+            graph_attr=graph_attr,
+        )
+
+    def heads(self, emb: NodeEmbedding, inputs: GraphInputs) -> dict[str, torch.Tensor]:
+        """Every non-MLIP head: ``{name: prediction}``."""
+        out: dict[str, torch.Tensor] = {}
+        for heads in (self.graph_heads, self.node_heads, self.edge_heads):
+            if heads is not None:
+                out.update(heads(emb.scalar, inputs))
+        return out
+
+    def forward(
+        self,
+        batch: Data,
+        *,
+        compute_forces: bool | None = None,
+        compute_stress: bool | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Predict every output variable.
+
+        Args:
+            batch: a prepared PyG ``Batch`` (or one ``Data``).
+            compute_forces: MLIP only: return forces (default: when the schema has them).
+            compute_stress: MLIP only: return stress ``[B, 6]`` Voigt (default: when the schema
+                has a stress output and the batch has a ``cell``); needs ``cell``.
+
+        Returns:
+            ``{name: tensor}`` for every output of the schema (plus forces / stress when asked).
+            Called under ``torch.no_grad()``, the outputs are detached. Forces and stress are
+            differentiable (``create_graph``) only in training mode.
+        """
+        outer_grad = torch.is_grad_enabled()
+        pos = batch.pos.to(self.geometry_dtype) if self.geometric else None
+        edge_index = getattr(batch, "edge_index", None)
+        edge_shift = getattr(batch, "edge_shift", None)
+        if self.mlip and (self.config.dynamic_graph or edge_index is None):
+            edge_index, edge_shift = dynamic_edges(
+                pos,
+                self.config.radius,
+                getattr(batch, "batch", None),
+                getattr(batch, "cell", None),
+                getattr(batch, "pbc", None),
+                self.config.max_neighbours,
+            )
+        if edge_index is None:
+            raise ModelError("the batch has no 'edge_index' (build edges with hydragnn.data.neighbors.add_edges)")
+        if not self.mlip:
+            inputs = self.graph_inputs(batch, pos, edge_index, edge_shift)
+            return self.heads(self.encoder(inputs), inputs)
+
+        special = self.special
+        want_forces = self.config.compute_grad_energy and (
+            compute_forces if compute_forces is not None else "forces" in special
+        )
+        has_cell = getattr(batch, "cell", None) is not None
+        want_stress = self.config.compute_grad_energy and (
+            compute_stress if compute_stress is not None else ("stress" in special and has_cell)
+        )
+        with torch.set_grad_enabled(outer_grad or want_forces or want_stress):
+            if (want_forces or want_stress) and not pos.requires_grad:
+                pos = pos.detach().requires_grad_(True)
+            pos_in, cell, displacement = pos, getattr(batch, "cell", None), None
+            if want_stress:
+                if cell is None:
+                    raise ModelError("stress needs a periodic batch with 'cell' [B, 3, 3]")
+                cell = cell.to(pos.dtype)
+                shift = edge_shift.to(pos.dtype) if edge_shift is not None else None
+                pos_in, _, edge_shift, displacement = apply_strain(
+                    pos, _node_batch(batch, pos), _num_graphs(batch), cell, edge_index, shift
+                )
+            inputs = self.graph_inputs(batch, pos_in, edge_index, edge_shift)
+            emb = self.encoder(inputs)
+            out = self.heads(emb, inputs)
+            atomic, energy = self.energy_head(emb.scalar, inputs)
+            out[special["energy"]] = energy
+            if "atomic_energy" in special:
+                out[special["atomic_energy"]] = atomic
+            if want_forces or want_stress:
+                forces, virial = derivatives(
+                    energy, pos, displacement, create_graph=self.training, retain_graph=outer_grad
+                )
+                if want_forces:
+                    out[special.get("forces", self.config.forces_name)] = forces
+                if want_stress:
+                    name = special.get("stress", self.config.stress_name)
+                    dim = self.schema[name].dim if name in self.schema else 6
+                    out[name] = stress_from_virial(virial, cell, dim)
+        if not outer_grad:
+            out = {k: v.detach() for k, v in out.items()}
+        return out
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], batch: Data) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Weighted loss of ``outputs`` against the batch targets (see :func:`compute_loss`)."""
+        return compute_loss(
+            outputs,
+            batch,
+            self.schema,
+            task_weights=self.task_weights,
+            loss_type=self.config.loss_function_type,
+            huber_delta=self.config.huber_delta,
+        )
+
+
+def build_model(config: Mapping[str, Any] | ModelConfig, schema: Schema | Mapping[str, Any]) -> HydraModel:
+    """Build the model of an ``Architecture`` section for a schema.
+
+    Args:
+        config: the JSON ``NeuralNetwork.Architecture`` dict (or a parsed :class:`ModelConfig`).
+        schema: the :class:`~hydragnn.data.Schema` (or its ``Variables`` dict).
+
+    Returns:
+        A :class:`HydraModel` with parameters in the ``precision`` dtype. Initialisation uses
+        torch's global RNG: seed it for a reproducible model.
+
+    Raises:
+        ModelConfigError: on an invalid section or one that does not fit the schema.
+    """
+    if not isinstance(config, ModelConfig):
+        config = ModelConfig.from_dict(config)
+    if not isinstance(schema, Schema):
+        schema = Schema.from_dict(schema)
+    model = HydraModel(config, schema)
+    return model.to(config.dtype)

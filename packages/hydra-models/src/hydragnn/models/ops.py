@@ -1,0 +1,123 @@
+"""Small capture-safe tensor helpers shared by encoders, heads and the MLIP wrapper.
+
+Every helper takes its output sizes from Python ints (never from tensor values), so none of
+them synchronises with the device; sums over bfloat16 / float16 inputs accumulate in float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .errors import ModelConfigError
+
+
+def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums are accumulated in: float32 for 16-bit floats, ``dtype`` otherwise."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def scatter_sum(
+    src: torch.Tensor, index: torch.Tensor, dim_size: int, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """Sum rows of ``src`` into ``dim_size`` buckets.
+
+    Args:
+        src: ``[M, ...]`` values.
+        index: ``[M]`` int64 bucket of each row.
+        dim_size: number of buckets (a Python int).
+        out_dtype: dtype of the result; defaults to ``src.dtype``.
+
+    Returns:
+        ``[dim_size, ...]``; accumulated in float32 when ``src`` is 16-bit.
+    """
+    acc = accumulate_dtype(src.dtype)
+    out = src.new_zeros((dim_size, *src.shape[1:]), dtype=acc)
+    out = out.index_add(0, index, src.to(acc))
+    return out.to(out_dtype or src.dtype)
+
+
+def scatter_mean(src: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
+    """Mean of the rows of ``src`` per bucket (0 for empty buckets): ``[M, F] -> [dim_size, F]``."""
+    acc = accumulate_dtype(src.dtype)
+    total = scatter_sum(src, index, dim_size, out_dtype=acc)
+    count = scatter_sum(torch.ones_like(index, dtype=acc), index, dim_size).clamp(min=1.0)
+    return (total / count.view(-1, *([1] * (src.dim() - 1)))).to(src.dtype)
+
+
+def scatter_max(src: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
+    """Maximum of the rows of ``src`` per bucket (0 for empty buckets): ``[M, F] -> [dim_size, F]``."""
+    out = src.new_zeros((dim_size, *src.shape[1:]))
+    idx = index.view(-1, *([1] * (src.dim() - 1))).expand_as(src)
+    return out.scatter_reduce(0, idx, src, reduce="amax", include_self=False)
+
+
+POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
+    "add": scatter_sum,
+    "sum": scatter_sum,
+    "mean": scatter_mean,
+    "max": scatter_max,
+}
+"""Graph pooling by name (``Architecture.graph_pooling``)."""
+
+
+def safe_norm(vec: torch.Tensor) -> torch.Tensor:
+    """Euclidean norm over the last axis with a finite gradient at zero.
+
+    Args:
+        vec: ``[E, 3]`` vectors (zero rows allowed: padded sink edges).
+
+    Returns:
+        ``[E]`` lengths; zero vectors give length 0 and gradient 0 (first and second order).
+    """
+    sq = (vec * vec).sum(dim=-1)
+    nonzero = sq > 0
+    safe = torch.where(nonzero, sq, torch.ones_like(sq))
+    return torch.where(nonzero, safe.sqrt(), torch.zeros_like(sq))
+
+
+class ShiftedSoftplus(nn.Module):
+    """``softplus(x) - log(2)``: smooth, zero at zero (SchNet's activation)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.softplus(x) - math.log(2.0)
+
+
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU,
+    "silu": nn.SiLU,
+    "swish": nn.SiLU,
+    "gelu": nn.GELU,
+    "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+    "elu": nn.ELU,
+    "leaky_relu": nn.LeakyReLU,
+    "softplus": nn.Softplus,
+    "shifted_softplus": ShiftedSoftplus,
+}
+"""Activation by name (``Architecture.activation``)."""
+
+
+def make_activation(name: str) -> nn.Module:
+    """A fresh activation module; unknown names raise :class:`ModelConfigError`."""
+    try:
+        return ACTIVATIONS[name]()
+    except KeyError:
+        raise ModelConfigError(
+            f"NeuralNetwork.Architecture.activation: unknown activation {name!r}; known: {sorted(ACTIVATIONS)}"
+        ) from None
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str) -> nn.Sequential:
+    """``Linear -> act -> ... -> Linear``: ``[*, in_dim] -> [*, out_dim]`` with ``len(hidden)`` hidden layers."""
+    layers: list[nn.Module] = []
+    width = in_dim
+    for h in hidden:
+        layers += [nn.Linear(width, h), make_activation(activation)]
+        width = h
+    layers.append(nn.Linear(width, out_dim))
+    return nn.Sequential(*layers)

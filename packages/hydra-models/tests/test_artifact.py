@@ -1,0 +1,197 @@
+"""Model artifacts: bit-identical round trip, manifest, corruption, newer formats, no pickle."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+
+import pytest
+import torch
+from conformance import CUTOFF, build
+from graphs import collate, periodic_samples
+
+from hydragnn.models import FORMAT_VERSION, ArtifactError, load_artifact, read_manifest, save_artifact
+from hydragnn.models.artifact import _HEADER, MAGIC
+
+
+@pytest.fixture()
+def model():
+    return build("SchNet", seed=1)
+
+
+@pytest.fixture()
+def batch():
+    return collate(periodic_samples(CUTOFF)[:3])
+
+
+def _parts(path):
+    data = path.read_bytes()
+    _, version, length = _HEADER.unpack_from(data)
+    manifest = json.loads(data[_HEADER.size : _HEADER.size + length])
+    return version, manifest, data[_HEADER.size + length :]
+
+
+def _write(path, manifest, weights, version=None):
+    blob = json.dumps(manifest).encode()
+    version = manifest["format_version"] if version is None else version
+    path.write_bytes(_HEADER.pack(MAGIC, version, len(blob)) + blob + weights)
+
+
+def test_round_trip_bit_identical_with_manifest(model, batch, tmp_path):
+    norm = {"energy": {"mean": torch.tensor([1.5]), "std": 2.0}}
+    path = save_artifact(model, tmp_path / "m.hydra", normalization=norm, species=[29, 79], extra={"epochs": 3})
+    assert [p.name for p in tmp_path.iterdir()] == ["m.hydra"]  # no temporary file left behind
+    state = torch.random.get_rng_state()
+    loaded = load_artifact(path)
+    assert torch.equal(torch.random.get_rng_state(), state), "loading must not move the global RNG"
+    assert not loaded.training
+    ref, out = model(batch), loaded(batch)
+    assert sorted(ref) == sorted(out)
+    for key in ref:
+        assert torch.equal(ref[key], out[key]), key
+    m = loaded.manifest
+    assert m["format_version"] == FORMAT_VERSION and m["format"] == "hydragnn-model"
+    assert set(m["writer"]) == {"hydra-models", "hydra-data", "torch"} and m["writer"]["hydra-models"]
+    assert m["architecture"] == model.config.raw and m["schema"] == model.schema.to_dict()
+    assert m["normalization"] == {"energy": {"mean": [1.5], "std": 2.0}}
+    assert m["species"] == [29, 79] and m["cutoff"] == CUTOFF and m["dtype"] == "float32"
+    assert m["extra"] == {"epochs": 3}
+    assert read_manifest(path) == m
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp64"])
+def test_round_trip_other_precisions(precision, batch, tmp_path):
+    model = build("SchNet", precision=precision, reference_energies={"29": -0.1, "79": 0.2})
+    loaded = load_artifact(save_artifact(model, tmp_path / "m.hydra"))
+    assert loaded.manifest["dtype"] == {"bf16": "bfloat16", "fp64": "float64"}[precision]
+    dtype = torch.float64 if precision == "fp64" else torch.float32
+    b = batch.clone()
+    b.pos = b.pos.to(dtype)
+    ref, out = model(b), loaded(b)
+    for key in ref:
+        assert torch.equal(ref[key], out[key]), key
+    assert loaded.energy_head.reference.dtype == (torch.float32 if precision == "bf16" else torch.float64)
+
+
+def test_model_cast_after_build_round_trips(batch, tmp_path):
+    model = build("SchNet").double()  # built as fp32, cast by the user
+    b = batch.clone()
+    b.pos = b.pos.double()
+    loaded = load_artifact(save_artifact(model, tmp_path / "m.hydra"))
+    assert loaded.manifest["dtype"] == "float64" and loaded.dtype == torch.float64
+    ref, out = model(b), loaded(b)
+    for key in ref:
+        assert torch.equal(ref[key], out[key]), key
+
+
+def test_overwrite_is_atomic_replace(model, tmp_path):
+    path = tmp_path / "m.hydra"
+    path.write_bytes(b"old")
+    save_artifact(model, path)
+    assert path.read_bytes()[:8] == MAGIC
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ArtifactError, match="cannot read the model artifact"):
+        load_artifact(tmp_path / "nope.hydra")
+
+
+@pytest.mark.parametrize("keep", [0, 5, 8, 19, 40, -100, -1])
+def test_truncated(model, tmp_path, keep):
+    path = save_artifact(model, tmp_path / "m.hydra")
+    data = path.read_bytes()
+    path.write_bytes(data[:keep] if keep >= 0 else data[: len(data) + keep])
+    with pytest.raises(ArtifactError, match="not a HydraGNN model artifact|truncated|corrupted"):
+        load_artifact(path)
+
+
+def test_corrupted_weight_byte(model, tmp_path):
+    path = save_artifact(model, tmp_path / "m.hydra")
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="SHA-256"):
+        load_artifact(path)
+
+
+def test_corrupted_manifest(model, tmp_path):
+    path = save_artifact(model, tmp_path / "m.hydra")
+    data = bytearray(path.read_bytes())
+    data[_HEADER.size] = ord("#")
+    path.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="corrupted artifact manifest"):
+        load_artifact(path)
+
+
+def test_newer_format_refused_naming_version(model, tmp_path):
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, weights = _parts(path)
+    manifest["format_version"] = FORMAT_VERSION + 1
+    manifest["something_new"] = {"x": 1}
+    _write(path, manifest, weights)
+    with pytest.raises(
+        ArtifactError, match=f"format version {FORMAT_VERSION + 1} is newer.*reads format version {FORMAT_VERSION + 1}"
+    ):
+        load_artifact(path)
+
+
+def test_header_and_manifest_disagree(model, tmp_path):
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, weights = _parts(path)
+    manifest["format_version"] = 0
+    _write(path, manifest, weights, version=FORMAT_VERSION)
+    with pytest.raises(ArtifactError, match="header says format version"):
+        load_artifact(path)
+
+
+def test_weights_not_fitting_architecture(model, tmp_path):
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, weights = _parts(path)
+    manifest["architecture"]["hidden_dim"] = 24
+    _write(path, manifest, weights)
+    with pytest.raises(ArtifactError, match="do not fit the architecture"):
+        load_artifact(path)
+
+
+class _Payload:
+    """Unpickling this creates a marker directory: proof that pickle ran."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def test_pickle_checkpoint_is_refused(tmp_path):
+    marker = str(tmp_path / "pwned")
+    path = tmp_path / "model.pt"
+    torch.save({"state": _Payload(marker)}, path)
+    with pytest.raises(ArtifactError, match="not a HydraGNN model artifact.*never loaded"):
+        load_artifact(path)
+    assert not os.path.exists(marker)
+
+
+def test_pickle_in_weights_section_is_refused(model, tmp_path):
+    """A well-formed header and manifest around pickle bytes (valid checksum) is still refused."""
+    marker = str(tmp_path / "pwned")
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, _ = _parts(path)
+    payload = pickle.dumps(_Payload(marker))
+    manifest["weights_bytes"] = len(payload)
+    manifest["weights_sha256"] = hashlib.sha256(payload).hexdigest()
+    _write(path, manifest, payload)
+    with pytest.raises(ArtifactError, match="corrupted artifact weights"):
+        load_artifact(path)
+    assert not os.path.exists(marker)
+
+
+def test_save_rejects_bad_inputs(model, tmp_path):
+    with pytest.raises(ArtifactError, match="expected a HydraModel"):
+        save_artifact(torch.nn.Linear(2, 2), tmp_path / "x.hydra")
+    with pytest.raises(ArtifactError, match="extra.*not JSON-serialisable"):
+        save_artifact(model, tmp_path / "x.hydra", extra={"f": object()})
+    assert not list(tmp_path.iterdir())
