@@ -1,0 +1,93 @@
+"""``HydraASECalculator``: a :class:`HydraCalculator` as an ASE calculator.
+
+Properties: ``energy`` and ``free_energy`` (eV; the model predicts no electronic entropy, so
+both are equal), ``forces [N, 3]`` (eV/Å), ``stress`` (Voigt ``xx, yy, zz, yz, xz, xy``, eV/Å³,
+ASE's sign convention ``(1/V) dE/d(strain)``; 3-D periodic cells only), ``energies [N]`` (the
+per-atom energy head, when the model has one) and every other head under its own name
+(per-atom heads ``[N]`` or ``[N, dim]``, per-structure heads as a float or ``[dim]`` array).
+Energy and forces are computed together on every calculation; stress only when asked.
+The total charge is read from ``atoms.info["charge"]`` for models with a charge input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
+from ase.stress import full_3x3_to_voigt_6_stress
+
+from .calculator import HydraCalculator
+
+
+class HydraASECalculator(Calculator):
+    """ASE calculator around a :class:`HydraCalculator`.
+
+    Args:
+        calc_or_path: a :class:`HydraCalculator`, a ``HydraModel`` or an artifact path.
+        **calculator_kwargs: passed to :class:`HydraCalculator` when it is built here.
+    """
+
+    default_parameters: dict[str, Any] = {}
+
+    def __init__(self, calc_or_path: Any, **calculator_kwargs: Any) -> None:
+        if isinstance(calc_or_path, HydraCalculator):
+            self.hydra = calc_or_path
+        else:
+            self.hydra = HydraCalculator(calc_or_path, **calculator_kwargs)
+        info = self.hydra.info
+        self._head_names: dict[str, str] = {}  # model output name -> ASE property name
+        if info.atomic_energy is not None:
+            self._head_names[info.atomic_energy] = "energies"
+        for name in (*info.node_outputs, *info.graph_outputs):
+            self._head_names[name] = name
+        props = ["energy", "free_energy"]
+        if info.forces is not None:
+            props.append("forces")
+        if info.stress is not None:
+            props.append("stress")
+        self.implemented_properties = props + list(self._head_names.values())
+        super().__init__()
+
+    def calculate(
+        self,
+        atoms: Any = None,
+        properties: Any = ("energy",),
+        system_changes: Any = all_changes,
+    ) -> None:
+        super().calculate(atoms, properties, system_changes)
+        atoms = self.atoms
+        pbc = np.asarray(atoms.pbc, dtype=bool)
+        want_stress = "stress" in properties
+        if want_stress and not pbc.all():
+            raise PropertyNotImplementedError("stress needs a 3-D periodic cell (atoms.pbc all True)")
+        cell = atoms.cell.array if pbc.any() else None
+        out = self.hydra(
+            atoms.positions,
+            atoms.numbers,
+            charge=atoms.info.get("charge") if self.hydra.info.charge_input else None,
+            cell=cell,
+            pbc=pbc if cell is not None else None,
+            forces=self.hydra.info.forces is not None,
+            stress=want_stress,
+        )
+        energy = float(out["energy"][0])
+        self.results["energy"] = energy
+        self.results["free_energy"] = energy
+        if "forces" in out:
+            self.results["forces"] = out["forces"].detach().cpu().numpy().astype(np.float64)
+        if "stress" in out:
+            self.results["stress"] = full_3x3_to_voigt_6_stress(
+                out["stress"][0].detach().cpu().numpy().astype(np.float64)
+            )
+        for name, prop in self._head_names.items():
+            if name not in out:
+                continue
+            value = out[name].detach().cpu().numpy().astype(np.float64)
+            if name in self.hydra.info.graph_outputs:
+                value = value[0]
+                value = float(value) if np.ndim(value) == 0 else value
+            self.results[prop] = value
+
+
+__all__ = ["HydraASECalculator"]

@@ -1,0 +1,255 @@
+"""``HydraCalculator``: energies, forces, stress and every other head of a HydraGNN model.
+
+Modes on every device:
+
+* regular (default): the eager model on a batch whose edges come from
+  :func:`hydragnn.data.neighbors.radius_graph` (nvalchemi-toolkit-ops: all pairs for small
+  structures, cell lists from 256 atoms, periodic or not; buffers grow, never truncate).
+* ``compile_model=True``: the same, with the model's forward wrapped in
+  ``torch.compile(dynamic=True)`` so varying atom and edge counts reuse one compiled graph.
+* ``cuda_graph=True`` (or ``None`` with ``HYDRAGNN_CUDA_GRAPH`` set): CUDA-graph replay by the
+  engine plugged into ``_graph_engine``; ``inference_kernels=True``: the kernels plugged into
+  ``_kernels``. Neither exists in this release, so every call falls back to the regular path
+  with one :class:`HydraInferWarning` per calculator and reason (see :mod:`.modes`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch_geometric.data import Batch
+
+from hydragnn.data.neighbors import radius_graph
+from hydragnn.models import HydraModel, load_artifact
+
+from .errors import InferenceError
+from .inputs import DEFAULT_MAX_CELL_IMAGES, CallInputs, check_call
+from .model_info import ModelInfo, model_info
+from .modes import (
+    COMPILE_WITH_GRAPH,
+    FallbackWarnings,
+    graph_model_problem,
+    graph_reasons,
+    kernel_reasons,
+    resolve_cuda_graph,
+)
+from .outputs import convert
+
+
+class HydraCalculator:
+    """Run a HydraGNN model on raw coordinates.
+
+    Args:
+        model_or_artifact_path: a :class:`~hydragnn.models.HydraModel` or the path of a model
+            artifact (``save_artifact``).
+        device: where to run (default: the model's device, or CPU for a path).
+        compile_model: wrap the forward in ``torch.compile(dynamic=True)``.
+        cuda_graph: replay CUDA graphs; ``None`` lets ``HYDRAGNN_CUDA_GRAPH`` decide.
+        inference_kernels: use the Triton inference kernels.
+        nb_threshold: atoms per structure from which the sparse (neighbour-list) CUDA-graph engine
+            is chosen over the dense one (kept for the engine; unused by the regular path).
+        species: atomic numbers the model accepts, when the artifact does not list them.
+        max_cell_images: periodic images searched per direction before a cell counts as too
+            small (see :mod:`.inputs`).
+        compile_options: extra ``torch.compile`` keyword arguments (e.g. ``backend``).
+
+    Raises:
+        InferenceError: a model the calculator cannot feed, or bad options.
+        hydragnn.models.ArtifactError: an unreadable artifact.
+    """
+
+    def __init__(
+        self,
+        model_or_artifact_path: HydraModel | str | os.PathLike,
+        device: str | torch.device | None = None,
+        compile_model: bool = False,
+        cuda_graph: bool | None = False,
+        inference_kernels: bool = False,
+        nb_threshold: int = 120,
+        *,
+        species: Sequence[int] | None = None,
+        max_cell_images: int = DEFAULT_MAX_CELL_IMAGES,
+        compile_options: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(model_or_artifact_path, (str, os.PathLike)):
+            model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")
+        else:
+            model = model_or_artifact_path
+        self.info: ModelInfo = model_info(model, species)
+        if device is None:
+            device = next(iter(model.parameters())).device
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        if isinstance(max_cell_images, bool) or not isinstance(max_cell_images, int) or max_cell_images < 1:
+            raise InferenceError(f"max_cell_images: expected an integer >= 1, found {max_cell_images!r}")
+        if isinstance(nb_threshold, bool) or not isinstance(nb_threshold, int) or nb_threshold < 1:
+            raise InferenceError(f"nb_threshold: expected an integer >= 1, found {nb_threshold!r}")
+        self.max_cell_images = max_cell_images
+        self.nb_threshold = nb_threshold
+        self.compile_model = bool(compile_model)
+        self.cuda_graph = resolve_cuda_graph(cuda_graph)
+        self.inference_kernels = bool(inference_kernels)
+        self._warnings = FallbackWarnings()
+        self._graph_engine: Any = None  # seam: the CUDA-graph engine (capture / replay / LRU / budget)
+        self._kernels: Any = None  # seam: the Triton inference kernels
+        self._graph_model_problem = graph_model_problem(self.model)
+        self._forward = self.model
+        if self.compile_model:
+            self._forward = torch.compile(self.model, dynamic=True, **(compile_options or {}))
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def cutoff(self) -> float:
+        return self.info.cutoff
+
+    def __call__(
+        self,
+        coord: Any,
+        numbers: Any,
+        charge: Any = None,
+        cell: Any = None,
+        pbc: Any = None,
+        forces: bool = False,
+        stress: bool = False,
+        mol_idx: Any = None,
+    ) -> dict[str, torch.Tensor]:
+        """Predict one structure, a dense padded batch or a flat batch.
+
+        Args:
+            coord: ``[N, 3]``, ``[B, N, 3]`` (padded where ``numbers == 0``) or ``[N, 3]`` with
+                ``mol_idx``; Å.
+            numbers: ``[N]`` / ``[B, N]`` atomic numbers.
+            charge: total charge per structure (scalar or ``[B]``), for models with a charge input.
+            cell: ``[3, 3]`` or ``[B, 3, 3]`` lattice vectors as rows (Å).
+            pbc: ``[3]`` or ``[B, 3]`` bool (default with a cell: periodic everywhere).
+            forces: return ``forces`` (eV/Å) = ``-dE/dR``.
+            stress: return ``stress [B, 3, 3]`` (eV/Å³); needs a cell.
+            mol_idx: ``[N]`` structure index of each atom (flat layout).
+
+        Returns:
+            ``energy [B]`` (eV), ``forces`` (``[N, 3]`` or ``[B, N, 3]``), ``stress [B, 3, 3]`` and
+            every other head of the model (per-atom heads in the layout of the forces).
+
+        Raises:
+            InferenceError: invalid input (see :mod:`.inputs`).
+        """
+        call = self._check(coord, numbers, charge, cell, pbc, mol_idx)
+        if forces and self.info.forces is None:
+            raise InferenceError(
+                "forces: requested, but the model predicts no forces (enable_interatomic_potential with compute_grad_energy)"
+            )
+        if stress:
+            if self.info.stress is None:
+                raise InferenceError(
+                    "stress: requested, but the model predicts no stress (not an interatomic potential)"
+                )
+            if call.cell is None or not bool(call.pbc.any()):
+                raise InferenceError(
+                    "stress: requested for a structure without a periodic cell; expected cell [3, 3] or [B, 3, 3]"
+                )
+        if charge is not None and not self.info.charge_input:
+            self._warnings.warn("inputs", "charge", "charge was given but the model has no charge input; it is ignored")
+        use_graph = self._use_graph(call, forces=forces, stress=stress)
+        if self.inference_kernels:
+            for code, message in kernel_reasons(device=self.device, kernels=self._kernels):
+                self._warnings.warn("kernels", code, message)
+        if use_graph:  # pragma: no cover - no engine in this release
+            raw = self._graph_engine.run(self, call, forces=forces)
+        else:
+            raw = self._run_regular(call, forces=forces, stress=stress)
+        return convert(raw, call, self.info)
+
+    def memory_stats(self) -> dict[str, int]:
+        """Memory held by captured CUDA graphs (zeros without an engine)."""
+        if self._graph_engine is not None:  # pragma: no cover - no engine in this release
+            return dict(self._graph_engine.memory_stats())
+        return {"engines": 0, "graphs": 0, "graph_pool_bytes": 0, "static_buffer_bytes": 0, "budget_bytes": 0}
+
+    def clear_cuda_graphs(self) -> None:
+        """Drop every captured CUDA graph (no-op without an engine)."""
+        if self._graph_engine is not None:  # pragma: no cover - no engine in this release
+            self._graph_engine.clear()
+
+    # ------------------------------------------------------------------ internals
+    def _check(self, coord, numbers, charge, cell, pbc, mol_idx) -> CallInputs:
+        return check_call(
+            coord,
+            numbers,
+            charge=charge,
+            cell=cell,
+            pbc=pbc,
+            mol_idx=mol_idx,
+            cutoff=self.info.cutoff,
+            max_cell_images=self.max_cell_images,
+            species=self.info.species,
+            max_species=self.info.max_species,
+            dtype=self.model.geometry_dtype,
+            device=self.device,
+        )
+
+    def _graph_eligibility(self, call: CallInputs, *, stress: bool = False) -> str | None:
+        """The first reason ``call`` cannot replay a CUDA graph, or ``None`` when it can."""
+        reasons = self._graph_reasons(call, stress=stress)
+        return reasons[0][0] if reasons else None
+
+    def _graph_reasons(self, call: CallInputs, *, stress: bool) -> list[tuple[str, str]]:
+        return graph_reasons(
+            device=self.device,
+            engine=self._graph_engine,
+            model_problem=self._graph_model_problem,
+            has_cell=call.cell is not None,
+            requires_grad=call.requires_grad,
+            stress=stress,
+        )
+
+    def _use_graph(self, call: CallInputs, *, forces: bool, stress: bool) -> bool:
+        if not self.cuda_graph:
+            return False
+        reasons = self._graph_reasons(call, stress=stress)
+        for code, message in reasons:
+            self._warnings.warn("cuda_graph", code, message)
+        if reasons:
+            return False
+        if self.compile_model:
+            self._warnings.warn("cuda_graph", "compile", COMPILE_WITH_GRAPH)
+        return True
+
+    def build_batch(self, call: CallInputs) -> Batch:
+        """The model's prepared batch for a validated call (edges from the neighbour list)."""
+        batch = Batch()
+        batch.x = call.numbers.to(self.model.dtype).unsqueeze(-1)
+        batch.pos = call.pos
+        batch.batch = call.batch
+        ptr = torch.zeros(call.num_graphs + 1, dtype=torch.long, device=self.device)
+        ptr[1:] = torch.cumsum(call.counts, 0)
+        batch.ptr = ptr
+        batch._num_graphs = call.num_graphs
+        edge_index, edge_shift = radius_graph(
+            call.pos,
+            self.info.cutoff,
+            batch=call.batch,
+            cell=call.cell,
+            pbc=call.pbc,
+            max_neighbours=self.info.max_neighbours,
+        )
+        batch.edge_index = edge_index
+        if call.cell is not None:
+            batch.edge_shift = edge_shift
+            batch.cell = call.cell
+            batch.pbc = call.pbc
+        if self.info.charge_input:
+            charge = call.charge if call.charge is not None else torch.zeros(call.num_graphs, device=self.device)
+            batch.graph_attr = charge.to(self.model.dtype).unsqueeze(-1)
+        return batch
+
+    def _run_regular(self, call: CallInputs, *, forces: bool, stress: bool) -> dict[str, torch.Tensor]:
+        batch = self.build_batch(call)
+        kwargs: dict[str, Any] = {}
+        if self.model.mlip:
+            kwargs = {"compute_forces": forces, "compute_stress": stress}
+        with torch.no_grad():
+            return self._forward(batch, **kwargs)

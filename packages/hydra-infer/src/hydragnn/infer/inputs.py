@@ -1,0 +1,318 @@
+"""Validation of calculator inputs and their normalisation to one flat layout.
+
+Three layouts are accepted (N atoms, B structures):
+
+* single: ``coord [N, 3]``, ``numbers [N]``;
+* dense: ``coord [B, N, 3]``, ``numbers [B, N]``, padded with ``numbers == 0`` (the padded
+  coordinates are ignored, even NaN);
+* flat: ``coord [N, 3]``, ``numbers [N]``, ``mol_idx [N]`` (sorted, ``>= 0``; B is
+  ``mol_idx.max() + 1``, so skipped indices are empty structures with energy 0).
+
+``cell`` is ``[3, 3]`` (shared) or ``[B, 3, 3]``, rows are lattice vectors (ASE's convention);
+``pbc`` is ``[3]`` or ``[B, 3]`` bool, ``None`` with a cell meaning periodic everywhere.
+
+Cell rule ("too small for the cutoff"): for each periodic direction k the perpendicular width
+``h_k = V / |a_i x a_j|`` must satisfy ``h_k * max_cell_images >= cutoff``; the neighbour search
+then looks at most ``max_cell_images`` images away along k (``(2 m + 1)^3`` image cells per
+atom). A smaller cell is refused with an :class:`InferenceError`: such cells almost always come
+from a unit mistake (a cell in nm, or fractional coordinates passed as the cell) and would make
+the image search explode. A singular or non-finite periodic cell is refused as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import InferenceError
+
+DEFAULT_MAX_CELL_IMAGES = 8
+"""Default for ``HydraCalculator(max_cell_images=...)``: periodic images searched per direction."""
+
+
+@dataclass
+class CallInputs:
+    """One validated call, flattened to the real atoms.
+
+    Attributes:
+        pos: ``[N, 3]`` positions of the real atoms (model geometry dtype, calculator device).
+        numbers: ``[N]`` int64 atomic numbers.
+        batch: ``[N]`` int64 structure of each atom (sorted).
+        num_graphs: B.
+        cell: ``[B, 3, 3]`` or ``None``.
+        pbc: ``[B, 3]`` bool or ``None``.
+        charge: ``[B]`` total charges or ``None``.
+        layout: ``"single"``, ``"dense"`` or ``"flat"``.
+        mask: ``[B, Nmax]`` bool real-atom mask for the dense layout, else ``None``.
+        requires_grad: the caller's coordinates (or cell) required grad.
+    """
+
+    pos: torch.Tensor
+    numbers: torch.Tensor
+    batch: torch.Tensor
+    num_graphs: int
+    cell: torch.Tensor | None
+    pbc: torch.Tensor | None
+    charge: torch.Tensor | None
+    layout: str
+    mask: torch.Tensor | None
+    requires_grad: bool
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """``[B]`` atoms per structure."""
+        return torch.bincount(self.batch, minlength=self.num_graphs)
+
+
+def _tensor(value: Any, name: str) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    try:
+        return torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError) as exc:
+        raise InferenceError(f"{name}: expected an array or tensor, found {type(value).__name__} ({exc})") from exc
+
+
+def _shape(t: torch.Tensor) -> str:
+    return str(tuple(t.shape))
+
+
+def _integers(value: Any, name: str) -> torch.Tensor:
+    t = _tensor(value, name)
+    if t.is_floating_point():
+        if not bool(torch.isfinite(t).all()) or not bool((t == t.round()).all()):
+            raise InferenceError(f"{name}: expected integers, found non-integer values")
+    elif t.dtype == torch.bool or t.is_complex():
+        raise InferenceError(f"{name}: expected integers, found dtype {t.dtype}")
+    return t.long()
+
+
+def check_call(
+    coord: Any,
+    numbers: Any,
+    *,
+    charge: Any,
+    cell: Any,
+    pbc: Any,
+    mol_idx: Any,
+    cutoff: float,
+    max_cell_images: int,
+    species: frozenset[int] | None,
+    max_species: int | None,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> CallInputs:
+    """Validate one call and flatten it.
+
+    Args:
+        coord, numbers, charge, cell, pbc, mol_idx: the call's arguments (arrays or tensors).
+        cutoff: the model's cutoff (Å).
+        max_cell_images: periodic images allowed per direction (see the module docstring).
+        species: atomic numbers the model was trained on, or ``None``.
+        max_species: exclusive upper bound of the atomic numbers the model can embed, or ``None``.
+        dtype: floating dtype of the positions handed to the model.
+        device: calculator device.
+
+    Returns:
+        The :class:`CallInputs`.
+
+    Raises:
+        InferenceError: naming the argument, the expected and the found shape or value.
+    """
+    coord_t = _tensor(coord, "coord")
+    requires_grad = bool(coord_t.requires_grad)
+    if not (coord_t.is_floating_point() or coord_t.dtype in (torch.int32, torch.int64)):
+        raise InferenceError(f"coord: expected a floating array, found dtype {coord_t.dtype}")
+    numbers_t = _integers(numbers, "numbers")
+    mask = None
+    if coord_t.dim() == 3:
+        if coord_t.shape[-1] != 3:
+            raise InferenceError(f"coord: expected [N, 3] or [B, N, 3], found {_shape(coord_t)}")
+        if mol_idx is not None:
+            raise InferenceError("mol_idx: only with coord [N, 3]; found a dense coord [B, N, 3] together with mol_idx")
+        if numbers_t.shape != coord_t.shape[:2]:
+            raise InferenceError(
+                f"numbers: expected {tuple(coord_t.shape[:2])} to match coord {_shape(coord_t)}, found {_shape(numbers_t)}"
+            )
+        layout = "dense"
+        num_graphs = int(coord_t.shape[0])
+        mask = numbers_t != 0
+        pos = coord_t.detach()[mask]
+        z = numbers_t[mask]
+        rows = torch.arange(num_graphs, device=mask.device).unsqueeze(1).expand_as(mask)
+        batch = rows[mask]
+    elif coord_t.dim() == 2:
+        if coord_t.shape[-1] != 3:
+            raise InferenceError(f"coord: expected [N, 3] or [B, N, 3], found {_shape(coord_t)}")
+        if numbers_t.shape != coord_t.shape[:1]:
+            raise InferenceError(
+                f"numbers: expected ({coord_t.shape[0]},) to match coord {_shape(coord_t)}, found {_shape(numbers_t)}"
+            )
+        pos, z = coord_t.detach(), numbers_t
+        if mol_idx is None:
+            layout, num_graphs = "single", 1
+            batch = torch.zeros(pos.shape[0], dtype=torch.long)
+        else:
+            layout = "flat"
+            batch = _integers(mol_idx, "mol_idx").to("cpu")
+            if batch.shape != coord_t.shape[:1]:
+                raise InferenceError(
+                    f"mol_idx: expected one entry per atom ({coord_t.shape[0]},), found {_shape(batch)}"
+                )
+            if batch.numel() and (int(batch.min()) < 0 or bool((batch[1:] < batch[:-1]).any())):
+                raise InferenceError(
+                    "mol_idx: expected sorted (non-decreasing) indices >= 0, found an unsorted or negative vector"
+                )
+            num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+    else:
+        raise InferenceError(f"coord: expected [N, 3] or [B, N, 3], found {_shape(coord_t)}")
+
+    if layout != "dense" and z.numel() and bool((z == 0).any()):
+        raise InferenceError(
+            "numbers: atomic number 0 marks padding, which only the dense layout coord [B, N, 3] allows"
+        )
+    if z.numel() and bool((z < 0).any()):
+        raise InferenceError(f"numbers: expected atomic numbers >= 1, found {int(z.min())}")
+    pos = pos.to(device=device, dtype=dtype)
+    if not bool(torch.isfinite(pos).all()):
+        bad = (~torch.isfinite(pos)).any(dim=1).nonzero().flatten()[:5].tolist()
+        raise InferenceError(
+            f"coord: expected finite coordinates, found NaN or inf (real atoms {bad} of the flattened input)"
+        )
+    _check_species(z, species, max_species)
+
+    cell_t, pbc_t, cell_grad = _check_cell(cell, pbc, num_graphs, dtype, device)
+    requires_grad = requires_grad or cell_grad
+    if cell_t is not None and pbc_t is not None and bool(pbc_t.any()):
+        _check_cell_size(cell_t, pbc_t, cutoff, max_cell_images)
+    charge_t = None
+    if charge is not None:
+        charge_t = _tensor(charge, "charge").to(device=device, dtype=dtype).reshape(-1)
+        if charge_t.numel() == 1 and num_graphs != 1:
+            charge_t = charge_t.expand(num_graphs)
+        if charge_t.shape != (num_graphs,):
+            raise InferenceError(f"charge: expected a scalar or [B] = ({num_graphs},), found {_shape(charge_t)}")
+        if not bool(torch.isfinite(charge_t).all()):
+            raise InferenceError("charge: expected finite values, found NaN or inf")
+    return CallInputs(
+        pos=pos.contiguous(),
+        numbers=z.to(device),
+        batch=batch.to(device),
+        num_graphs=num_graphs,
+        cell=cell_t,
+        pbc=pbc_t,
+        charge=charge_t,
+        layout=layout,
+        mask=mask.to(device) if mask is not None else None,
+        requires_grad=requires_grad,
+    )
+
+
+def _check_species(z: torch.Tensor, species: frozenset[int] | None, max_species: int | None) -> None:
+    if not z.numel():
+        return
+    present = set(torch.unique(z).tolist())
+    if species is not None:
+        unknown = sorted(present - species)
+        if unknown:
+            raise InferenceError(
+                f"numbers: species {unknown} were not in the model's training species {sorted(species)}"
+            )
+    elif max_species is not None:
+        unknown = sorted(s for s in present if s >= max_species)
+        if unknown:
+            raise InferenceError(
+                f"numbers: atomic numbers {unknown} are outside the model's species embedding (expected 1..{max_species - 1})"
+            )
+
+
+def _check_cell(
+    cell: Any, pbc: Any, num_graphs: int, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
+    pbc_t = None
+    if pbc is not None:
+        pbc_t = _tensor(pbc, "pbc")
+        if pbc_t.dtype != torch.bool:
+            if pbc_t.is_floating_point() or not bool(((pbc_t == 0) | (pbc_t == 1)).all()):
+                raise InferenceError(f"pbc: expected booleans, found dtype {pbc_t.dtype}")
+            pbc_t = pbc_t.bool()
+        if pbc_t.dim() == 0:
+            pbc_t = pbc_t.expand(3)
+        if pbc_t.shape == (3,):
+            pbc_t = pbc_t.unsqueeze(0).expand(num_graphs, 3)
+        if pbc_t.shape != (num_graphs, 3):
+            raise InferenceError(f"pbc: expected [3] or [B, 3] = ({num_graphs}, 3), found {_shape(pbc_t)}")
+    if cell is None:
+        if pbc_t is not None and bool(pbc_t.any()):
+            raise InferenceError("cell: periodic boundary conditions (pbc) need a cell [3, 3] or [B, 3, 3]; found none")
+        return None, None, False
+    cell_t = _tensor(cell, "cell")
+    grad = bool(cell_t.requires_grad)
+    cell_t = cell_t.detach().to(device=device, dtype=dtype)
+    if cell_t.shape == (3, 3):
+        cell_t = cell_t.unsqueeze(0).expand(num_graphs, 3, 3)
+    if cell_t.shape != (num_graphs, 3, 3):
+        raise InferenceError(f"cell: expected [3, 3] or [B, 3, 3] = ({num_graphs}, 3, 3), found {_shape(cell_t)}")
+    if not bool(torch.isfinite(cell_t).all()):
+        raise InferenceError("cell: expected finite lattice vectors, found NaN or inf")
+    if pbc_t is None:
+        pbc_t = torch.ones(num_graphs, 3, dtype=torch.bool)
+    return cell_t.contiguous(), pbc_t.to(device).contiguous(), grad
+
+
+def _completed(cell: torch.Tensor, pbc: torch.Tensor) -> torch.Tensor:
+    """float64 cells whose non-periodic rows are replaced by an orthonormal complement of the periodic rows."""
+    c = cell.to(torch.float64)
+    periodic = torch.where(pbc.unsqueeze(-1), c, torch.zeros_like(c))
+    _, _, vh = torch.linalg.svd(periodic)
+    m = pbc.sum(dim=1, keepdim=True)
+    slot = (m + torch.cumsum((~pbc).long(), dim=1) - 1).clamp(max=2)
+    complement = torch.gather(vh, 1, slot.unsqueeze(-1).expand(c.shape[0], 3, 3))
+    return torch.where(pbc.unsqueeze(-1), periodic, complement)
+
+
+def perpendicular_widths(cell: torch.Tensor, pbc: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B, 3]`` distance between the opposite faces of each cell, ``|V| / |a_i x a_j|``.
+
+    With ``pbc``, non-periodic rows are first replaced by unit vectors orthogonal to the periodic
+    ones, so a periodic direction's width is its distance to the span of the other periodic rows.
+    """
+    c = cell.to(torch.float64) if pbc is None else _completed(cell, pbc)
+    volume = torch.linalg.det(c).abs().unsqueeze(-1)
+    cross = torch.stack(
+        [
+            torch.linalg.cross(c[:, 1], c[:, 2]),
+            torch.linalg.cross(c[:, 2], c[:, 0]),
+            torch.linalg.cross(c[:, 0], c[:, 1]),
+        ],
+        dim=1,
+    ).norm(dim=-1)
+    return torch.where(cross > 0, volume / cross.clamp_min(1e-300), torch.zeros_like(cross))
+
+
+def _check_cell_size(cell: torch.Tensor, pbc: torch.Tensor, cutoff: float, max_cell_images: int) -> None:
+    c = _completed(cell, pbc)
+    lengths = c.norm(dim=-1)
+    volume = torch.linalg.det(c).abs()
+    periodic = pbc.any(dim=1)
+    singular = periodic & (volume <= 1e-9 * lengths.prod(dim=1).clamp_min(1e-300))
+    if bool(singular.any()):
+        b = int(singular.nonzero()[0])
+        raise InferenceError(
+            f"cell: expected linearly independent periodic lattice vectors, found structure {b} with a singular cell "
+            f"{cell[b].tolist()} (pbc {pbc[b].tolist()})"
+        )
+    widths = perpendicular_widths(c)
+    needed = cutoff / max_cell_images
+    small = pbc & (widths < needed)
+    if bool(small.any()):
+        b, k = (int(i) for i in small.nonzero()[0])
+        raise InferenceError(
+            f"cell: too small for the model cutoff {cutoff} Å: structure {b} has a perpendicular width of "
+            f"{float(widths[b, k]):.4g} Å along periodic lattice vector {k}; expected >= cutoff / max_cell_images = "
+            f"{needed:.4g} Å (more images would be searched than max_cell_images={max_cell_images}); "
+            "check the units (Å), build a supercell, or raise max_cell_images"
+        )

@@ -1,0 +1,146 @@
+"""What the calculator needs to know about a model: inputs, species, units, output kinds.
+
+Supported models take, as node feature inputs, exactly one atomic-number input (a name in
+``hydragnn.models.config.SPECIES_INPUT_NAMES``, dim 1) and, as graph inputs, nothing or one
+total-charge input (``charge`` / ``total_charge``, dim 1) filled from the call's ``charge``.
+The model must have positions (``role: "position"``). Edge inputs are not supported (the
+calculator builds the edges itself).
+
+Species rule: the manifest's ``species`` list when the artifact has one, else the ``species``
+given to the calculator, else no list; without a list, atomic numbers must fit the model's
+species embedding (``1 .. num_species - 1``), and without an embedding anything goes.
+
+Units: a model trained on normalized energies (artifact ``normalization`` with stats for the
+energy output) is mapped back: ``E = scale * E' + shift`` (per atom when ``per_atom``), and the
+energy derivatives (forces, stress, per-atom energies) are scaled by the same factor. Other
+heads with statistics are inverted with :class:`hydragnn.data.Normalizer`. Separate statistics
+for forces or stress would break ``F = -dE/dR``: such a model is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hydragnn.data import Normalizer
+from hydragnn.models import HydraModel
+from hydragnn.models.config import SPECIES_INPUT_NAMES
+
+from .errors import InferenceError
+
+CHARGE_INPUT_NAMES = frozenset({"charge", "total_charge", "charges"})
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Facts about a model, read once.
+
+    Attributes:
+        cutoff: neighbour cutoff (Å).
+        max_neighbours: the model's neighbour cap (``None``: all).
+        species: training species, or ``None``.
+        max_species: size of the species embedding (exclusive bound), or ``None``.
+        charge_input: whether ``graph_attr`` is the total charge.
+        energy, forces, stress, atomic_energy: output names of the MLIP roles (``None`` if absent).
+        node_outputs / graph_outputs: other per-atom / per-structure output names.
+        normalizer: statistics to undo, or ``None``.
+    """
+
+    cutoff: float
+    max_neighbours: int | None
+    species: frozenset[int] | None
+    max_species: int | None
+    charge_input: bool
+    energy: str | None
+    forces: str | None
+    stress: str | None
+    atomic_energy: str | None
+    node_outputs: tuple[str, ...]
+    graph_outputs: tuple[str, ...]
+    normalizer: Normalizer | None
+
+    @property
+    def mlip(self) -> bool:
+        return self.energy is not None
+
+
+def model_info(model: HydraModel, species: Sequence[int] | None = None) -> ModelInfo:
+    """Read a :class:`HydraModel` (and its ``manifest`` when loaded from an artifact).
+
+    Raises:
+        InferenceError: a model the calculator cannot feed.
+    """
+    if not isinstance(model, HydraModel):
+        raise InferenceError(
+            f"model_or_artifact: expected a HydraModel or an artifact path, found {type(model).__name__}"
+        )
+    schema = model.schema
+    if schema.position is None:
+        raise InferenceError("model: expected a model with positions (an input with role 'position'); found none")
+    node_in = schema.feature_inputs("node")
+    if len(node_in) != 1 or node_in[0].name not in SPECIES_INPUT_NAMES or node_in[0].dim != 1:
+        found = [(v.name, v.dim) for v in node_in]
+        raise InferenceError(
+            f"model: expected exactly one node input, the atomic number (one of {sorted(SPECIES_INPUT_NAMES)}, dim 1); found {found}"
+        )
+    if schema.feature_inputs("edge"):
+        raise InferenceError("model: edge inputs are not supported by the calculator (it builds the edges itself)")
+    graph_in = schema.feature_inputs("graph")
+    if graph_in and (len(graph_in) != 1 or graph_in[0].name not in CHARGE_INPUT_NAMES or graph_in[0].dim != 1):
+        found = [(v.name, v.dim) for v in graph_in]
+        raise InferenceError(
+            f"model: graph inputs other than one total charge ({sorted(CHARGE_INPUT_NAMES)}, dim 1) are not supported; found {found}"
+        )
+    manifest: Mapping[str, Any] = getattr(model, "manifest", None) or {}
+    listed = manifest.get("species") if manifest.get("species") is not None else species
+    num_species = getattr(model.dims, "num_species", 0)
+    special = dict(model.special) if model.mlip else {}
+    if model.mlip and model.config.compute_grad_energy:
+        special.setdefault("forces", model.config.forces_name)
+    taken = set(special.values())
+    normalizer = _normalizer(manifest.get("normalization"), special)
+    return ModelInfo(
+        cutoff=float(model.cutoff),
+        max_neighbours=model.config.max_neighbours,
+        species=frozenset(int(z) for z in listed) if listed is not None else None,
+        max_species=int(num_species) if num_species else None,
+        charge_input=bool(graph_in),
+        energy=special.get("energy"),
+        forces=special.get("forces"),
+        stress=special.get(
+            "stress", model.config.stress_name if model.mlip and model.config.compute_grad_energy else None
+        ),
+        atomic_energy=special.get("atomic_energy"),
+        node_outputs=tuple(v.name for v in schema.outputs_at("node") if v.name not in taken),
+        graph_outputs=tuple(v.name for v in schema.outputs_at("graph") if v.name not in taken),
+        normalizer=normalizer,
+    )
+
+
+def _normalizer(stats: Any, special: Mapping[str, str]) -> Normalizer | None:
+    if not stats:
+        return None
+    try:
+        normalizer = Normalizer.from_dict(stats)
+    except Exception as exc:  # hydra-data raises DataError; report it as ours
+        raise InferenceError(f"model: the artifact's normalization statistics are unreadable: {exc}") from exc
+    for role in ("forces", "stress", "atomic_energy"):
+        name = special.get(role)
+        if name is not None and name in normalizer:
+            raise InferenceError(
+                f"model: the artifact normalizes {role} ({name!r}) separately from the energy; forces, stress and "
+                "per-atom energies must be derivatives / parts of the energy (normalize the energy only)"
+            )
+    return normalizer
+
+
+def energy_scale(info: ModelInfo, counts: torch.Tensor) -> torch.Tensor | None:
+    """``[B]`` factor from model energy units to eV (``None``: identity)."""
+    if info.normalizer is None or info.energy not in info.normalizer:
+        return None
+    st = info.normalizer.stats[info.energy]
+    scale = torch.full(counts.shape, float(st.scale[0]), dtype=torch.float64, device=counts.device)
+    return scale * counts.to(torch.float64) if st.per_atom else scale

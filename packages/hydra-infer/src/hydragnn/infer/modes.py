@@ -1,0 +1,142 @@
+"""Mode selection: CUDA-graph and inference-kernel eligibility, fallbacks, one-time warnings.
+
+The calculator always has a working regular path (eager model, or its ``torch.compile``d
+forward). The CUDA-graph engine and the inference kernels plug in through two seams:
+``HydraCalculator._graph_engine`` and ``HydraCalculator._kernels`` (``None`` in this release).
+Every call asks :func:`graph_reasons` / :func:`kernel_reasons` why the fast path would not
+apply; each reason is warned about once per calculator (:class:`FallbackWarnings`) and the
+regular path answers.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import torch
+
+from .errors import HydraInferWarning, InferenceError
+
+ENV_CUDA_GRAPH = "HYDRAGNN_CUDA_GRAPH"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+GRAPH_REASONS: dict[str, str] = {
+    "device": "CUDA-graph replay needs a CUDA device; the calculator runs on {device}",
+    "cell": "a cell was given: CUDA-graph replay covers non-periodic structures only",
+    "requires_grad": "the inputs require grad: CUDA-graph replay returns detached results only",
+    "stress": "stress was requested: CUDA-graph replay computes energy and forces only",
+    "model": "the model is not supported by CUDA-graph replay ({detail})",
+    "dependency": "the CUDA-graph engine is not available ({detail})",
+}
+"""CUDA-graph ineligibility reasons (code -> message template)."""
+
+KERNEL_REASONS: dict[str, str] = {
+    "device": "the Triton inference kernels need CUDA, or TRITON_INTERPRET=1 on CPU (slow, for tests); "
+    "the calculator runs on {device}",
+    "dependency": "the inference kernels are not available ({detail})",
+}
+"""Inference-kernel ineligibility reasons."""
+
+COMPILE_WITH_GRAPH = (
+    "compile_model=True with cuda_graph=True: replayed CUDA graphs are captured from the eager model, "
+    "so eligible calls run the eager model (calls that fall back use the compiled one)"
+)
+
+
+def resolve_cuda_graph(cuda_graph: bool | None) -> bool:
+    """An explicit ``True`` / ``False`` wins; ``None`` reads :data:`ENV_CUDA_GRAPH`.
+
+    The variable is case-insensitive and whitespace is ignored: ``1, true, yes, on`` enable,
+    ``0, false, no, off`` or empty / unset disable.
+
+    Raises:
+        InferenceError: an unrecognised value of the variable.
+    """
+    if cuda_graph is not None:
+        if not isinstance(cuda_graph, bool):
+            raise InferenceError(f"cuda_graph: expected True, False or None, found {cuda_graph!r}")
+        return cuda_graph
+    raw = os.environ.get(ENV_CUDA_GRAPH, "")
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise InferenceError(
+        f"{ENV_CUDA_GRAPH}: expected one of {sorted(_TRUE | (_FALSE - {''}))} (case-insensitive), found {raw!r}"
+    )
+
+
+class FallbackWarnings:
+    """Issues each ``(path, reason)`` warning at most once (per calculator)."""
+
+    def __init__(self) -> None:
+        self.issued: set[tuple[str, str]] = set()
+
+    def warn(self, path: str, reason: str, message: str) -> None:
+        key = (path, reason)
+        if key in self.issued:
+            return
+        self.issued.add(key)
+        warnings.warn(f"hydra-infer: {message}", HydraInferWarning, stacklevel=4)
+
+
+def graph_reasons(
+    *,
+    device: torch.device,
+    engine: Any,
+    model_problem: str | None,
+    has_cell: bool,
+    requires_grad: bool,
+    stress: bool,
+) -> list[tuple[str, str]]:
+    """Every reason a call cannot replay a CUDA graph: ``[(code, message)]`` (empty: eligible)."""
+    reasons = []
+    if device.type != "cuda":
+        reasons.append(("device", GRAPH_REASONS["device"].format(device=device)))
+    if has_cell:
+        reasons.append(("cell", GRAPH_REASONS["cell"]))
+    if requires_grad:
+        reasons.append(("requires_grad", GRAPH_REASONS["requires_grad"]))
+    if stress:
+        reasons.append(("stress", GRAPH_REASONS["stress"]))
+    if model_problem is not None:
+        reasons.append(("model", GRAPH_REASONS["model"].format(detail=model_problem)))
+    if engine is None:
+        reasons.append(("dependency", GRAPH_REASONS["dependency"].format(detail=graph_dependency_problem())))
+    return reasons
+
+
+def graph_dependency_problem() -> str:
+    """Why the CUDA-graph engine cannot run here."""
+    if not hasattr(torch.cuda, "CUDAGraph"):
+        return f"torch {torch.__version__} has no torch.cuda.CUDAGraph"
+    return "this hydra-infer release ships no CUDA-graph engine"
+
+
+def graph_model_problem(model: Any) -> str | None:
+    """``None`` when the model fits CUDA-graph capture, else why not."""
+    if not getattr(model, "mlip", False):
+        return "not an interatomic potential"
+    if getattr(model.config, "dynamic_graph", False):
+        return "dynamic_graph=True builds edges inside forward (data-dependent shapes)"
+    return None
+
+
+def kernel_reasons(*, device: torch.device, kernels: Any) -> list[tuple[str, str]]:
+    """Every reason the inference kernels cannot run: ``[(code, message)]``."""
+    reasons = []
+    interpret = os.environ.get("TRITON_INTERPRET", "").strip() == "1"
+    if device.type != "cuda" and not interpret:
+        reasons.append(("device", KERNEL_REASONS["device"].format(device=device)))
+    if kernels is None:
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            detail = "triton is not installed"
+        else:
+            detail = "this hydra-infer release ships no inference kernels"
+        reasons.append(("dependency", KERNEL_REASONS["dependency"].format(detail=detail)))
+    return reasons

@@ -1,0 +1,82 @@
+"""``HydraTorchSimModel``: a :class:`HydraCalculator` as a torch-sim ``ModelInterface``.
+
+Needs the optional extra ``hydra-infer[torchsim]`` (``torch-sim-atomistic``). torch-sim's cell
+holds lattice vectors as columns; the calculator takes rows (``state.row_vector_cell``).
+Returns ``energy [B]`` (eV), ``forces [N, 3]`` (eV/Å) and ``stress [B, 3, 3]`` (eV/Å³, periodic
+states) in the model's dtype on its device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .calculator import HydraCalculator
+from .errors import InferenceError
+
+try:
+    import torch_sim as ts
+    from torch_sim.models.interface import ModelInterface
+except ImportError as exc:  # pragma: no cover - depends on the optional extra
+    raise ImportError(
+        "HydraTorchSimModel needs torch-sim: pip install 'hydra-infer[torchsim]' (torch-sim-atomistic)"
+    ) from exc
+
+
+class HydraTorchSimModel(ModelInterface):
+    """torch-sim model around a :class:`HydraCalculator`.
+
+    Args:
+        calc_or_path: a :class:`HydraCalculator`, a ``HydraModel`` or an artifact path.
+        compute_forces: return forces.
+        compute_stress: return stress (periodic states only).
+        **calculator_kwargs: passed to :class:`HydraCalculator` when it is built here.
+    """
+
+    def __init__(
+        self,
+        calc_or_path: Any,
+        *,
+        compute_forces: bool = True,
+        compute_stress: bool = True,
+        **calculator_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if isinstance(calc_or_path, HydraCalculator):
+            self.hydra = calc_or_path
+        else:
+            self.hydra = HydraCalculator(calc_or_path, **calculator_kwargs)
+        if compute_forces and self.hydra.info.forces is None:
+            raise InferenceError("compute_forces: the model predicts no forces")
+        if compute_stress and self.hydra.info.stress is None:
+            raise InferenceError("compute_stress: the model predicts no stress")
+        self._device = self.hydra.device
+        self._dtype = self.hydra.model.geometry_dtype
+        self._compute_forces = bool(compute_forces)
+        self._compute_stress = bool(compute_stress)
+        self._memory_scales_with = "n_atoms_x_density"
+
+    def forward(self, state: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
+        """Energies, forces and stress of a ``SimState`` (or its dict form)."""
+        if isinstance(state, dict):
+            state = ts.SimState(**state, masses=torch.ones_like(state["positions"][:, 0]))
+        pbc = bool(state.pbc) if not isinstance(state.pbc, torch.Tensor) else bool(state.pbc.any())
+        cell = state.row_vector_cell if pbc else None
+        stress = self._compute_stress and pbc
+        out = self.hydra(
+            state.positions,
+            state.atomic_numbers,
+            cell=cell,
+            pbc=state.pbc if isinstance(state.pbc, torch.Tensor) else None,
+            forces=self._compute_forces,
+            stress=stress,
+            mol_idx=state.system_idx,
+        )
+        n_systems = int(state.n_systems)
+        result = {"energy": out["energy"][:n_systems].to(self._dtype)}
+        if self._compute_forces:
+            result["forces"] = out["forces"].to(self._dtype)
+        if stress:
+            result["stress"] = out["stress"].to(self._dtype)
+        return result

@@ -1,0 +1,170 @@
+"""Mode selection: HYDRAGNN_CUDA_GRAPH precedence, fallback reasons, one warning per reason."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from infer_helpers import cluster, tiny_model
+
+from hydragnn.infer import ENV_CUDA_GRAPH, HydraCalculator, HydraInferWarning, InferenceError
+
+POS, Z = cluster(4)
+
+
+@pytest.mark.parametrize(
+    "env, explicit, expected",
+    [
+        (None, None, False),
+        ("1", None, True),
+        (" TRUE ", None, True),
+        ("Yes", None, True),
+        ("on\n", None, True),
+        ("0", None, False),
+        ("off", None, False),
+        ("", None, False),
+        ("1", False, False),
+        ("0", True, True),
+        (None, True, True),
+    ],
+)
+def test_env_precedence(monkeypatch, model64, env, explicit, expected):
+    if env is None:
+        monkeypatch.delenv(ENV_CUDA_GRAPH, raising=False)
+    else:
+        monkeypatch.setenv(ENV_CUDA_GRAPH, env)
+    assert HydraCalculator(model64, cuda_graph=explicit).cuda_graph is expected
+
+
+def test_default_ignores_env(monkeypatch, model64):
+    monkeypatch.setenv(ENV_CUDA_GRAPH, "1")
+    assert HydraCalculator(model64).cuda_graph is False  # the default is an explicit False
+
+
+def test_bad_env_value(monkeypatch, model64):
+    monkeypatch.setenv(ENV_CUDA_GRAPH, "maybe")
+    with pytest.raises(InferenceError, match="HYDRAGNN_CUDA_GRAPH: expected one of"):
+        HydraCalculator(model64, cuda_graph=None)
+
+
+def _messages(record) -> list[str]:
+    return [str(w.message) for w in record if issubclass(w.category, HydraInferWarning)]
+
+
+def test_no_warning_without_fast_modes(model64):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        HydraCalculator(model64)(POS, Z, forces=True)
+
+
+def test_graph_fallback_reasons_warn_once_each(model64, cuau_atoms):
+    calc = HydraCalculator(model64, cuda_graph=True)
+    reference = HydraCalculator(model64)
+    with pytest.warns(HydraInferWarning) as record:
+        out = calc(POS, Z, forces=True)
+    first = _messages(record)
+    assert any("needs a CUDA device" in m for m in first)
+    assert any("CUDA-graph engine is not available" in m for m in first)
+    torch.testing.assert_close(out["forces"], reference(POS, Z, forces=True)["forces"])  # regular path answered
+    assert calc._graph_eligibility(calc._check(POS, Z, None, None, None, None)) == "device"
+
+    with warnings.catch_warnings():  # the same reasons again: silent
+        warnings.simplefilter("error")
+        calc(POS, Z, forces=True)
+
+    a = cuau_atoms[0]
+    with pytest.warns(HydraInferWarning) as record:
+        calc(a.positions, a.numbers, cell=a.cell.array, forces=True, stress=True)
+    new = _messages(record)
+    assert len(new) == 2 and any("a cell was given" in m for m in new) and any("stress was requested" in m for m in new)
+
+    with pytest.warns(HydraInferWarning, match="inputs require grad"):
+        calc(torch.tensor(POS, requires_grad=True), Z)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        calc(torch.tensor(POS, requires_grad=True), Z)
+        calc(a.positions, a.numbers, cell=a.cell.array, stress=True)
+    assert {code for _, code in calc._warnings.issued} == {"device", "dependency", "cell", "stress", "requires_grad"}
+
+
+def test_unsupported_model_reason():
+    calc = HydraCalculator(tiny_model(dynamic_graph=True), cuda_graph=True)
+    with pytest.warns(HydraInferWarning) as record:
+        calc(POS, Z)
+    assert any("not supported by CUDA-graph replay (dynamic_graph=True" in m for m in _messages(record))
+
+
+def test_warnings_are_per_calculator(model64):
+    for _ in range(2):
+        with pytest.warns(HydraInferWarning):
+            HydraCalculator(model64, cuda_graph=True)(POS, Z)
+
+
+def test_kernels_fallback_once(model64, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    calc = HydraCalculator(model64, inference_kernels=True)
+    with pytest.warns(HydraInferWarning) as record:
+        calc(POS, Z)
+    msgs = _messages(record)
+    assert any("TRITON_INTERPRET=1" in m for m in msgs)
+    assert any("inference kernels are not available" in m for m in msgs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        calc(POS, Z)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    interp = HydraCalculator(model64, inference_kernels=True)
+    with pytest.warns(HydraInferWarning) as record:
+        interp(POS, Z)
+    assert not any("TRITON_INTERPRET=1" in m for m in _messages(record))
+
+
+class _FakeEngine:
+    """Stands in for the CUDA-graph engine: answers with the regular path, counts replays."""
+
+    def __init__(self):
+        self.runs = 0
+
+    def run(self, calc, call, *, forces):
+        self.runs += 1
+        return calc._run_regular(call, forces=forces, stress=False)
+
+    def memory_stats(self):
+        return {"engines": 1}
+
+    def clear(self):
+        self.runs = -1
+
+
+def test_engine_seam_and_compile_warning(model64, monkeypatch):
+    calc = HydraCalculator(model64, cuda_graph=True, compile_model=True, compile_options={"backend": "eager"})
+    engine = _FakeEngine()
+    calc._graph_engine = engine
+    call = calc._check(POS, Z, None, None, None, None)
+    monkeypatch.setattr(calc, "device", torch.device("cuda"))  # pretend: eligibility only reads the type
+    assert calc._graph_eligibility(call) is None
+    with pytest.warns(HydraInferWarning, match="eligible calls run the eager model"):
+        assert calc._use_graph(call, forces=True, stress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert calc._use_graph(call, forces=True, stress=False)
+    assert calc.memory_stats() == {"engines": 1}
+    calc.clear_cuda_graphs()
+    assert engine.runs == -1
+
+
+def test_memory_stats_without_engine(model64):
+    calc = HydraCalculator(model64)
+    assert set(calc.memory_stats().values()) == {0}
+    calc.clear_cuda_graphs()
+    assert np.isfinite(float(calc(POS, Z)["energy"][0]))
+
+
+def test_ignored_charge_warns_once(model64):
+    calc = HydraCalculator(model64)
+    with pytest.warns(HydraInferWarning, match="no charge input; it is ignored"):
+        calc(POS, Z, charge=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        calc(POS, Z, charge=1.0)
