@@ -109,15 +109,20 @@ def test_kernels_fallback_once(model64, monkeypatch):
         calc(POS, Z)
     msgs = _messages(record)
     assert any("TRITON_INTERPRET=1" in m for m in msgs)
-    assert any("inference kernels are not available" in m for m in msgs)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         calc(POS, Z)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    interp = HydraCalculator(model64, inference_kernels=True)
+
+
+def test_kernels_fallback_names_a_missing_dependency(model64, monkeypatch):
+    import hydragnn.infer.kernels as kernels
+
+    monkeypatch.setattr(kernels, "available", lambda device: (False, "triton is not installed (test)"))
+    calc = HydraCalculator(model64, inference_kernels=True)
     with pytest.warns(HydraInferWarning) as record:
-        interp(POS, Z)
-    assert not any("TRITON_INTERPRET=1" in m for m in _messages(record))
+        out = calc(POS, Z)
+    assert any("triton is not installed (test)" in m for m in _messages(record))
+    assert torch.equal(out["energy"], HydraCalculator(model64)(POS, Z)["energy"])
 
 
 class _FakeEngine:

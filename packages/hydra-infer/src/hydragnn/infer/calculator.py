@@ -7,10 +7,14 @@ Modes on every device:
   structures, cell lists from 256 atoms, periodic or not; buffers grow, never truncate).
 * ``compile_model=True``: the same, with the model's forward wrapped in
   ``torch.compile(dynamic=True)`` so varying atom and edge counts reuse one compiled graph.
-* ``cuda_graph=True`` (or ``None`` with ``HYDRAGNN_CUDA_GRAPH`` set): CUDA-graph replay by the
-  engine plugged into ``_graph_engine``; ``inference_kernels=True``: the kernels plugged into
-  ``_kernels``. Neither exists in this release, so every call falls back to the regular path
-  with one :class:`HydraInferWarning` per calculator and reason (see :mod:`.modes`).
+* ``cuda_graph=True`` (or ``None`` with ``HYDRAGNN_CUDA_GRAPH`` set): on a CUDA device, the
+  :class:`~.graphs.GraphEngineCache` in ``_graph_engine`` captures a layout on its second sighting
+  and replays it after admission (see :mod:`.graphs.engine`); ineligible calls (cell, stress,
+  inputs requiring grad, other devices) fall back to the regular path with one
+  :class:`HydraInferWarning` per calculator and reason (see :mod:`.modes`). For tests only,
+  ``_graph_backend="replay"`` (or ``HYDRAGNN_GRAPH_BACKEND=replay``) builds the engine with the
+  CPU replay backend, which runs the same static-buffer code path without a GPU.
+* ``inference_kernels=True``: the kernels plugged into ``_kernels``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .model_info import ModelInfo, model_info
 from .modes import (
     COMPILE_WITH_GRAPH,
     FallbackWarnings,
+    graph_backend_request,
     graph_model_problem,
     graph_reasons,
     kernel_reasons,
@@ -56,6 +61,9 @@ class HydraCalculator:
         max_cell_images: periodic images searched per direction before a cell counts as too
             small (see :mod:`.inputs`).
         compile_options: extra ``torch.compile`` keyword arguments (e.g. ``backend``).
+        _graph_backend: testing only: ``"replay"`` (or a backend object) builds the CUDA-graph
+            engine with that backend on any device (default: :data:`.modes.ENV_GRAPH_BACKEND`,
+            else real capture on CUDA devices).
 
     Raises:
         InferenceError: a model the calculator cannot feed, or bad options.
@@ -74,6 +82,7 @@ class HydraCalculator:
         species: Sequence[int] | None = None,
         max_cell_images: int = DEFAULT_MAX_CELL_IMAGES,
         compile_options: dict[str, Any] | None = None,
+        _graph_backend: Any = None,
     ) -> None:
         if isinstance(model_or_artifact_path, (str, os.PathLike)):
             model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")
@@ -95,13 +104,46 @@ class HydraCalculator:
         self.inference_kernels = bool(inference_kernels)
         self._warnings = FallbackWarnings()
         self._graph_engine: Any = None  # seam: the CUDA-graph engine (capture / replay / LRU / budget)
-        self._kernels: Any = None  # seam: the Triton inference kernels
+        self._kernels: Any = None  # a kernel-patched copy of the model (see hydragnn.infer.kernels)
+        self._kernel_problems: list[tuple[str, str]] = []
+        self._kernel_fingerprint: tuple | None = None
+        if self.inference_kernels:
+            self._refresh_kernels()
         self._graph_model_problem = graph_model_problem(self.model)
-        self._forward = self.model
-        if self.compile_model:
-            self._forward = torch.compile(self.model, dynamic=True, **(compile_options or {}))
+        if self.cuda_graph and self._graph_model_problem is None:
+            self._graph_engine = self._make_graph_engine(graph_backend_request(_graph_backend))
+        self._compile_options = dict(compile_options or {})
+        self._build_forward()
 
     # ------------------------------------------------------------------ public API
+    @property
+    def eager_model(self) -> torch.nn.Module:
+        """What eager evaluation and graph capture run: the kernel-patched copy, else the model."""
+        return self._kernels if self._kernels is not None else self.model
+
+    def _refresh_kernels(self) -> None:
+        """(Re)build the kernel-patched copy when the model's parameters changed since the last build."""
+        from .graphs import model_fingerprint
+        from .kernels import prepare
+
+        fingerprint = model_fingerprint(self.model)
+        if fingerprint == self._kernel_fingerprint:
+            return
+        rebuilt = self._kernel_fingerprint is not None
+        self._kernels, self._kernel_problems = prepare(self.model, self.device)
+        self._kernel_fingerprint = fingerprint
+        if rebuilt:
+            self._build_forward()
+
+    def _build_forward(self) -> None:
+        """Point the regular path at the eager model (kernel-patched or not), compiled if asked."""
+        eager = self.eager_model
+        self._forward = eager
+        if self.compile_model:
+            self._forward = torch.compile(eager, dynamic=True, **self._compile_options)
+            self._named_tensors = [*eager.named_parameters(), *eager.named_buffers()]
+            self._compiled_energy = torch.compile(_energy_only(eager), dynamic=True, **self._compile_options)
+
     @property
     def cutoff(self) -> float:
         return self.info.cutoff
@@ -155,26 +197,45 @@ class HydraCalculator:
             self._warnings.warn("inputs", "charge", "charge was given but the model has no charge input; it is ignored")
         use_graph = self._use_graph(call, forces=forces, stress=stress)
         if self.inference_kernels:
-            for code, message in kernel_reasons(device=self.device, kernels=self._kernels):
+            if self._kernels is not None:
+                self._refresh_kernels()
+            for code, message in kernel_reasons(kernels=self._kernels, problems=self._kernel_problems):
                 self._warnings.warn("kernels", code, message)
-        if use_graph:  # pragma: no cover - no engine in this release
-            raw = self._graph_engine.run(self, call, forces=forces)
-        else:
+        raw = self._graph_engine.run(self, call, forces=forces) if use_graph else None
+        if raw is None:
             raw = self._run_regular(call, forces=forces, stress=stress)
         return convert(raw, call, self.info)
 
     def memory_stats(self) -> dict[str, int]:
-        """Memory held by captured CUDA graphs (zeros without an engine)."""
-        if self._graph_engine is not None:  # pragma: no cover - no engine in this release
+        """Memory held by captured CUDA graphs and the engine's event counters (zeros without an engine).
+
+        Keys: ``engines``, ``graphs``, ``graph_pool_bytes``, ``static_buffer_bytes``, ``budget_bytes``
+        and, with an engine, counters such as ``captures``, ``admitted``, ``rejected``, ``replays``,
+        ``evictions``, ``overflows``, ``invalidations`` (see :mod:`.graphs.engine`).
+        """
+        if self._graph_engine is not None:
             return dict(self._graph_engine.memory_stats())
         return {"engines": 0, "graphs": 0, "graph_pool_bytes": 0, "static_buffer_bytes": 0, "budget_bytes": 0}
 
     def clear_cuda_graphs(self) -> None:
-        """Drop every captured CUDA graph (no-op without an engine)."""
-        if self._graph_engine is not None:  # pragma: no cover - no engine in this release
+        """Drop every captured CUDA graph, its buffers and memory pool (no-op without an engine)."""
+        if self._graph_engine is not None:
             self._graph_engine.clear()
 
     # ------------------------------------------------------------------ internals
+    def _make_graph_engine(self, backend: Any) -> Any:
+        """The engine cache, or ``None`` where no backend applies (the reasons then say why)."""
+        from .graphs import CudaGraphBackend, GraphEngineCache, make_backend
+
+        if backend is not None:
+            try:
+                return GraphEngineCache(make_backend(backend))
+            except ValueError as exc:
+                raise InferenceError(f"_graph_backend: {exc}") from exc
+        if self.device.type == "cuda" and hasattr(torch.cuda, "CUDAGraph"):
+            return GraphEngineCache(CudaGraphBackend())
+        return None
+
     def _check(self, coord, numbers, charge, cell, pbc, mol_idx) -> CallInputs:
         return check_call(
             coord,
@@ -250,6 +311,40 @@ class HydraCalculator:
         batch = self.build_batch(call)
         kwargs: dict[str, Any] = {}
         if self.model.mlip:
+            if self.compile_model and forces and not stress:
+                return self._compiled_energy_forces(batch)
             kwargs = {"compute_forces": forces, "compute_stress": stress}
         with torch.no_grad():
             return self._forward(batch, **kwargs)
+
+    def _compiled_energy_forces(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """Compile mode with forces: the compiled forward computes the energy, autograd the forces.
+
+        Inside ``torch.compile``, the model's own ``torch.autograd.grad`` (and the
+        ``requires_grad_`` on its positions) break the graph, which made compiled energy+forces
+        slower than eager. Here the positions require grad before the compiled call, the compiled
+        region is energy-only (AOTAutograd compiles its backward too) and the gradient is taken
+        outside it. The weights enter as detached inputs (``functional_call``), so the compiled
+        backward computes the position gradient only, not the (unused) weight gradients.
+        """
+        pos = batch.pos.detach().requires_grad_(True)
+        batch.pos = pos
+        weights = {name: t.detach() for name, t in self._named_tensors}
+        with torch.enable_grad():
+            out = self._compiled_energy(weights, batch)
+            energy = out[self.info.energy]
+            (grad,) = torch.autograd.grad(energy.sum(), [pos], allow_unused=True)
+        result = {k: v.detach() for k, v in out.items()}
+        result[self.info.forces] = -grad if grad is not None else torch.zeros_like(pos)
+        return result
+
+
+def _energy_only(model: HydraModel) -> Any:
+    """``f(weights, batch) -> outputs`` without forces: ``model`` called with ``weights`` swapped in."""
+
+    def energy(weights: dict[str, torch.Tensor], batch: Batch) -> dict[str, torch.Tensor]:
+        return torch.func.functional_call(
+            model, weights, (batch,), {"compute_forces": False, "compute_stress": False}, strict=False
+        )
+
+    return energy

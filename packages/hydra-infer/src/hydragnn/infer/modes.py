@@ -2,7 +2,9 @@
 
 The calculator always has a working regular path (eager model, or its ``torch.compile``d
 forward). The CUDA-graph engine and the inference kernels plug in through two seams:
-``HydraCalculator._graph_engine`` and ``HydraCalculator._kernels`` (``None`` in this release).
+``HydraCalculator._graph_engine`` (a :class:`~.graphs.GraphEngineCache` when ``cuda_graph`` is on
+and the device is CUDA, or when the testing-only replay backend is requested) and
+``HydraCalculator._kernels``.
 Every call asks :func:`graph_reasons` / :func:`kernel_reasons` why the fast path would not
 apply; each reason is warned about once per calculator (:class:`FallbackWarnings`) and the
 regular path answers.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -19,6 +22,8 @@ import torch
 from .errors import HydraInferWarning, InferenceError
 
 ENV_CUDA_GRAPH = "HYDRAGNN_CUDA_GRAPH"
+ENV_GRAPH_BACKEND = "HYDRAGNN_GRAPH_BACKEND"
+"""Testing only: ``replay`` builds the CUDA-graph engine with the CPU replay backend on any device."""
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
@@ -94,7 +99,7 @@ def graph_reasons(
 ) -> list[tuple[str, str]]:
     """Every reason a call cannot replay a CUDA graph: ``[(code, message)]`` (empty: eligible)."""
     reasons = []
-    if device.type != "cuda":
+    if device.type != "cuda" and not getattr(engine, "runs_on_cpu", False):
         reasons.append(("device", GRAPH_REASONS["device"].format(device=device)))
     if has_cell:
         reasons.append(("cell", GRAPH_REASONS["cell"]))
@@ -113,7 +118,9 @@ def graph_dependency_problem() -> str:
     """Why the CUDA-graph engine cannot run here."""
     if not hasattr(torch.cuda, "CUDAGraph"):
         return f"torch {torch.__version__} has no torch.cuda.CUDAGraph"
-    return "this hydra-infer release ships no CUDA-graph engine"
+    if not torch.cuda.is_available():
+        return "CUDA is not available; the engine is built for CUDA devices only"
+    return "the engine is built for CUDA devices only"
 
 
 def graph_model_problem(model: Any) -> str | None:
@@ -122,21 +129,28 @@ def graph_model_problem(model: Any) -> str | None:
         return "not an interatomic potential"
     if getattr(model.config, "dynamic_graph", False):
         return "dynamic_graph=True builds edges inside forward (data-dependent shapes)"
+    if getattr(model.config, "max_neighbours", None) is not None:
+        return "max_neighbours caps the neighbour list; the static edge buffers keep every pair within the cutoff"
     return None
 
 
-def kernel_reasons(*, device: torch.device, kernels: Any) -> list[tuple[str, str]]:
-    """Every reason the inference kernels cannot run: ``[(code, message)]``."""
-    reasons = []
-    interpret = os.environ.get("TRITON_INTERPRET", "").strip() == "1"
-    if device.type != "cuda" and not interpret:
-        reasons.append(("device", KERNEL_REASONS["device"].format(device=device)))
-    if kernels is None:
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            detail = "triton is not installed"
-        else:
-            detail = "this hydra-infer release ships no inference kernels"
-        reasons.append(("dependency", KERNEL_REASONS["dependency"].format(detail=detail)))
-    return reasons
+def graph_backend_request(explicit: Any) -> str | None:
+    """The testing-only backend request: ``_graph_backend=`` or :data:`ENV_GRAPH_BACKEND`."""
+    if explicit is not None:
+        return explicit
+    value = os.environ.get(ENV_GRAPH_BACKEND, "").strip().lower()
+    if value in ("", "cuda"):
+        return None
+    if value != "replay":
+        raise InferenceError(f"{ENV_GRAPH_BACKEND}: expected 'replay' (testing only) or unset, found {value!r}")
+    return value
+
+
+def kernel_reasons(*, kernels: Any, problems: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """Every reason the inference kernels cannot run: ``[(code, message)]``.
+
+    ``problems`` come from :func:`hydragnn.infer.kernels.prepare` (device, dependency or model).
+    """
+    if kernels is not None:
+        return []
+    return list(problems) or [("dependency", KERNEL_REASONS["dependency"].format(detail="the kernels were not installed"))]
