@@ -29,7 +29,7 @@ PYTHON = "3.11"
 PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "hydra-data": ("adios,test", ()),
     "hydra-models": ("test", ("hydra-data",)),
-    "hydra-train": ("test", ("hydra-data", "hydra-models")),
+    "hydra-train": ("deepspeed,test", ("hydra-data", "hydra-models")),
     "hydra-infer": ("test", ("hydra-data", "hydra-models")),
 }
 IMPORT_NAME = {dist: "hydragnn." + dist.removeprefix("hydra-") for dist in PACKAGES}

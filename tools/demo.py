@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """The main job.
 
-Today (hydra-data complete): the data pipeline end to end on the EMT CuAu reference set —
-generate, prepare against the schema, build periodic neighbor lists, fit normalization
-statistics, write every container, read each back tensor-exact, batch with a node budget,
-and print a summary. The training issue extends this into training an MLIP.
+1. The data pipeline, briefly, on the EMT CuAu reference set: generate, prepare against the
+   schema, build periodic neighbor lists, fit normalization statistics, write every container,
+   read each back tensor-exact, batch with a node budget.
+2. Train a multi-headed MLIP (total energy as a graph head, per-atom energy as a node head,
+   forces from the energy gradient) with ``examples/cuau_mlip.json`` through the same pipeline
+   function as ``hydragnn-train``; print the test errors per head in eV/atom and eV/Å, the
+   artifact path and the parity plots.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 
 import torch
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def _equal(a, b) -> bool:
     if set(a.keys()) != set(b.keys()):
@@ -34,7 +38,10 @@ def _equal(a, b) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("demo_output"))
-    parser.add_argument("--structures", type=int, default=500)
+    parser.add_argument("--structures", type=int, default=100, help="structures of the data-pipeline checks")
+    parser.add_argument("--config", type=pathlib.Path, default=ROOT / "examples" / "cuau_mlip.json")
+    parser.add_argument("--epochs", type=int, default=None, help="override NeuralNetwork.Training.num_epoch")
+    parser.add_argument("--verbosity", type=int, default=2)
     parser.add_argument("--cutoff", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -47,13 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"[1/5] generating {args.structures} CuAu_32atoms structures with ASE's EMT (seed {args.seed})", flush=True)
+    print(f"[1/6] generating {args.structures} CuAu_32atoms structures with ASE's EMT (seed {args.seed})", flush=True)
     t0 = time.perf_counter()
     raw = generate_cuau(n_structures=args.structures, seed=args.seed)
     t_gen = time.perf_counter() - t0
     print(f"      {len(raw)} structures in {t_gen:.1f} s", flush=True)
 
-    print(f"[2/5] preparing against the schema and building periodic neighbor lists (cutoff {args.cutoff} Å)", flush=True)
+    print(f"[2/6] preparing against the schema and building periodic neighbor lists (cutoff {args.cutoff} Å)", flush=True)
     schema = Schema.from_dict(CUAU_VARIABLES)
     t0 = time.perf_counter()
     samples = [add_edges(prepare(s, schema, index=i), args.cutoff) for i, s in enumerate(raw)]
@@ -64,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     n_train = int(0.8 * len(samples))
     norm = Normalizer.fit(samples[:n_train], names=["energy", "forces"])
 
-    print(f"[3/5] writing and reading back every container format under {args.out}", flush=True)
+    print(f"[3/6] writing and reading back every container format under {args.out}", flush=True)
     rows = []
     for fmt in FORMATS:
         path = args.out / f"cuau_32atoms.{ {'pickle': 'pkl', 'pt': 'pt', 'adios': 'bp'}[fmt] }"
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     for fmt, name, w, r in rows:
         print(f"      {fmt:7s} {name:22s} write {w:8.0f} samples/s   read {r:8.0f} samples/s   tensor-exact", flush=True)
 
-    print("[4/5] batching with a node budget of 256 atoms", flush=True)
+    print("[4/6] batching with a node budget of 256 atoms", flush=True)
     train, val, test = open_dataset(args.out / "cuau_32atoms.bp"), samples[n_train:], samples[n_train:]
     batching = {"mode": "node_budget", "max_nodes": 256, "max_graphs": 16, "oversized_sample": "error", "seed": args.seed}
     train_loader, _, _ = create_dataloaders(train, val, test, batch_size=8, batching=batching)
@@ -104,7 +111,37 @@ def main(argv: list[str] | None = None) -> int:
         "normalization": norm.to_dict(),
     }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"[5/5] summary written to {args.out / 'summary.json'}", flush=True)
+    print(f"[5/6] data summary written to {args.out / 'summary.json'}", flush=True)
+
+    from hydragnn.train.pipeline import run_training
+
+    config = json.loads(args.config.read_text())
+    if args.epochs is not None:
+        config["NeuralNetwork"]["Training"]["num_epoch"] = args.epochs
+    arch = config["NeuralNetwork"]["Architecture"]
+    print(
+        f"[6/6] training a multi-headed MLIP ({arch['mpnn_type']}, energy + per-atom energy + forces = -dE/dpos) "
+        f"from {args.config.name}: {config['Dataset']['generator']['n_structures']} structures, "
+        f"{config['NeuralNetwork']['Training']['num_epoch']} epochs",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    metrics = run_training(config, args.out / "mlip_run", verbosity=args.verbosity)
+    wall = time.perf_counter() - t0
+    mae = metrics["test"]["mae"]
+    print(f"      trained in {wall:.0f} s; best epoch {metrics['best_epoch']} (val loss {metrics['best_val_loss']:.4g})")
+    print("      test errors per head (held-out structures):")
+    for name, r in mae.items():
+        print(f"        {name:14s} MAE {r['mae']:.4f} {r['unit']}")
+    paths = metrics["paths"]
+    print(f"      artifact:    {paths['artifact']}")
+    print(f"      config:      {paths['config']}")
+    print(f"      metrics:     {paths['metrics']}")
+    print(f"      tensorboard: {paths['tensorboard']}")
+    for plot in paths.get("plots", []):
+        print(f"      parity plot: {plot}")
+    summary["mlip"] = {"wall_s": round(wall, 1), "best_epoch": metrics["best_epoch"], "test_mae": mae, "paths": paths}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     return 0
 
 

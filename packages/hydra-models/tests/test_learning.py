@@ -5,25 +5,41 @@
 ``task_weights`` (total-energy MSE weighted 3/32² = per-atom MSE x 3, forces MSE x 1, the
 per-atom energy target unused). Errors are measured on the held-out structures.
 
-Measured (torch 2.13 CPU, 1 thread, seed 0):
+Measured (torch 2.13 CPU, 1 thread, seed 0; identical in every run; times are the range over three
+pytest runs on a shared 2-core machine under load 2-8, so they are upper bounds; whole file 2-3.5 min):
 
-========  ==================  ================  ==========================
-encoder   energy MAE eV/atom  force MAE eV/Å    time
-========  ==================  ================  ==========================
-baseline  0.0210 (mean)       0.417 (zero)
-SchNet    0.0048              0.040             3 s (10 s on a busy machine)
-========  ==================  ================  ==========================
+========  ==================  ================  =======  ==========================================
+encoder   energy MAE eV/atom  force MAE eV/Å    time     learning_config / status
+========  ==================  ================  =======  ==========================================
+baseline  0.0210 (mean)       0.417 (zero)               pass: energy < 0.0105, forces < 0.104
+CGCNN     0.0610              0.097             8-17 s   xfail: energy (see XFAIL)
+DimeNet   0.0070              0.025             32-47 s  widths 16, num_radial 4, num_spherical 2
+EGNN      0.0077              0.054             5-7 s
+GAT       0.0145              0.086             6-9 s    xfail: energy (also hidden 32 / lr 5e-3)
+GIN       0.0084              0.039             3-5 s    hidden_dim 32
+MACE      0.0085              0.034             14-31 s  max_ell 1, correlation 2, radial MLP 16
+MFC       0.0068              0.038             5-9 s
+PAINN     0.0037              0.031             6-11 s
+PNA       0.0193              0.105             7-14 s   xfail: energy, forces (hidden 32: 0.0135)
+PNAEq     0.0053              0.039             11-28 s
+PNAPlus   0.0093              0.032             15-29 s  hidden_dim 32, lr 5e-3
+SAGE      0.0100              0.069             3-7 s    (energy just under the baseline criterion)
+SchNet    0.0048              0.040             3-7 s
+========  ==================  ================  =======  ==========================================
 
-Thresholds below sit about 1.7x above the measurement; every encoder must also beat half the
+Thresholds below sit about 1.5x above the measurement; every encoder must also beat half the
 predict-the-mean energy error and a quarter of the predict-zero force error. An encoder class may
 set ``learning_config = {...}`` (``Architecture`` keys overriding this recipe, after its
-``conformance_config``); record its measurement and thresholds here.
+``conformance_config``) and :data:`RECIPES` may override ``epochs`` / ``lr``; record its
+measurement and thresholds here. Encoders in :data:`XFAIL` do not reach the baseline criteria
+with this recipe: they are strict xfails (an unexpected pass fails, so the entry gets removed).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from conformance import REGISTERED_ENCODERS
 from graphs import collate, with_edges
 
 from hydragnn.data import Schema, prepare
@@ -37,9 +53,32 @@ BATCH = 4
 LR = 1e-2
 # encoder -> (energy MAE eV/atom, force MAE eV/Å) thresholds, set from the measurements above.
 THRESHOLDS: dict[str, tuple[float, float]] = {
+    "CGCNN": (0.092, 0.146),
+    "DimeNet": (0.0105, 0.037),
+    "EGNN": (0.012, 0.082),
+    "GAT": (0.022, 0.13),
+    "GIN": (0.013, 0.059),
+    "MACE": (0.013, 0.052),
+    "MFC": (0.011, 0.057),
+    "PAINN": (0.0056, 0.048),
+    "PNA": (0.029, 0.158),
+    "PNAEq": (0.008, 0.059),
+    "PNAPlus": (0.014, 0.047),
+    "SAGE": (0.015, 0.104),
     "SchNet": (0.008, 0.07),
 }
 BASELINE_FACTORS = (0.5, 0.25)
+# encoder -> recipe overrides ("epochs", "lr") for encoders that need them.
+RECIPES: dict[str, dict[str, float]] = {"PNAPlus": {"lr": 5e-3}}
+# encoder -> why it does not reach the baseline criteria yet (strict xfail).
+XFAIL: dict[str, str] = {
+    "CGCNN": "energy 0.061 eV/atom, train error 0.050 (under-fits). EnvelopeCGConv (encoders/cgcnn.py) "
+    "sums ~17 strictly positive messages with no normalisation in place of CGCNN's BatchNorm: at hidden 32 "
+    "+ tanh the second layer's gates saturate (40% < 0.01, 27% > 0.99) and forces collapse to zero; "
+    "dividing the sum by the soft degree only reaches 0.022 eV/atom",
+    "GAT": "energy 0.0145 eV/atom (0.014 at hidden_dim 32)",
+    "PNA": "energy 0.019 eV/atom and forces 0.105 eV/Å (messages not gated by the envelope)",
+}
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +105,13 @@ def _errors(model, data) -> tuple[float, float]:
     return energy, forces
 
 
-@pytest.mark.parametrize("encoder_name", sorted(THRESHOLDS))
-def test_learns_emt_energy_and_forces(encoder_name, cuau):
-    schema, train, test = cuau
+def train_and_measure(encoder_name: str, train, test, arch_overrides: dict | None = None) -> dict:
+    """Train ``encoder_name`` with the recipe (+ its ``learning_config`` and :data:`RECIPES` entry).
+
+    Returns the trained model, first/last training loss, test energy MAE (eV/atom), force MAE (eV/Å) and the
+    predict-the-mean / predict-zero baselines.
+    """
+    recipe = {"epochs": EPOCHS, "lr": LR, **RECIPES.get(encoder_name, {})}
     # per-species reference energies from a least-squares fit on the training set
     energies = torch.tensor([float(d.energy) for d in train], dtype=torch.float64)
     ref = torch.linalg.lstsq(_composition(train), energies.unsqueeze(-1)).solution.squeeze(-1)
@@ -86,13 +129,14 @@ def test_learns_emt_energy_and_forces(encoder_name, cuau):
     }
     arch.update(getattr(ENCODERS[encoder_name], "conformance_config", {}))
     arch.update(getattr(ENCODERS[encoder_name], "learning_config", {}))
+    arch.update(arch_overrides or {})
     torch.manual_seed(0)
-    model = build_model(arch, schema)
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, EPOCHS)
+    model = build_model(arch, Schema.from_dict(CUAU_VARIABLES))
+    optimizer = torch.optim.Adam(model.parameters(), lr=recipe["lr"])
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, recipe["epochs"])
     generator = torch.Generator().manual_seed(0)
     first = last = None
-    for _ in range(EPOCHS):
+    for _ in range(recipe["epochs"]):
         model.train()
         order = torch.randperm(len(train), generator=generator).tolist()
         for start in range(0, len(train), BATCH):
@@ -104,20 +148,39 @@ def test_learns_emt_energy_and_forces(encoder_name, cuau):
             last = float(loss.detach())
             first = last if first is None else first
         scheduler.step()
-    assert last < first
 
     test_batch = collate(test)
     mean_energy = float(torch.tensor([float(d.energy) for d in train]).mean()) / N_ATOMS
-    base_energy = float((test_batch.energy / N_ATOMS - mean_energy).abs().mean())
-    base_forces = float(test_batch.forces.abs().mean())
     energy_mae, force_mae = _errors(model, test)
+    return {
+        "model": model,
+        "first_loss": first,
+        "last_loss": last,
+        "energy_mae": energy_mae,
+        "force_mae": force_mae,
+        "base_energy": float((test_batch.energy / N_ATOMS - mean_energy).abs().mean()),
+        "base_forces": float(test_batch.forces.abs().mean()),
+    }
+
+
+@pytest.mark.parametrize(
+    "encoder_name",
+    [
+        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=XFAIL[name])) if name in XFAIL else name
+        for name in REGISTERED_ENCODERS
+    ],
+)
+def test_learns_emt_energy_and_forces(encoder_name, cuau):
+    _, train, test = cuau
+    r = train_and_measure(encoder_name, train, test)
+    energy_mae, force_mae = r["energy_mae"], r["force_mae"]
     print(
-        f"{encoder_name}: energy MAE {energy_mae:.4f} eV/atom (mean baseline {base_energy:.4f}), "
-        f"force MAE {force_mae:.4f} eV/Å (zero baseline {base_forces:.4f})"
+        f"{encoder_name}: energy MAE {energy_mae:.4f} eV/atom (mean baseline {r['base_energy']:.4f}), "
+        f"force MAE {force_mae:.4f} eV/Å (zero baseline {r['base_forces']:.4f})"
     )
-    assert energy_mae < BASELINE_FACTORS[0] * base_energy
-    assert force_mae < BASELINE_FACTORS[1] * base_forces
-    if encoder_name in THRESHOLDS:
-        e_max, f_max = THRESHOLDS[encoder_name]
-        assert energy_mae < e_max, f"{encoder_name}: energy MAE {energy_mae:.4f} eV/atom >= {e_max}"
-        assert force_mae < f_max, f"{encoder_name}: force MAE {force_mae:.4f} eV/Å >= {f_max}"
+    assert r["last_loss"] < r["first_loss"]
+    assert energy_mae < BASELINE_FACTORS[0] * r["base_energy"]
+    assert force_mae < BASELINE_FACTORS[1] * r["base_forces"]
+    e_max, f_max = THRESHOLDS[encoder_name]
+    assert energy_mae < e_max, f"{encoder_name}: energy MAE {energy_mae:.4f} eV/atom >= {e_max}"
+    assert force_mae < f_max, f"{encoder_name}: force MAE {force_mae:.4f} eV/Å >= {f_max}"

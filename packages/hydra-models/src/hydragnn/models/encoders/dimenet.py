@@ -117,6 +117,16 @@ class DimeNetEncoder(Encoder):
     #: Extra ``Architecture`` keys for the shared conformance suite: its capture-safety check
     #: needs the fixed triplet layout (the test structures have in-degrees <= 18).
     conformance_config: ClassVar[dict] = {"triplet_capacity": 32}
+    #: ``Architecture`` overrides for tests/test_learning.py: small widths and bases, exact
+    #: (unpadded) triplets, to fit its time budget.
+    learning_config: ClassVar[dict] = {
+        "num_radial": 4,
+        "num_spherical": 2,
+        "int_emb_size": 16,
+        "basis_emb_size": 4,
+        "out_emb_size": 16,
+        "triplet_capacity": None,
+    }
 
     def __init__(self, dims: EncoderDims, config: DimeNetConfig) -> None:
         super().__init__(dims, config)

@@ -93,6 +93,8 @@ class MACEEncoder(Encoder):
     needs_pos = True
     #: Extra ``Architecture`` keys for the shared conformance suite (smaller harmonics: faster).
     conformance_config: ClassVar[dict] = {"max_ell": 2, "correlation": 3}
+    #: ``Architecture`` overrides for tests/test_learning.py (small: l <= 1, body order 3).
+    learning_config: ClassVar[dict] = {"max_ell": 1, "correlation": 2, "radial_mlp_dim": 16}
 
     def __init__(self, dims: EncoderDims, config: MACEConfig) -> None:
         super().__init__(dims, config)

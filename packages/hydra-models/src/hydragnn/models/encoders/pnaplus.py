@@ -127,6 +127,9 @@ class GatedPNAConv(PNAConv):
 class PNAPlusEncoder(InvariantEncoder):
     """Stack of :class:`GatedPNAConv` (see the module docstring)."""
 
+    #: ``Architecture`` overrides for tests/test_learning.py (with lr 5e-3 there).
+    learning_config = {"hidden_dim": 32}
+
     @dataclass(frozen=True)
     class Config(PNAConfig):
         """The PNA keys (HydraGNN's PNA+ used ``radial_basis="bessel"``, ``cutoff_function="polynomial"``)."""

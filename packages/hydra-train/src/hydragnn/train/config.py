@@ -1,0 +1,362 @@
+"""The JSON run config, parsed into typed, validated, frozen objects.
+
+Top level: ``Verbosity``, ``Dataset``, ``Variables``, ``NeuralNetwork`` (``Architecture``,
+``Training``). An unknown key, a wrong type or an impossible combination raises
+:class:`ConfigError` naming the JSON path (``NeuralNetwork.Training.Optimizer.lr: unknown key;
+allowed: [...]``). :meth:`RunConfig.to_dict` gives the completed config (defaults filled), which
+:func:`load_config` reads back to an equal config.
+
+Example::
+
+    {"Verbosity": {"level": 2},
+     "Dataset": {"name": "cuau", "generator": {"name": "cuau", "n_structures": 200, "seed": 0},
+                 "split": [0.8, 0.1, 0.1], "seed": 0},
+     "Variables": {"inputs": [...], "outputs": [...]},
+     "NeuralNetwork": {"Architecture": {"mpnn_type": "SchNet", ...},
+                       "Training": {"num_epoch": 20, "batch_size": 8,
+                                    "Optimizer": {"type": "AdamW", "learning_rate": 1e-3}}}}
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydragnn.data import BatchingConfig, DataError, Schema, SchemaError
+from hydragnn.models import ModelConfig, ModelConfigError
+from hydragnn.models.config import COMMON_KEYS as ARCH_COMMON_KEYS
+
+from .config_sections import (
+    CheckpointConfig,
+    EarlyStoppingConfig,
+    LocalSGDConfig,
+    OptimizerConfig,
+    ParallelismConfig,
+    SchedulerConfig,
+    at_least,
+    choice,
+    legacy_bool_section,
+    parse_checkpoint,
+    parse_early_stopping,
+    plain,
+    section,
+    typed,
+)
+from .errors import ConfigError
+
+__all__ = [
+    "CheckpointConfig",
+    "DatasetConfig",
+    "EarlyStoppingConfig",
+    "LocalSGDConfig",
+    "OptimizerConfig",
+    "ParallelismConfig",
+    "RunConfig",
+    "SchedulerConfig",
+    "TrainingConfig",
+    "load_config",
+    "parse_training",
+]
+
+NN = "NeuralNetwork"
+TRAINING = f"{NN}.Training"
+ARCH = f"{NN}.Architecture"
+FORMATS = ("pickle", "pt", "adios")
+GENERATORS = ("cuau",)
+NAN_POLICIES = ("error", "skip")
+MODEL_KEYS_IN_TRAINING = ("loss_function_type", "compute_grad_energy", "precision", "conv_checkpointing")
+"""Keys that belong to the model but may be given under ``Training``; copied into ``Architecture``."""
+
+
+# ------------------------------------------------------------------------- Training
+@dataclass(frozen=True)
+class TrainingConfig:
+    """A validated ``NeuralNetwork.Training`` section (JSON keys of the same name).
+
+    Attributes:
+        num_epoch [10], batch_size [32], seed [0] (model initialisation and shuffling),
+        Batching [null] (``hydragnn.data`` cost-aware batching section),
+        optimizer, scheduler, early_stopping, checkpoint, parallelism, local_sgd,
+        nan_policy ["error" | "skip"]: a non-finite loss stops training, or skips the batch.
+        model_keys: ``loss_function_type`` etc. given here (already copied into Architecture).
+    """
+
+    num_epoch: int = 10
+    batch_size: int = 32
+    seed: int = 0
+    batching: dict[str, Any] | None = None
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
+    local_sgd: LocalSGDConfig = field(default_factory=LocalSGDConfig)
+    nan_policy: str = "error"
+    model_keys: tuple[tuple[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The completed ``Training`` section (JSON)."""
+        out: dict[str, Any] = {
+            "num_epoch": self.num_epoch,
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "Batching": copy.deepcopy(self.batching),
+            "Optimizer": {k: v for k, v in plain(self.optimizer).items() if v is not None},
+            "Scheduler": self.scheduler.to_dict(),
+            "EarlyStopping": plain(self.early_stopping),
+            "Checkpoint": plain(self.checkpoint),
+            "Parallelism": {
+                k: v
+                for k, v in plain(self.parallelism).items()
+                if k != "zero_stage" or self.parallelism.strategy == "deepspeed"
+            },
+            "LocalSGD": plain(self.local_sgd),
+            "nan_policy": self.nan_policy,
+        }
+        out.update(dict(self.model_keys))
+        return out
+
+
+_TRAINING_KEYS = {
+    "num_epoch",
+    "batch_size",
+    "seed",
+    "Batching",
+    "Optimizer",
+    "Scheduler",
+    "EarlyStopping",
+    "patience",
+    "Checkpoint",
+    "checkpoint_warmup",
+    "Parallelism",
+    "LocalSGD",
+    "nan_policy",
+    *MODEL_KEYS_IN_TRAINING,
+}
+
+
+def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
+    """Parse a ``Training`` section (see :class:`TrainingConfig`).
+
+    Raises:
+        ConfigError: naming ``NeuralNetwork.Training.<path>``.
+    """
+    if isinstance(values, TrainingConfig):
+        return values
+    v = section(values, where, _TRAINING_KEYS)
+    kw: dict[str, Any] = {}
+    for key, low in (("num_epoch", 1), ("batch_size", 1), ("seed", 0)):
+        if key in v:
+            kw[key] = typed(v[key], "int", f"{where}.{key}")
+            at_least(kw[key], low, f"{where}.{key}")
+    num_epoch = kw.get("num_epoch", TrainingConfig.num_epoch)
+    if v.get("Batching") is not None:
+        try:
+            BatchingConfig.from_dict({"seed": kw.get("seed", 0), **section(v["Batching"], f"{where}.Batching", _BATCHING_KEYS)})
+        except DataError as exc:
+            raise ConfigError(f"{NN}.{exc}" if str(exc).startswith("Training.") else f"{where}.Batching: {exc}") from exc
+        kw["batching"] = copy.deepcopy(dict(v["Batching"]))
+    kw["optimizer"] = OptimizerConfig.from_dict(v.get("Optimizer"), f"{where}.Optimizer")
+    kw["scheduler"] = SchedulerConfig.from_dict(v.get("Scheduler"), f"{where}.Scheduler", num_epoch)
+    kw["early_stopping"] = parse_early_stopping(
+        legacy_bool_section(v, "EarlyStopping", "patience", "patience", where), f"{where}.EarlyStopping"
+    )
+    kw["checkpoint"] = parse_checkpoint(
+        legacy_bool_section(v, "Checkpoint", "checkpoint_warmup", "warmup", where), f"{where}.Checkpoint"
+    )
+    par = kw["parallelism"] = ParallelismConfig.from_dict(v.get("Parallelism"), f"{where}.Parallelism")
+    lsgd = kw["local_sgd"] = LocalSGDConfig.from_dict(v.get("LocalSGD"), f"{where}.LocalSGD")
+    if lsgd.enabled and par.strategy != "ddp":
+        raise ConfigError(
+            f"{where}.LocalSGD.enabled: LocalSGD needs {where}.Parallelism.strategy 'ddp', found {par.strategy!r}"
+        )
+    if kw["optimizer"].use_zero_redundancy and par.strategy != "ddp":
+        raise ConfigError(
+            f"{where}.Optimizer.use_zero_redundancy: needs {where}.Parallelism.strategy 'ddp', found {par.strategy!r}"
+        )
+    if "nan_policy" in v:
+        kw["nan_policy"] = choice(v["nan_policy"], NAN_POLICIES, f"{where}.nan_policy")
+    kw["model_keys"] = tuple((k, v[k]) for k in MODEL_KEYS_IN_TRAINING if k in v)
+    return TrainingConfig(**kw)
+
+
+_BATCHING_KEYS = {"mode", "max_nodes", "max_edges", "max_graphs", "oversized_sample", "seed", "drop_last"}
+
+
+# ------------------------------------------------------------------------- Dataset / Verbosity
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """``Dataset.generator``: name ["cuau"], n_structures [200], seed [0]."""
+
+    name: str = "cuau"
+    n_structures: int = 200
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """``Dataset``: name, and either ``path`` (a container, ``format`` pickle / pt / adios,
+    detected when omitted) or ``generator``; split [0.8, 0.1, 0.1]; seed [0]; cutoff [radius]."""
+
+    name: str = "dataset"
+    path: str | None = None
+    format: str | None = None
+    generator: GeneratorConfig | None = None
+    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
+    seed: int = 0
+    cutoff: float | None = None
+
+    @classmethod
+    def from_dict(cls, values: Any, where: str = "Dataset") -> DatasetConfig:
+        v = section(values, where, {"name", "path", "format", "generator", "split", "seed", "cutoff"})
+        kw: dict[str, Any] = {}
+        if "name" in v:
+            kw["name"] = typed(v["name"], "str", f"{where}.name")
+        if v.get("path") is not None:
+            kw["path"] = typed(v["path"], "str", f"{where}.path")
+        if v.get("format") is not None:
+            kw["format"] = choice(v["format"], FORMATS, f"{where}.format")
+        if v.get("generator") is not None:
+            g = section(v["generator"], f"{where}.generator", {"name", "n_structures", "seed"})
+            gkw: dict[str, Any] = {}
+            if "name" in g:
+                gkw["name"] = choice(g["name"], GENERATORS, f"{where}.generator.name")
+            for key in ("n_structures", "seed"):
+                if key in g:
+                    gkw[key] = typed(g[key], "int", f"{where}.generator.{key}")
+                    at_least(gkw[key], 1 if key == "n_structures" else 0, f"{where}.generator.{key}")
+            kw["generator"] = GeneratorConfig(**gkw)
+        if ("path" in kw) == ("generator" in kw):
+            raise ConfigError(f"{where}: give exactly one of 'path' (a dataset container) or 'generator'")
+        if "split" in v:
+            split = v["split"]
+            if not isinstance(split, list) or len(split) != 3:
+                raise ConfigError(f"{where}.split: expected [train, val, test] fractions, found {split!r}")
+            fr = tuple(typed(s, "float", f"{where}.split[{i}]") for i, s in enumerate(split))
+            if any(f < 0 for f in fr) or fr[0] <= 0 or abs(sum(fr) - 1.0) > 1e-6:
+                raise ConfigError(f"{where}.split: expected fractions >= 0 (train > 0) summing to 1, found {split!r}")
+            kw["split"] = fr
+        if "seed" in v:
+            kw["seed"] = typed(v["seed"], "int", f"{where}.seed")
+            at_least(kw["seed"], 0, f"{where}.seed")
+        if v.get("cutoff") is not None:
+            kw["cutoff"] = typed(v["cutoff"], "float", f"{where}.cutoff")
+            at_least(kw["cutoff"], 0.0, f"{where}.cutoff", strict=True)
+        return cls(**kw)
+
+
+# ------------------------------------------------------------------------- RunConfig
+@dataclass(frozen=True)
+class RunConfig:
+    """The whole validated config.
+
+    Attributes:
+        verbosity: 0 (silent) to 4 (every batch).
+        dataset: :class:`DatasetConfig` (cutoff filled from the model radius).
+        schema: the ``Variables`` as a :class:`hydragnn.data.Schema`.
+        architecture: the completed ``Architecture`` dict (Training's model keys copied in,
+            common defaults filled); ``model_config`` is its parsed :class:`ModelConfig`.
+        training: :class:`TrainingConfig`.
+    """
+
+    verbosity: int
+    dataset: DatasetConfig
+    schema: Schema
+    architecture: dict[str, Any]
+    model_config: ModelConfig
+    training: TrainingConfig
+
+    def to_dict(self) -> dict[str, Any]:
+        """The completed config as JSON (defaults filled); ``load_config`` reads it back."""
+        ds = plain(self.dataset)
+        ds["split"] = list(self.dataset.split)
+        return {
+            "Verbosity": {"level": self.verbosity},
+            "Dataset": ds,
+            "Variables": self.schema.to_dict(),
+            NN: {"Architecture": copy.deepcopy(self.architecture), "Training": self.training.to_dict()},
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write :meth:`to_dict` as JSON (atomically)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    def nn_config(self) -> dict[str, Any]:
+        """The completed ``NeuralNetwork`` section (what ``train_validate_test`` takes)."""
+        return self.to_dict()[NN]
+
+
+def _architecture(arch: Any, training: TrainingConfig) -> tuple[dict[str, Any], ModelConfig]:
+    if not isinstance(arch, Mapping):
+        raise ConfigError(f"{ARCH}: expected an object, found {type(arch).__name__}")
+    arch = copy.deepcopy(dict(arch))
+    for key, value in training.model_keys:
+        if key in arch and arch[key] != value:
+            raise ConfigError(
+                f"{TRAINING}.{key}: {value!r} conflicts with {ARCH}.{key} = {arch[key]!r}; give it in one place"
+            )
+        arch[key] = value
+    try:
+        mc = ModelConfig.from_dict(arch)
+    except ModelConfigError as exc:
+        raise ConfigError(str(exc)) from exc
+    for key in sorted(ARCH_COMMON_KEYS):
+        if key not in arch and key not in ("task_weights", "reference_energies", "output_heads"):
+            value = getattr(mc, key)
+            if isinstance(value, (bool, int, float, str)) or value is None:
+                arch[key] = value
+    return arch, mc
+
+
+def load_config(source: str | os.PathLike | Mapping[str, Any] | RunConfig) -> RunConfig:
+    """Parse and validate a run config from a JSON file path or a dict.
+
+    Raises:
+        ConfigError: naming the JSON path of the first problem and what was expected.
+    """
+    if isinstance(source, RunConfig):
+        return source
+    if not isinstance(source, Mapping):
+        path = Path(source)
+        try:
+            source = json.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
+    top = section(source, "config", {"Verbosity", "Dataset", "Variables", NN})
+    for key in ("Variables", NN):
+        if key not in top:
+            raise ConfigError(f"{key}: required section missing")
+    verb = section(top.get("Verbosity"), "Verbosity", {"level"})
+    level = typed(verb.get("level", 2), "int", "Verbosity.level")
+    if not 0 <= level <= 4:
+        raise ConfigError(f"Verbosity.level: expected 0 to 4, found {level}")
+    try:
+        schema = Schema.from_dict(top["Variables"])
+    except SchemaError as exc:
+        msg = str(exc)
+        raise ConfigError(msg if msg.startswith("Variables") else f"Variables: {msg}") from exc
+    nn = section(top[NN], NN, {"Architecture", "Training"})
+    if "Architecture" not in nn:
+        raise ConfigError(f"{ARCH}: required section missing")
+    training = parse_training(nn.get("Training"))
+    arch, mc = _architecture(nn["Architecture"], training)
+    dataset = DatasetConfig.from_dict(top.get("Dataset") or {"generator": {}}) if "Dataset" in top else None
+    if dataset is None:
+        raise ConfigError("Dataset: required section missing (a 'path' to a container or a 'generator')")
+    if dataset.cutoff is None:
+        dataset = DatasetConfig(**{**{k: getattr(dataset, k) for k in dataset.__dataclass_fields__}, "cutoff": mc.radius})
+    return RunConfig(
+        verbosity=level, dataset=dataset, schema=schema, architecture=arch, model_config=mc, training=training
+    )

@@ -1,0 +1,144 @@
+"""Evaluation: per-head losses over a loader (averaged across ranks) and the seed ``test``.
+
+Forces of an interatomic potential need autograd even in evaluation: ``HydraModel.forward``
+enables it internally for ``pos`` under ``torch.no_grad()`` and returns detached outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hydragnn.models.loss import targets as batch_targets
+
+from .strategies.base import Strategy
+
+__all__ = ["evaluate_losses", "mae_report", "test"]
+
+
+def _num_graphs(batch: Any) -> int:
+    return int(getattr(batch, "num_graphs", 1))
+
+
+def evaluate_losses(
+    strategy: Strategy,
+    loader,
+    *,
+    collect: bool = False,
+) -> tuple[float, dict[str, float], dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
+    """Loss (total and per head) over ``loader``, weighted by graphs per batch, mean over ranks.
+
+    Returns:
+        ``(total, {head: loss}, targets, predictions, extras)``; targets / predictions are this
+        rank's concatenated ``{head: [rows, dim]}`` when ``collect`` (else empty); extras hold
+        ``natoms`` ``[B]`` per graph (for per-atom errors) when collected.
+    """
+    model = strategy.unwrap()
+    names = [v.name for v in model.schema.outputs]
+    was_training = model.training
+    model.eval()
+    sums = torch.zeros(len(names) + 2, dtype=torch.float64)
+    preds: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    trues: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    natoms: list[torch.Tensor] = []
+    try:
+        with torch.no_grad():
+            for batch in loader:
+                batch = strategy.to_device(batch)
+                out = strategy.forward(batch)
+                total, heads = model.loss(out, batch)
+                n = _num_graphs(batch)
+                sums[0] += float(total) * n
+                for i, name in enumerate(names):
+                    sums[1 + i] += float(heads[name]) * n
+                sums[-1] += n
+                if collect:
+                    wanted = batch_targets(batch, model.schema)
+                    for name in names:
+                        preds[name].append(out[name].detach().float().cpu())
+                        trues[name].append(wanted[name].detach().float().cpu())
+                    ptr = getattr(batch, "ptr", None)
+                    if ptr is not None:
+                        natoms.append((ptr[1:] - ptr[:-1]).cpu())
+                    else:
+                        natoms.append(torch.tensor([batch.num_nodes]))
+    finally:
+        model.train(was_training)
+    sums = strategy.all_reduce_sum(sums)
+    count = max(float(sums[-1]), 1.0)
+    total = float(sums[0]) / count
+    per_head = {name: float(sums[1 + i]) / count for i, name in enumerate(names)}
+    cat = {n: torch.cat(v) if v else torch.empty(0) for n, v in trues.items()} if collect else {}
+    pcat = {n: torch.cat(v) if v else torch.empty(0) for n, v in preds.items()} if collect else {}
+    extras = {"natoms": torch.cat(natoms) if natoms else torch.empty(0)} if collect else {}
+    return total, per_head, cat, pcat, extras
+
+
+def _as_strategy(model: nn.Module | Strategy) -> Strategy:
+    if isinstance(model, Strategy):
+        return model
+    strategy = Strategy()
+    strategy._module = model
+    strategy.model = model
+    try:
+        strategy.device = next(model.parameters()).device
+    except StopIteration:
+        pass
+    return strategy
+
+
+def test(loader, model: nn.Module | Strategy, verbosity: int = 0, **_: Any):
+    """Evaluate ``model`` on ``loader`` (the seed API).
+
+    Args:
+        loader: a loader of prepared batches.
+        model: a :class:`~hydragnn.models.HydraModel` (or a set-up strategy).
+        verbosity: 3 and above prints the errors.
+
+    Returns:
+        ``(error, task_errors, targets, predictions)``: the weighted total loss, ``{head: loss}``
+        (the model's ``loss_function_type``), and this rank's ``{head: [rows, dim]}`` targets and
+        predictions (float32, CPU). Under torch.distributed the losses are averaged over ranks.
+    """
+    strategy = _as_strategy(model)
+    total, per_head, trues, preds, _ = evaluate_losses(strategy, loader, collect=True)
+    if verbosity >= 3 and strategy.is_main:
+        print(f"test loss {total:.6g} " + " ".join(f"{k}={v:.6g}" for k, v in per_head.items()), flush=True)
+    return total, per_head, trues, preds
+
+
+test.__test__ = False  # not a pytest test when imported into a test module
+
+UNITS = {
+    "energy": ("eV/atom", True),
+    "atomic_energy": ("eV/atom", False),
+    "energy_per_atom": ("eV/atom", False),
+    "forces": ("eV/Å", False),
+    "stress": ("eV/Å³", False),
+    "pressure": ("eV/Å³", False),
+    "volume_per_atom": ("Å³", False),
+}
+"""Output name -> (unit of the reported MAE, divide by the number of atoms)."""
+
+
+def mae_report(
+    trues: Mapping[str, torch.Tensor], preds: Mapping[str, torch.Tensor], natoms: torch.Tensor | None
+) -> dict[str, dict[str, Any]]:
+    """Per-head mean absolute error in physical units.
+
+    ``energy`` (a graph total) is reported per atom (MAE of ``(pred - true) / natoms``); other
+    known names (``atomic_energy``, ``forces``, ...) in their units, all components of a vector
+    head together; unknown names in the target's own units.
+    """
+    report: dict[str, dict[str, Any]] = {}
+    for name, t in trues.items():
+        p = preds[name]
+        unit, per_atom = UNITS.get(name, ("", False))
+        diff = (p.double() - t.double()).abs()
+        if per_atom and natoms is not None and natoms.numel() == diff.shape[0]:
+            diff = diff / natoms.double().reshape(-1, *([1] * (diff.dim() - 1)))
+        report[name] = {"mae": float(diff.mean()) if diff.numel() else float("nan"), "unit": unit, "count": int(diff.shape[0])}
+    return report

@@ -1,0 +1,286 @@
+"""The training loop: ``train_validate_test`` (the seed API).
+
+Per epoch: ``set_epoch`` on the training loader, one pass of training steps through the
+strategy (a non-finite loss stops with :class:`TrainingAborted` naming the epoch and batch, or
+skips the batch under ``nan_policy: "skip"``), validation losses per head (averaged across ranks),
+the scheduler step (``ReduceLROnPlateau`` on the validation loss), the best model by validation
+loss (kept in memory and in the checkpoint), early stopping, TensorBoard scalars and an atomic
+checkpoint every ``Checkpoint.every`` epochs after ``Checkpoint.warmup``. ``resume=True``
+continues from the checkpoint in ``run_dir`` and ends with the same parameters as an
+uninterrupted run. At the end the best state is restored and reported.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hydragnn.data.loaders import set_epoch
+
+from .checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
+from .config import TrainingConfig, parse_training
+from .errors import CheckpointError, TrainingAborted
+from .evaluate import evaluate_losses, mae_report
+from .progress import Progress, fmt_losses
+from .strategies.base import Strategy
+
+__all__ = ["CHECKPOINT_NAME", "train_validate_test"]
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def _training_config(nn_config: Any) -> TrainingConfig:
+    """``config["NeuralNetwork"]`` (dict), a ``Training`` dict, a TrainingConfig or a RunConfig."""
+    if isinstance(nn_config, TrainingConfig):
+        return nn_config
+    training = getattr(nn_config, "training", None)
+    if isinstance(training, TrainingConfig):
+        return training
+    if isinstance(nn_config, Mapping) and "Training" in nn_config:
+        return parse_training(nn_config["Training"])
+    return parse_training(nn_config)
+
+
+def _lr(optimizer: torch.optim.Optimizer) -> float:
+    return float(optimizer.param_groups[0]["lr"])
+
+
+def _scheduler_step(scheduler: Any, val_loss: float) -> None:
+    if scheduler is None:
+        return
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        scheduler.step(val_loss)
+    else:
+        scheduler.step()
+
+
+def _train_epoch(
+    strategy: Strategy, loader, epoch: int, nan_policy: str, progress: Progress
+) -> tuple[float, dict[str, float], int, float]:
+    """One pass over ``loader``. Returns (mean loss, {head: mean loss}, skipped batches, graphs/s)."""
+    module = strategy.unwrap()
+    names = [v.name for v in module.schema.outputs]
+    module.train()
+    strategy.model.train()
+    sums = torch.zeros(len(names) + 2, dtype=torch.float64)
+    skipped = 0
+    n_batches = len(loader)
+    t0 = time.perf_counter()
+    graphs = 0
+    for i, batch in enumerate(loader):
+        batch = strategy.to_device(batch)
+        out = strategy.forward(batch)
+        loss, heads = module.loss(out, batch)
+        bad = torch.tensor([0.0 if bool(torch.isfinite(loss.detach())) else 1.0])
+        if strategy.distributed:  # every rank must agree before a collective backward
+            bad = strategy.all_reduce_sum(bad)
+        if float(bad) > 0:
+            head_values = {k: float(v.detach()) for k, v in heads.items()}
+            if nan_policy == "skip":
+                skipped += 1
+                strategy.zero_grad()
+                progress.log(1, f"epoch {epoch} batch {i}/{n_batches}: non-finite loss ({fmt_losses(head_values)}); batch skipped")
+                continue
+            raise TrainingAborted(
+                f"non-finite loss at epoch {epoch}, batch {i} of {n_batches} "
+                f"(loss={float(loss.detach())}, per head: {fmt_losses(head_values)}); the weights were not updated "
+                "(set NeuralNetwork.Training.nan_policy to 'skip' to skip such batches)"
+            )
+        strategy.backward(loss)
+        strategy.step()
+        n = int(getattr(batch, "num_graphs", 1))
+        graphs += n
+        sums[0] += float(loss.detach()) * n
+        for j, name in enumerate(names):
+            sums[1 + j] += float(heads[name].detach()) * n
+        sums[-1] += n
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        progress.batch(epoch, i, n_batches, float(loss.detach()), {k: float(v.detach()) for k, v in heads.items()}, graphs / elapsed)
+    throughput = graphs * strategy.world_size / max(time.perf_counter() - t0, 1e-9)
+    sums = strategy.all_reduce_sum(sums)
+    count = max(float(sums[-1]), 1.0)
+    return float(sums[0]) / count, {n: float(sums[1 + j]) / count for j, n in enumerate(names)}, skipped, throughput
+
+
+def _adopt(strategy: Strategy | None, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Strategy:
+    """A set-up strategy: the single-process one adopting ``optimizer`` when none is given."""
+    if strategy is None:
+        strategy = Strategy()
+    if strategy.optimizer is None:
+        if optimizer is None:
+            raise TrainingAborted("train_validate_test: give an optimizer or a strategy that is set up")
+        strategy.setup(model, lambda _params: optimizer)
+    return strategy
+
+
+def _clone_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in state.items()}
+
+
+def train_validate_test(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    train_loader,
+    val_loader,
+    test_loader,
+    writer,
+    scheduler,
+    nn_config: Any,
+    log_name: str,
+    verbosity: int = 2,
+    *,
+    strategy: Strategy | None = None,
+    run_dir: str | os.PathLike | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
+    """Train with validation, keep the best model by validation loss, then test it.
+
+    Args:
+        model: the :class:`~hydragnn.models.HydraModel`.
+        optimizer: its optimizer (adopted by the single-process strategy), or ``None`` when
+            ``strategy`` is already set up.
+        train_loader, val_loader, test_loader: loaders from ``create_dataloaders``
+            (``val_loader`` may be ``None``: the training loss then selects the best epoch;
+            ``test_loader`` may be ``None``).
+        writer: a TensorBoard ``SummaryWriter`` or ``None``.
+        scheduler: an LR scheduler on ``optimizer`` or ``None``.
+        nn_config: ``config["NeuralNetwork"]`` (its ``Training`` section is read), or a
+            ``TrainingConfig``.
+        log_name: run name; the default run folder is ``./logs/<log_name>``.
+        verbosity: 0 to 4 (see :mod:`hydragnn.train.progress`).
+        strategy: a (set-up or not) strategy; default the single-process one.
+        run_dir: where checkpoints go (default ``./logs/<log_name>``).
+        resume: continue from ``<run_dir>/checkpoint.pt``.
+
+    Returns:
+        ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "skipped_batches",
+        "history": [per-epoch dicts], "test": {"loss", "heads", "mae"}}``.
+
+    Raises:
+        TrainingAborted: a non-finite loss under ``nan_policy: "error"``.
+        CheckpointError: ``resume`` without a readable checkpoint that fits the model.
+    """
+    cfg = _training_config(nn_config)
+    strategy = _adopt(strategy, model, optimizer)
+    optimizer = strategy.optimizer
+    progress = Progress(verbosity, strategy.is_main)
+    run_dir = Path(run_dir) if run_dir is not None else Path("logs") / log_name
+    ckpt_path = run_dir / CHECKPOINT_NAME
+
+    history: list[dict[str, Any]] = []
+    best_loss, best_epoch, best_state = math.inf, -1, None
+    start_epoch, since_best, skipped_total = 0, 0, 0
+    if resume:
+        ckpt = load_checkpoint(ckpt_path)
+        try:
+            strategy.load_model_state_dict(ckpt["model"])
+            if ckpt.get("optimizer") is not None:
+                strategy.load_optimizer_state_dict(ckpt["optimizer"])
+            if scheduler is not None and ckpt.get("scheduler") is not None:
+                scheduler.load_state_dict(ckpt["scheduler"])
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise CheckpointError(f"{ckpt_path}: does not fit this model / optimizer: {exc}") from exc
+        start_epoch = int(ckpt["epoch"]) + 1
+        best_loss, best_epoch = float(ckpt["best_val_loss"]), int(ckpt["best_epoch"])
+        best_state = ckpt["best_state"]
+        since_best = int(ckpt["since_best"])
+        skipped_total = int(ckpt["skipped_batches"])
+        history = list(ckpt["history"])
+        set_rng_state(ckpt["rng"])
+        progress.log(1, f"resumed from {ckpt_path} after epoch {start_epoch - 1}")
+
+    progress.log(1, f"training {log_name}: {cfg.num_epoch} epochs, {len(train_loader)} batches per epoch per rank")
+    stopped_early = False
+    for epoch in range(start_epoch, cfg.num_epoch):
+        t0 = time.perf_counter()
+        set_epoch(train_loader, epoch)
+        train_loss, train_heads, skipped, gps = _train_epoch(strategy, train_loader, epoch, cfg.nan_policy, progress)
+        skipped_total += skipped
+        if val_loader is not None:
+            val_loss, val_heads, *_ = evaluate_losses(strategy, val_loader)
+        else:
+            val_loss, val_heads = train_loss, train_heads
+        lr = _lr(optimizer)
+        _scheduler_step(scheduler, val_loss)
+        improved = val_loss < best_loss
+        if improved:
+            best_loss, best_epoch, since_best = val_loss, epoch, 0
+            best_state = _clone_state(strategy.model_state_dict())
+        else:
+            since_best += 1
+        record = {
+            "epoch": epoch,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "train_heads": train_heads,
+            "val_heads": val_heads,
+            "lr": lr,
+            "skipped_batches": skipped,
+            "graphs_per_s": gps,
+            "seconds": time.perf_counter() - t0,
+        }
+        history.append(record)
+        if writer is not None and strategy.is_main:
+            writer.add_scalar("loss/train", train_loss, epoch)
+            writer.add_scalar("loss/val", val_loss, epoch)
+            writer.add_scalar("lr", lr, epoch)
+            for name in train_heads:
+                writer.add_scalar(f"train/{name}", train_heads[name], epoch)
+                writer.add_scalar(f"val/{name}", val_heads[name], epoch)
+            writer.flush()
+        progress.log(
+            2,
+            f"epoch {epoch}: train {train_loss:.4g} ({fmt_losses(train_heads)}) | val {val_loss:.4g} "
+            f"({fmt_losses(val_heads)}) | lr {lr:.3g} | {gps:.1f} graphs/s{' *' if improved else ''}",
+        )
+        stop = cfg.early_stopping.enabled and since_best >= cfg.early_stopping.patience
+        ck = cfg.checkpoint
+        if ck.enabled and (epoch + 1 >= ck.warmup) and ((epoch + 1) % ck.every == 0 or stop or epoch + 1 == cfg.num_epoch):
+            state = {
+                "model": _clone_state(strategy.model_state_dict()),
+                "optimizer": strategy.optimizer_state_dict(),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "epoch": epoch,
+                "best_val_loss": best_loss,
+                "best_epoch": best_epoch,
+                "best_state": best_state,
+                "since_best": since_best,
+                "skipped_batches": skipped_total,
+                "history": history,
+                "rng": get_rng_state(),
+            }
+            if strategy.is_main:
+                atomic_save(state, ckpt_path)
+            strategy.barrier()
+        if stop:
+            stopped_early = True
+            progress.log(1, f"early stopping after epoch {epoch}: no better validation loss for {since_best} epochs")
+            break
+
+    if best_state is not None:
+        strategy.load_model_state_dict(best_state)
+        progress.log(1, f"best epoch {best_epoch} (val loss {best_loss:.6g}); its weights are restored")
+    if skipped_total:
+        progress.log(1, f"{skipped_total} batch(es) skipped for a non-finite loss")
+    summary: dict[str, Any] = {
+        "best_epoch": best_epoch,
+        "best_val_loss": best_loss,
+        "epochs_run": len(history),
+        "stopped_early": stopped_early,
+        "skipped_batches": skipped_total,
+        "history": history,
+        "test": None,
+    }
+    if test_loader is not None:
+        loss, heads, trues, preds, extras = evaluate_losses(strategy, test_loader, collect=True)
+        summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, extras.get("natoms"))}
+        summary["test_targets"], summary["test_predictions"] = trues, preds
+        progress.log(1, f"test loss {loss:.6g} ({fmt_losses(heads)})")
+    return summary

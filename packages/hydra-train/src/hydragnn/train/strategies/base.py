@@ -1,0 +1,153 @@
+"""The strategy contract: how the training loop talks to a (possibly distributed) engine.
+
+The loop never branches on the strategy's type. It calls, in this order::
+
+    strategy = make_strategy(training_config)        # reads the process group / env
+    strategy.setup(model, optimizer_factory)         # wraps the model, builds the optimizer
+    for batch in loader:
+        batch = strategy.to_device(batch)
+        out = strategy.forward(batch)                # the wrapped model
+        loss, per_head = strategy.unwrap().loss(out, batch)
+        strategy.backward(loss)
+        strategy.step()                              # optimizer step (+ sync for LocalSGD), zero grads
+    mean = strategy.all_reduce_mean(tensor)          # metrics across ranks
+    state = strategy.model_state_dict()              # FULL state on every rank (collective)
+    strategy.teardown()
+
+Every strategy's ``model_state_dict()`` is loadable into a plain single-process
+:class:`hydragnn.models.HydraModel` (checkpoints written under any strategy reload anywhere).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+class Strategy:
+    """Single-process training; the base of every distributed strategy.
+
+    Subclasses override :meth:`setup` (wrapping), and where needed :meth:`backward`,
+    :meth:`step`, :meth:`model_state_dict`, :meth:`optimizer_state_dict`,
+    :meth:`load_optimizer_state_dict`.
+    """
+
+    name: ClassVar[str] = "none"
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options = dict(options or {})
+        self.model: nn.Module | None = None  # what forward calls (possibly wrapped)
+        self._module: nn.Module | None = None  # the plain model
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.device = torch.device("cpu")
+
+    # process information ---------------------------------------------------------------
+    @property
+    def distributed(self) -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank() if self.distributed else 0
+
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size() if self.distributed else 1
+
+    @property
+    def local_rank(self) -> int:
+        return int(os.environ.get("LOCAL_RANK", "0"))
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # life cycle ------------------------------------------------------------------------
+    def setup(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> None:
+        """Move/wrap ``model`` and build its optimizer with ``optimizer_factory(params)``."""
+        self._module = model.to(self.device)
+        self.model = self._module
+        self.optimizer = optimizer_factory(self._module.parameters())
+
+    def unwrap(self) -> nn.Module:
+        """The plain model (for loss, evaluation and artifacts)."""
+        assert self._module is not None, "setup() first"
+        return self._module
+
+    def to_device(self, batch: Any) -> Any:
+        return batch.to(self.device)
+
+    def forward(self, batch: Any, **kwargs: Any) -> Any:
+        assert self.model is not None, "setup() first"
+        return self.model(batch, **kwargs)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        """One optimizer step, then zero the gradients."""
+        assert self.optimizer is not None, "setup() first"
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def zero_grad(self) -> None:
+        assert self.optimizer is not None, "setup() first"
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # state -----------------------------------------------------------------------------
+    def model_state_dict(self) -> dict[str, torch.Tensor]:
+        """Full, unsharded state dict of the plain model (a collective under sharding)."""
+        return {k: v.detach().clone() for k, v in self.unwrap().state_dict().items()}
+
+    def load_model_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.unwrap().load_state_dict(state)
+
+    def optimizer_state_dict(self) -> dict[str, Any] | None:
+        """Optimizer state to checkpoint (full; a collective under sharding), or None."""
+        assert self.optimizer is not None, "setup() first"
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
+        assert self.optimizer is not None, "setup() first"
+        self.optimizer.load_state_dict(state)
+
+    # collectives -----------------------------------------------------------------------
+    def all_reduce_mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Mean of ``tensor`` over ranks (a copy; the input is unchanged)."""
+        out = tensor.detach().clone()
+        if self.distributed:
+            dist.all_reduce(out)
+            out /= self.world_size
+        return out
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.detach().clone()
+        if self.distributed:
+            dist.all_reduce(out)
+        return out
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def teardown(self) -> None:
+        """Release engine resources. Does not destroy a process group it did not create."""
+
+
+STRATEGIES: dict[str, type[Strategy]] = {"none": Strategy}
+"""Registry: ``Training.Parallelism.strategy`` name -> class."""
+
+
+def register_strategy(cls: type[Strategy]) -> type[Strategy]:
+    """Class decorator: add ``cls`` to :data:`STRATEGIES` under ``cls.name``."""
+    if cls.name in STRATEGIES:
+        raise ValueError(f"strategy {cls.name!r} registered twice")
+    STRATEGIES[cls.name] = cls
+    return cls

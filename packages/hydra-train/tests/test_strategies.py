@@ -1,0 +1,197 @@
+"""Strategy configuration, optimizer factory and one-process runs of the distributed strategies.
+
+The multi-process tests (torchrun, 2 ranks) are in ``test_strategies_dist.py``.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from hydragnn.train.errors import ConfigError
+from hydragnn.train.strategies import (
+    STRATEGIES,
+    Strategy,
+    build_optimizer_factory,
+    init_distributed,
+    make_strategy,
+    parse_parallelism,
+)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_group():
+    yield
+    if dist.is_initialized():
+        dist.destroy_process_group()
+        pytest.fail("a test left the default process group initialised")
+
+
+def test_registry_has_every_strategy():
+    assert {"none", "ddp", "fsdp", "fsdp2", "deepspeed", "localsgd"} <= set(STRATEGIES)
+
+
+def test_defaults_are_single_process():
+    strategy = make_strategy({})
+    assert type(strategy) is Strategy and strategy.name == "none"
+    assert not dist.is_initialized()
+
+
+def test_parse_dict_and_object_forms():
+    section = {"Parallelism": {"strategy": "ddp", "timeout_s": 20}, "LocalSGD": {"enabled": True, "warmup_steps": 3}}
+    assert parse_parallelism(section) == parse_parallelism(types.SimpleNamespace(**section))
+    name, options = parse_parallelism(section)
+    assert name == "localsgd"
+    assert options["timeout_s"] == 20.0 and options["warmup_steps"] == 3 and options["synchronization_period"] == 4
+    assert options["optimizer_state_policy"] == "rank_local"
+
+
+@pytest.mark.parametrize(
+    ("training", "where"),
+    [
+        ({"Parallelism": {"strategy": "horovod"}}, "Parallelism.strategy"),
+        ({"Parallelism": {"strategy": "ddp", "timeout_s": 0}}, "Parallelism.timeout_s"),
+        ({"Parallelism": {"strategy": "deepspeed", "zero_stage": 4}}, "Parallelism.zero_stage"),
+        ({"Parallelism": {"strategy": "ddp", "zero_stage": 2}}, "Parallelism.zero_stage"),
+        ({"Parallelism": {"strategy": "ddp", "bogus": 1}}, "Parallelism: unknown key"),
+        ({"Parallelism": {"strategy": "ddp", "find_unused_parameters": "yes"}}, "find_unused_parameters"),
+        ({"Parallelism": {"strategy": "fsdp"}, "LocalSGD": {"enabled": True}}, "LocalSGD.enabled"),
+        (
+            {"Parallelism": {"strategy": "ddp"}, "LocalSGD": {"enabled": True, "synchronization_period": 0}},
+            "synchronization_period",
+        ),
+        ({"Parallelism": {"strategy": "ddp"}, "LocalSGD": {"warmup_steps": -1}}, "warmup_steps"),
+        (
+            {"Parallelism": {"strategy": "ddp"}, "LocalSGD": {"optimizer_state_policy": "global"}},
+            "optimizer_state_policy",
+        ),
+        ({"Parallelism": {"strategy": "fsdp"}, "Optimizer": {"use_zero_redundancy": True}}, "use_zero_redundancy"),
+        (
+            {
+                "Parallelism": {"strategy": "ddp"},
+                "LocalSGD": {"enabled": True},
+                "Optimizer": {"use_zero_redundancy": True},
+            },
+            "LocalSGD.enabled",
+        ),
+        ({"Parallelism": "ddp"}, "Parallelism: expected an object"),
+    ],
+)
+def test_invalid_parallelism(training, where):
+    with pytest.raises(ConfigError, match=where):
+        make_strategy(training)
+    assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("kind", ["AdamW", "Adam", "SGD", "RMSprop", "Adagrad"])
+def test_optimizer_factory(kind):
+    cfg = {"type": kind, "learning_rate": 0.01, "weight_decay": 0.001}
+    if kind in ("SGD", "RMSprop"):
+        cfg["momentum"] = 0.5
+    param = torch.nn.Parameter(torch.ones(3))
+    opt = build_optimizer_factory(cfg)([param])
+    assert type(opt).__name__ == kind
+    assert opt.defaults["lr"] == 0.01 and opt.defaults["weight_decay"] == 0.001
+    if kind in ("SGD", "RMSprop"):
+        assert opt.defaults["momentum"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("cfg", "where"),
+    [
+        ({"type": "Lion", "learning_rate": 0.1}, "Optimizer.type"),
+        ({"type": "Adam"}, "learning_rate: required"),
+        ({"type": "Adam", "learning_rate": 0}, "learning_rate"),
+        ({"type": "Adam", "learning_rate": 0.1, "weight_decay": -1}, "weight_decay"),
+        ({"type": "Adam", "learning_rate": 0.1, "momentum": 0.9}, "momentum"),
+        ({"type": "Adam", "learning_rate": 0.1, "use_zero_redundancy": 1}, "use_zero_redundancy"),
+        ({"type": "Adam", "learning_rate": 0.1, "lr": 0.1}, "unknown key"),
+    ],
+)
+def test_invalid_optimizer(cfg, where):
+    with pytest.raises(ConfigError, match=where):
+        build_optimizer_factory(cfg)
+
+
+def test_zero_redundancy_without_process_group_is_plain():
+    opt = build_optimizer_factory({"type": "Adam", "learning_rate": 0.1, "use_zero_redundancy": True})
+    assert type(opt([torch.nn.Parameter(torch.ones(2))])) is torch.optim.Adam
+
+
+def _tiny_mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+
+
+@pytest.mark.parametrize(
+    "training",
+    [
+        {"Parallelism": {"strategy": "ddp"}},
+        {"Parallelism": {"strategy": "ddp"}, "LocalSGD": {"enabled": True, "synchronization_period": 2}},
+        {"Parallelism": {"strategy": "fsdp"}},
+        {"Parallelism": {"strategy": "fsdp2"}},
+    ],
+)
+def test_one_process_group_is_created_and_destroyed(training):
+    """Without torchrun a distributed strategy runs in a one-process group that it owns."""
+    strategy = make_strategy(training)
+    assert dist.is_initialized() and strategy.world_size == 1
+    strategy.setup(_tiny_mlp(), build_optimizer_factory({"type": "SGD", "learning_rate": 0.1}))
+    x = torch.randn(8, 3)
+    for _ in range(2):
+        loss = strategy.forward(x).pow(2).mean()
+        strategy.backward(loss)
+        strategy.step()
+    state = strategy.model_state_dict()
+    plain = _tiny_mlp()
+    plain.load_state_dict(state)
+    assert torch.allclose(strategy.all_reduce_mean(torch.tensor([2.0])), torch.tensor([2.0]))
+    strategy.teardown()
+    assert not dist.is_initialized()
+
+
+def test_existing_group_is_not_destroyed():
+    assert init_distributed(30) is True
+    try:
+        assert init_distributed(30) is False
+        strategy = make_strategy({"Parallelism": {"strategy": "ddp"}})
+        strategy.setup(_tiny_mlp(), build_optimizer_factory({"type": "Adam", "learning_rate": 0.1}))
+        strategy.teardown()
+        assert dist.is_initialized()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_init_distributed_rejects_bad_timeout():
+    with pytest.raises(ConfigError, match="timeout_s"):
+        init_distributed(-1)
+
+
+def test_deepspeed_config_turns_clipping_off():
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.constants import GRADIENT_CLIPPING_DEFAULT
+
+    from hydragnn.train.strategies.deepspeed_engine import deepspeed_config
+
+    assert GRADIENT_CLIPPING_DEFAULT != 0  # why the explicit 0 matters
+    cfg = deepspeed_config(2)
+    assert cfg["gradient_clipping"] == 0.0 and cfg["zero_optimization"] == {"stage": 2}
+
+
+def test_deepspeed_zero3_refuses_mlip_forces():
+    pytest.importorskip("deepspeed")
+    from hydragnn.data import Schema
+    from hydragnn.data.reference import CUAU_VARIABLES
+    from hydragnn.models import build_model
+
+    arch = {"mpnn_type": "SchNet", "hidden_dim": 8, "num_conv_layers": 1, "radius": 4.0, "num_radial": 4}
+    model = build_model({**arch, "enable_interatomic_potential": True}, Schema.from_dict(CUAU_VARIABLES))
+    strategy = make_strategy({"Parallelism": {"strategy": "deepspeed", "zero_stage": 3}})
+    try:
+        with pytest.raises(ConfigError, match="ZeRO-3 cannot train this interatomic potential"):
+            strategy.setup(model, build_optimizer_factory({"type": "Adam", "learning_rate": 0.01}))
+    finally:
+        strategy.teardown()

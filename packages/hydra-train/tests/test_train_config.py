@@ -1,0 +1,115 @@
+"""The JSON config: validation errors name the JSON path; defaults filled; round trip."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+from train_helpers import config
+
+from hydragnn.train import ConfigError, RunConfig, load_config
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def _with(cfg: dict, path: str, value) -> dict:
+    cfg = copy.deepcopy(cfg)
+    keys = path.split(".")
+    node = cfg
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return cfg
+
+
+def test_defaults_filled_and_round_trip(tmp_path):
+    cfg = load_config(config())
+    assert isinstance(cfg, RunConfig)
+    tr = cfg.training
+    assert tr.optimizer.type == "Adam" and tr.optimizer.weight_decay == 0.0
+    assert tr.scheduler.type == "ReduceLROnPlateau" and dict(tr.scheduler.options)["factor"] == 0.5
+    assert tr.parallelism.strategy == "none" and tr.parallelism.timeout_s == 300
+    assert not tr.local_sgd.enabled and tr.local_sgd.synchronization_period == 4
+    assert tr.nan_policy == "error" and tr.checkpoint.enabled
+    assert cfg.dataset.cutoff == 4.0  # the model radius
+    assert cfg.architecture["precision"] == "fp32"  # Architecture defaults filled
+    full = cfg.to_dict()
+    json.dumps(full)
+    again = load_config(full)
+    assert again.to_dict() == full
+    cfg.save(tmp_path / "config.json")
+    assert load_config(tmp_path / "config.json").to_dict() == full
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("NeuralNetwork.Training.Optimizer.lr", 0.1, "NeuralNetwork.Training.Optimizer.lr: unknown key"),
+        ("NeuralNetwork.Training.num_epoch", "10", "NeuralNetwork.Training.num_epoch: expected int"),
+        ("NeuralNetwork.Training.batch_size", 0, "NeuralNetwork.Training.batch_size: expected a value >= 1"),
+        ("NeuralNetwork.Training.Optimizer.type", "Lion", "NeuralNetwork.Training.Optimizer.type: expected one of"),
+        (
+            "NeuralNetwork.Training.Scheduler",
+            {"type": "CosineAnnealingLR", "patience": 3},
+            "NeuralNetwork.Training.Scheduler.patience: unknown key",
+        ),
+        ("NeuralNetwork.Training.LocalSGD", {"enabled": True}, "NeuralNetwork.Training.LocalSGD.enabled"),
+        (
+            "NeuralNetwork.Training.Optimizer.use_zero_redundancy",
+            True,
+            "NeuralNetwork.Training.Optimizer.use_zero_redundancy",
+        ),
+        ("NeuralNetwork.Training.Parallelism.zero_stage", 2, "NeuralNetwork.Training.Parallelism.zero_stage"),
+        ("NeuralNetwork.Training.Parallelism.strategy", "horovod", "NeuralNetwork.Training.Parallelism.strategy"),
+        ("NeuralNetwork.Training.nan_policy", "ignore", "NeuralNetwork.Training.nan_policy"),
+        ("NeuralNetwork.Training.precision", "fp64", "NeuralNetwork.Training.precision: 'fp64' conflicts"),
+        ("NeuralNetwork.Architecture.hidden_dim", -4, "NeuralNetwork.Architecture.hidden_dim"),
+        ("NeuralNetwork.Architecture.hiden_dim", 4, "NeuralNetwork.Architecture: unknown key(s) ['hiden_dim']"),
+        ("Dataset.split", [0.5, 0.2, 0.2], "Dataset.split"),
+        ("Dataset.path", "/x", "Dataset: give exactly one of"),
+        ("Verbosity.level", 7, "Verbosity.level"),
+        ("NeuralNetwork.Training.Batching", {"mode": "node_budget"}, "NeuralNetwork.Training.Batching"),
+        (
+            "NeuralNetwork.Training.Batching",
+            {"mode": "node_budget", "max_nodez": 9},
+            "NeuralNetwork.Training.Batching.max_nodez: unknown key",
+        ),
+        ("Extra", 1, "config.Extra: unknown key"),
+    ],
+)
+def test_invalid_names_the_path(path, value, expected):
+    base = config()
+    if path == "NeuralNetwork.Training.precision":
+        base["NeuralNetwork"]["Architecture"]["precision"] = "fp32"
+    with pytest.raises(ConfigError) as info:
+        load_config(_with(base, path, value))
+    assert expected in str(info.value), str(info.value)
+
+
+def test_variables_error_is_a_config_error():
+    cfg = config()
+    cfg["Variables"]["outputs"][0]["level"] = "atom"
+    with pytest.raises(ConfigError, match="Variables"):
+        load_config(cfg)
+
+
+def test_training_model_keys_are_copied_into_the_architecture():
+    cfg = config(precision="fp64", loss_function_type="mae")
+    run = load_config(cfg)
+    assert run.model_config.precision == "fp64" and run.model_config.loss_function_type == "mae"
+
+
+def test_legacy_early_stopping_and_checkpoint_keys():
+    run = load_config(config(EarlyStopping=True, patience=3, Checkpoint=False, checkpoint_warmup=2))
+    assert run.training.early_stopping.enabled and run.training.early_stopping.patience == 3
+    assert not run.training.checkpoint.enabled and run.training.checkpoint.warmup == 2
+    with pytest.raises(ConfigError, match="patience"):
+        load_config(config(EarlyStopping={"enabled": True, "patience": 4}, patience=3))
+
+
+@pytest.mark.parametrize("name", ["cuau_mlip.json", "multihead_graph.json"])
+def test_examples_parse(name):
+    run = load_config(EXAMPLES / name)
+    assert load_config(run.to_dict()).to_dict() == run.to_dict()
