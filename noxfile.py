@@ -45,15 +45,19 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-def _editable(dist: str) -> list[str]:
-    extras, _ = PACKAGES[dist]
-    return ["-e", f"{ROOT / 'packages' / dist}[{extras}]"]
+# what the main job needs (no test tools, DeepSpeed, Triton or torch-sim)
+DEMO_EXTRAS = {"hydra-data": "adios", "hydra-models": "", "hydra-train": "", "hydra-infer": ""}
 
 
-def _install_editable(session: nox.Session, dists: list[str]) -> None:
+def _editable(dist: str, extras: str) -> list[str]:
+    suffix = f"[{extras}]" if extras else ""
+    return ["-e", f"{ROOT / 'packages' / dist}{suffix}"]
+
+
+def _install_editable(session: nox.Session, dists: list[str], extras: dict[str, str] | None = None) -> None:
     args: list[str] = []
     for dist in dists:
-        args += _editable(dist)
+        args += _editable(dist, PACKAGES[dist][0] if extras is None else extras[dist])
     session.install(*CONSTRAINTS, *args)
 
 
@@ -132,7 +136,7 @@ def build(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """The main job, end to end on this machine."""
-    _install_editable(session, list(PACKAGES))
+    _install_editable(session, list(PACKAGES), extras=DEMO_EXTRAS)
     out = os.environ.get("HYDRAGNN_DEMO_DIR", str(ROOT / "demo_output"))
     session.run("python", str(ROOT / "tools" / "demo.py"), "--out", out, *session.posargs)
 

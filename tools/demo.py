@@ -8,6 +8,8 @@
    forces from the energy gradient) with ``examples/cuau_mlip.json`` through the same pipeline
    function as ``hydragnn-train``; print the test errors per head in eV/atom and eV/Å, the
    artifact path and the parity plots.
+3. Serve the artifact with hydra-infer's ASE calculator and run NVE molecular dynamics,
+   reporting the energy drift.
 """
 
 from __future__ import annotations
@@ -141,8 +143,38 @@ def main(argv: list[str] | None = None) -> int:
     for plot in paths.get("plots", []):
         print(f"      parity plot: {plot}")
     summary["mlip"] = {"wall_s": round(wall, 1), "best_epoch": metrics["best_epoch"], "test_mae": mae, "paths": paths}
+    summary["md"] = _md_from_artifact(paths["artifact"], args.seed)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
     return 0
+
+
+def _md_from_artifact(artifact: str, seed: int, steps: int = 100) -> dict:
+    """Serve the trained artifact with hydra-infer and run NVE molecular dynamics in ASE."""
+    import numpy as np
+    from ase import units
+    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+    from ase.md.verlet import VelocityVerlet
+
+    from hydragnn.data.reference import generate_cuau_atoms
+    from hydragnn.infer import HydraASECalculator
+
+    atoms = generate_cuau_atoms(1, seed=seed + 1000)[0]
+    atoms.calc = HydraASECalculator(artifact)
+    MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=np.random.default_rng(seed))
+    dyn = VelocityVerlet(atoms, timestep=1.0 * units.fs)
+    start = atoms.get_potential_energy() + atoms.get_kinetic_energy()
+    drift = 0.0
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        dyn.run(1)
+        drift = max(drift, abs(atoms.get_potential_energy() + atoms.get_kinetic_energy() - start) / len(atoms))
+    wall = time.perf_counter() - t0
+    print(
+        f"      NVE molecular dynamics from the artifact (ASE VelocityVerlet, 1 fs, {steps} steps, "
+        f"{len(atoms)} atoms): max |ΔE_total| {drift:.2e} eV/atom, {steps / wall:.0f} steps/s",
+        flush=True,
+    )
+    return {"steps": steps, "max_energy_drift_eV_per_atom": float(drift), "steps_per_s": round(steps / wall, 1)}
 
 
 if __name__ == "__main__":
