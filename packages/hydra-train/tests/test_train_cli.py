@@ -98,4 +98,7 @@ def test_train_under_torchrun_ddp(tmp_path):
     model = load_artifact(run_dir / "model.hydra")  # a plain single-process model
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert all(math.isfinite(r["mae"]) for r in metrics["test"]["mae"].values())
+    # test errors cover the whole test split (4 of 16 structures), gathered from both ranks
+    assert metrics["test"]["mae"]["energy"]["count"] == 4
+    assert metrics["test"]["mae"]["forces"]["count"] == 4 * 32
     assert all(torch.isfinite(p).all() for p in model.parameters())

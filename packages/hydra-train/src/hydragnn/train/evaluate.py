@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from hydragnn.models.loss import targets as batch_targets
@@ -111,6 +112,29 @@ def test(loader, model: nn.Module | Strategy, verbosity: int = 0, **_: Any):
 
 
 test.__test__ = False  # not a pytest test when imported into a test module
+
+
+def gather_rows(strategy: Strategy, *parts: Any) -> tuple[Any, ...]:
+    """Every rank's rows concatenated along dim 0 (a collective; rank order, then batch order).
+
+    Each part is a ``{head: tensor}`` dict, a tensor or ``None``. With one process the parts come
+    back unchanged. Validation/test samplers give each rank a disjoint share, so the result
+    covers the whole set once.
+    """
+    if not (strategy.distributed and strategy.world_size > 1):
+        return parts
+    gathered: list[Any] = [None] * strategy.world_size
+    dist.all_gather_object(gathered, parts)
+    out: list[Any] = []
+    for i, part in enumerate(parts):
+        items = [g[i] for g in gathered]
+        if part is None:
+            out.append(None)
+        elif isinstance(part, Mapping):
+            out.append({k: torch.cat([item[k] for item in items]) for k in part})
+        else:
+            out.append(torch.cat(items))
+    return tuple(out)
 
 UNITS = {
     "energy": ("eV/atom", True),

@@ -27,7 +27,7 @@ from hydragnn.data.loaders import set_epoch
 from .checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
 from .config import TrainingConfig, parse_training
 from .errors import CheckpointError, TrainingAborted
-from .evaluate import evaluate_losses, mae_report
+from .evaluate import evaluate_losses, gather_rows, mae_report
 from .progress import Progress, fmt_losses
 from .strategies.base import Strategy
 
@@ -280,7 +280,8 @@ def train_validate_test(
     }
     if test_loader is not None:
         loss, heads, trues, preds, extras = evaluate_losses(strategy, test_loader, collect=True)
-        summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, extras.get("natoms"))}
-        summary["test_targets"], summary["test_predictions"] = trues, preds
+        trues, preds, natoms = gather_rows(strategy, trues, preds, extras.get("natoms"))
+        summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, natoms)}
+        summary["test_targets"], summary["test_predictions"], summary["test_natoms"] = trues, preds, natoms
         progress.log(1, f"test loss {loss:.6g} ({fmt_losses(heads)})")
     return summary

@@ -188,6 +188,7 @@ def run_training(
                 writer.close()
         trues = summary.pop("test_targets", None)
         preds = summary.pop("test_predictions", None)
+        natoms = summary.pop("test_natoms", None)
         metrics: dict[str, Any] = {
             "dataset": cfg.dataset.name,
             "best_epoch": summary["best_epoch"],
@@ -217,7 +218,6 @@ def run_training(
             if testset is not None:
                 paths["test_set"] = str(write_dataset(run_dir / "test_set.pkl", testset, "pickle", schema=cfg.schema))
             if trues:
-                natoms = torch.tensor([int(s.num_nodes) for s in testset]) if testset else None
                 paths["plots"] = [str(p) for p in parity_plots(trues, preds, run_dir, natoms=natoms, mae=summary["test"]["mae"])]
             metrics["wall_s"] = time.perf_counter() - t_start
             metrics["paths"] = paths
