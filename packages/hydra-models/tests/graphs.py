@@ -8,8 +8,6 @@ Everything is deterministic and cached per process. Edges come from :func:`brute
 from __future__ import annotations
 
 import functools
-import itertools
-import math
 
 import numpy as np
 import torch
@@ -21,6 +19,7 @@ from torch_geometric.data import Batch, Data
 
 from hydragnn.data import Schema, prepare
 from hydragnn.data.ase_io import atoms_to_sample
+from hydragnn.data.neighbors import brute_force_radius_graph
 
 VARIABLES = {
     "inputs": [
@@ -46,7 +45,7 @@ CLUSTER_SCHEMA = Schema.from_dict(
 def brute_force_edges(
     pos: torch.Tensor, cutoff: float, cell: torch.Tensor | None = None, pbc: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """All pairs ``0 < |pos[j] - pos[i] + shift| < cutoff`` over periodic images.
+    """All pairs closer than ``cutoff`` over periodic images, from hydra-data's brute-force reference.
 
     Args:
         pos: ``[N, 3]``; cell: ``[3, 3]`` rows (or ``[1, 3, 3]``); pbc: ``[3]`` bool.
@@ -54,23 +53,10 @@ def brute_force_edges(
     Returns:
         ``edge_index [2, E]`` (row 0 source j, row 1 target i) and Cartesian ``edge_shift [E, 3]``.
     """
-    p = pos.detach().to(torch.float64).numpy()
-    reps = [0, 0, 0]
-    if cell is not None and pbc is not None and bool(torch.as_tensor(pbc).any()):
-        c = cell.detach().reshape(3, 3).to(torch.float64).numpy()
-        inv = np.linalg.inv(c)
-        flags = torch.as_tensor(pbc).reshape(3).tolist()
-        reps = [math.ceil(cutoff * np.linalg.norm(inv[:, k])) if flags[k] else 0 for k in range(3)]
-    else:
-        c = np.zeros((3, 3))
-    images = np.array(list(itertools.product(*[range(-r, r + 1) for r in reps])), dtype=np.float64)
-    shifts = images @ c  # [K, 3]
-    vec = p[None, :, None, :] - p[:, None, None, :] + shifts[None, None, :, :]  # [i, j, k, 3]
-    dist = np.linalg.norm(vec, axis=-1)
-    i, j, k = np.nonzero((dist > 1e-8) & (dist < cutoff))
-    edge_index = torch.tensor(np.stack([j, i]), dtype=torch.long)
-    edge_shift = torch.tensor(shifts[k], dtype=pos.dtype)
-    return edge_index, edge_shift
+    if cell is not None:
+        cell = cell.detach().reshape(3, 3)
+        pbc = torch.ones(3, dtype=torch.bool) if pbc is None else torch.as_tensor(pbc).reshape(3)
+    return brute_force_radius_graph(pos.detach(), cutoff, cell=cell, pbc=pbc)
 
 
 def with_edges(data: Data, cutoff: float) -> Data:
