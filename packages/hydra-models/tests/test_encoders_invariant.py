@@ -13,6 +13,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from hydragnn.data.neighbors import brute_force_radius_graph
 from hydragnn.models.encoders import cgcnn, gat, gin, mfc, pna, pnaplus, sage  # noqa: F401  (register)
 from hydragnn.models.encoders.base import ENCODERS, EncoderConfig, EncoderDims, GraphInputs
 from hydragnn.models.errors import ModelConfigError
@@ -45,11 +46,7 @@ def build(name: str, dims: EncoderDims | None = None, seed: int = 0, **config) -
 
 def brute_force_edges(pos: torch.Tensor, batch: torch.Tensor, cutoff: float) -> torch.Tensor:
     """All ordered pairs j -> i (i != j) of the same graph closer than ``cutoff``: ``[2, E]``."""
-    n = pos.shape[0]
-    dist = torch.cdist(pos, pos)
-    keep = (dist < cutoff) & (batch[:, None] == batch[None, :]) & ~torch.eye(n, dtype=torch.bool)
-    target, source = keep.nonzero(as_tuple=True)
-    return torch.stack([source, target])
+    return brute_force_radius_graph(pos.detach(), cutoff, batch=batch)[0]
 
 
 def make_inputs(x, pos, edge_index, batch, num_graphs, edge_attr=None) -> GraphInputs:
