@@ -35,11 +35,36 @@ REGISTERED_ENCODERS: tuple[str, ...] = tuple(sorted(ENCODERS))
 so encoder modules that other test files import directly do not change the parametrisation)."""
 SCALAR_OUTPUTS = ("energy", "gap", "atomic_energy", "charge")
 
+VARIANTS: dict[str, dict] = {}
+"""Conformance subjects beyond the plain encoders: id -> ``Architecture`` keys (with
+``mpnn_type``, which may be None for a standalone EquivariantTransformer). Add with
+:func:`register_variant`; the checks accept these ids wherever they accept an encoder name."""
+
+
+def register_variant(name: str, **arch) -> str:
+    """Add a conformance subject ``name`` (e.g. ``"SchNet+GPS-performer"``) and return it."""
+    if name in ENCODERS or (name in VARIANTS and VARIANTS[name] != arch):
+        raise ValueError(f"conformance variant {name!r} is already taken")
+    VARIANTS[name] = dict(arch)
+    return name
+
+
+def is_equivariant(name: str) -> bool:
+    """Whether subject ``name`` returns vector features (encoder class or variant)."""
+    if name in VARIANTS:
+        arch = VARIANTS[name]
+        if arch.get("global_attn_engine") == "EquivariantTransformer":
+            return True
+        return ENCODERS[arch["mpnn_type"]].equivariant
+    return ENCODERS[name].equivariant
+
 
 def small_arch(name: str, **overrides) -> dict:
-    """A tiny MLIP ``Architecture`` for encoder ``name`` (+ its ``conformance_config``)."""
+    """A tiny MLIP ``Architecture`` for encoder (or variant) ``name`` (+ its ``conformance_config``)."""
+    variant = VARIANTS.get(name, {"mpnn_type": name})
+    mpnn_type = variant["mpnn_type"]
     arch = {
-        "mpnn_type": name,
+        "mpnn_type": mpnn_type,
         "hidden_dim": 16,
         "num_conv_layers": 2,
         "radius": CUTOFF,
@@ -47,7 +72,9 @@ def small_arch(name: str, **overrides) -> dict:
         "enable_interatomic_potential": True,
         "output_heads": {"graph": {"num_sharedlayers": 1, "num_headlayers": 1}, "node": {"num_headlayers": 1}},
     }
-    arch.update(getattr(ENCODERS[name], "conformance_config", {}))
+    if mpnn_type is not None:
+        arch.update(getattr(ENCODERS[mpnn_type], "conformance_config", {}))
+    arch.update(variant)
     arch.update(overrides)
     return arch
 
@@ -190,8 +217,8 @@ def check_vector_equivariance(name: str, seed: int = 1) -> None:
     moved = batch.clone()
     moved.pos, moved.cell, moved.edge_shift = batch.pos @ rot.T, batch.cell @ rot.T, batch.edge_shift @ rot.T
     with torch.no_grad():
-        ref = model.encoder(model.graph_inputs(batch, batch.pos, batch.edge_index, batch.edge_shift))
-        out = model.encoder(model.graph_inputs(moved, moved.pos, moved.edge_index, moved.edge_shift))
+        ref = model.encode(model.graph_inputs(batch, batch.pos, batch.edge_index, batch.edge_shift))
+        out = model.encode(model.graph_inputs(moved, moved.pos, moved.edge_index, moved.edge_shift))
     assert ref.vector is not None and ref.vector.dim() == 3 and ref.vector.shape[1] == 3
     torch.testing.assert_close(out.scalar, ref.scalar, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out.vector, torch.einsum("ij,njc->nic", rot, ref.vector), rtol=1e-4, atol=1e-5)
@@ -345,7 +372,7 @@ class ConformanceTests:
         check_rotation_translation(encoder_name)
 
     def test_vector_equivariance(self, encoder_name):
-        if not ENCODERS[encoder_name].equivariant:
+        if not is_equivariant(encoder_name):
             import pytest
 
             pytest.skip(f"{encoder_name} is not equivariant (no vector features)")

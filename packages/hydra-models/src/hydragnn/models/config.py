@@ -41,6 +41,9 @@ PRECISIONS: dict[str, torch.dtype] = {
 """``precision`` names and their dtypes."""
 
 LOSS_TYPES: tuple[str, ...] = ("mse", "mae", "huber", "smooth_l1")
+GLOBAL_ATTN_ENGINES: tuple[str, ...] = ("GPS", "EquivariantTransformer")
+GLOBAL_ATTN_TYPES: tuple[str, ...] = ("multihead", "performer")
+CONDITIONING_MODES: tuple[str, ...] = ("concat_node", "film", "fuse_pool")
 NODE_HEAD_TYPES: tuple[str, ...] = ("mlp", "conv")
 SPECIES_INPUT_NAMES: frozenset[str] = frozenset({"atomic_number", "atomic_numbers", "numbers", "z", "Z"})
 """A first node input with one of these names makes ``num_species`` default to 119."""
@@ -191,6 +194,14 @@ _SCALARS: dict[str, tuple[str, bool]] = {
     "trainable_reference_energies": ("bool", False),
     "loss_function_type": ("str", False),
     "huber_delta": ("float", False),
+    "global_attn_engine": ("str", True),
+    "global_attn_type": ("str", False),
+    "global_attn_heads": ("int", False),
+    "global_attn_layers": ("int", True),
+    "global_attn_features": ("int", False),
+    "pe_dim": ("int", False),
+    "use_graph_attr_conditioning": ("bool", False),
+    "graph_attr_conditioning_mode": ("str", False),
 }
 _STRUCTURED = {"mpnn_type", "output_heads", "task_weights", "reference_energies"}
 COMMON_KEYS: frozenset[str] = frozenset(_SCALARS) | _STRUCTURED
@@ -202,7 +213,8 @@ class ModelConfig:
     """A validated ``Architecture`` section.
 
     Attributes (JSON keys of the same name, defaults in brackets):
-        mpnn_type: registry name of the encoder (required).
+        mpnn_type: registry name of the encoder (required; null only for a standalone
+            ``EquivariantTransformer``).
         encoder: the encoder's own config (every non-common key).
         hidden_dim [64], num_conv_layers [3]: width and depth of the encoder.
         radius [5.0]: cutoff in Å; max_neighbours [null]: cap for dynamic graphs.
@@ -223,10 +235,22 @@ class ModelConfig:
         output_heads: :class:`HeadsConfig`.
         task_weights [1 each]: list (schema output order) or ``{name: weight}``.
         loss_function_type ["mse"]: mse, mae, huber, smooth_l1; huber_delta [1.0].
+        global_attn_engine [null]: ``GPS`` (global attention mixed into every conv layer of
+            the encoder) or ``EquivariantTransformer`` (all-to-all equivariant attention layers
+            after the encoder, or alone when ``mpnn_type`` is null).
+        global_attn_type ["multihead"]: GPS attention, ``multihead`` (exact softmax, per graph)
+            or ``performer`` (random features, linear in the atoms per graph).
+        global_attn_heads [4]: attention heads; ``hidden_dim`` must be a multiple of it.
+        global_attn_layers [num_conv_layers]: EquivariantTransformer depth.
+        global_attn_features [64]: performer random features per head.
+        pe_dim [0]: GPS positional encodings: ``pe_dim`` Laplacian eigenvectors and ``pe_dim``
+            random-walk return probabilities per node, computed when the data is prepared.
+        use_graph_attr_conditioning [false]: condition on the schema's graph inputs, mode
+            graph_attr_conditioning_mode ["concat_node"]: ``concat_node``, ``film``, ``fuse_pool``.
         raw: the section as given (stored in artifacts).
     """
 
-    mpnn_type: str
+    mpnn_type: str | None
     encoder: EncoderConfig
     output_heads: HeadsConfig
     hidden_dim: int = 64
@@ -251,6 +275,14 @@ class ModelConfig:
     task_weights: tuple[float, ...] | tuple[tuple[str, float], ...] | None = None
     loss_function_type: str = "mse"
     huber_delta: float = 1.0
+    global_attn_engine: str | None = None
+    global_attn_type: str = "multihead"
+    global_attn_heads: int = 4
+    global_attn_layers: int | None = None
+    global_attn_features: int = 64
+    pe_dim: int = 0
+    use_graph_attr_conditioning: bool = False
+    graph_attr_conditioning_mode: str = "concat_node"
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -275,15 +307,33 @@ class ModelConfig:
                 if new in values:
                     raise ModelConfigError(f"{ROOT}: give either {old!r} or {new!r}, not both")
                 values[new] = values.pop(old)
-        if "mpnn_type" not in values:
-            raise ModelConfigError(f"{ROOT}.mpnn_type: required (the encoder name)")
-        mpnn_type = _typed(values["mpnn_type"], "str", f"{ROOT}.mpnn_type")
-        encoder_cls = get_encoder(mpnn_type)
         kwargs: dict[str, Any] = {}
         for key, (kind, optional) in _SCALARS.items():
             if key in values:
                 kwargs[key] = _typed(values[key], kind, f"{ROOT}.{key}", optional=optional)
-        for key in ("hidden_dim", "num_conv_layers", "num_radial", "radius", "max_neighbours", "huber_delta"):
+        engine = kwargs.get("global_attn_engine")
+        if engine is not None:
+            _choice(engine, GLOBAL_ATTN_ENGINES, f"{ROOT}.global_attn_engine")
+        standalone = engine == "EquivariantTransformer" and values.get("mpnn_type") is None
+        if "mpnn_type" not in values and not standalone:
+            raise ModelConfigError(
+                f"{ROOT}.mpnn_type: required (the encoder name; it may be null only with "
+                'global_attn_engine "EquivariantTransformer")'
+            )
+        mpnn_type = None if standalone else _typed(values["mpnn_type"], "str", f"{ROOT}.mpnn_type")
+        encoder_cls = None if mpnn_type is None else get_encoder(mpnn_type)
+        _check_global_attention(kwargs, encoder_cls)
+        for key in (
+            "hidden_dim",
+            "num_conv_layers",
+            "num_radial",
+            "radius",
+            "max_neighbours",
+            "huber_delta",
+            "global_attn_heads",
+            "global_attn_layers",
+            "global_attn_features",
+        ):
             _positive(kwargs.get(key), f"{ROOT}.{key}")
         _positive(kwargs.get("num_species"), f"{ROOT}.num_species", allow_zero=True)
         for key, options in (
@@ -302,15 +352,50 @@ class ModelConfig:
             kwargs["reference_energies"] = _reference_energies(values["reference_energies"])
 
         rest = {k: v for k, v in values.items() if k not in COMMON_KEYS}
-        encoder_fields = {f.name for f in dataclasses.fields(encoder_cls.Config)}
+        config_cls = EncoderConfig if encoder_cls is None else encoder_cls.Config
+        encoder_fields = {f.name for f in dataclasses.fields(config_cls)}
         unknown = sorted(set(rest) - encoder_fields)
         if unknown:
             raise ModelConfigError(
                 f"{ROOT}: unknown key(s) {unknown}: neither a common key ({sorted(COMMON_KEYS)}) "
-                f"nor a {mpnn_type} key ({sorted(encoder_fields)})"
+                f"nor a {mpnn_type or 'standalone EquivariantTransformer'} key ({sorted(encoder_fields)})"
             )
-        encoder = encoder_cls.Config.from_dict(rest, ROOT)
+        encoder = config_cls.from_dict(rest, ROOT)
         return cls(mpnn_type=mpnn_type, encoder=encoder, output_heads=heads, raw=raw, **kwargs)
+
+
+def _check_global_attention(kwargs: dict[str, Any], encoder_cls: type | None) -> None:
+    """Rules between the global-attention and conditioning keys (errors name the key)."""
+    engine = kwargs.get("global_attn_engine")
+    attn_type = kwargs.get("global_attn_type", "multihead")
+    _choice(attn_type, GLOBAL_ATTN_TYPES, f"{ROOT}.global_attn_type")
+    _choice(
+        kwargs.get("graph_attr_conditioning_mode", "concat_node"),
+        CONDITIONING_MODES,
+        f"{ROOT}.graph_attr_conditioning_mode",
+    )
+    _positive(kwargs.get("pe_dim"), f"{ROOT}.pe_dim", allow_zero=True)
+    heads = kwargs.get("global_attn_heads", ModelConfig.global_attn_heads)
+    hidden = kwargs.get("hidden_dim", ModelConfig.hidden_dim)
+    if engine is not None and heads > 0 and hidden % heads:
+        raise ModelConfigError(
+            f"{ROOT}.global_attn_heads: hidden_dim ({hidden}) must be a multiple of global_attn_heads ({heads})"
+        )
+    if engine == "GPS" and encoder_cls is not None and not encoder_cls.supports_layer_mixing:
+        raise ModelConfigError(
+            f"{ROOT}.global_attn_engine: GPS mixes attention into every conv layer's node features; "
+            f"{encoder_cls.__name__} has no per-layer node state (use EquivariantTransformer instead)"
+        )
+    if engine != "GPS":
+        for key, default in (("global_attn_type", "multihead"), ("pe_dim", 0)):
+            if kwargs.get(key, default) != default:
+                raise ModelConfigError(
+                    f"{ROOT}.{key}: only used with global_attn_engine \"GPS\" (found engine {engine!r})"
+                )
+    if engine != "EquivariantTransformer" and kwargs.get("global_attn_layers") is not None:
+        raise ModelConfigError(
+            f"{ROOT}.global_attn_layers: only used with global_attn_engine \"EquivariantTransformer\""
+        )
 
 
 def _task_weights(values: Any) -> tuple:

@@ -29,6 +29,8 @@ class GraphHeads(nn.Module):
         config: layer widths.
         pooling: ``add``/``sum``, ``mean`` or ``max`` (accumulated in float32 for bf16).
         activation: activation name.
+        fuse_graph_attr: conditioning mode ``fuse_pool``: instead of concatenating ``graph_attr``
+            to the pooled features, fuse them, ``pooled + MLP([pooled, graph_attr])`` (width H).
     """
 
     def __init__(
@@ -39,12 +41,16 @@ class GraphHeads(nn.Module):
         config: GraphHeadConfig,
         pooling: str,
         activation: str,
+        fuse_graph_attr: bool = False,
     ) -> None:
         super().__init__()
         self.names = [name for name, _ in outputs]
         self.pool = POOLINGS[pooling]
+        self.fuse = (
+            mlp(hidden_dim + graph_in, (hidden_dim,), hidden_dim, activation) if fuse_graph_attr and graph_in else None
+        )
         layers: list[nn.Module] = []
-        width = hidden_dim + graph_in
+        width = hidden_dim if self.fuse is not None else hidden_dim + graph_in
         for d in config.shared_dims:
             layers += [nn.Linear(width, d), make_activation(activation)]
             width = d
@@ -55,7 +61,8 @@ class GraphHeads(nn.Module):
         """``h [N, H]`` -> ``{name: [B, dim]}``."""
         pooled = self.pool(h, inputs.batch, inputs.num_graphs)
         if inputs.graph_attr is not None:
-            pooled = torch.cat([pooled, inputs.graph_attr.to(pooled.dtype)], dim=-1)
+            joined = torch.cat([pooled, inputs.graph_attr.to(pooled.dtype)], dim=-1)
+            pooled = pooled + self.fuse(joined) if self.fuse is not None else joined
         shared = self.shared(pooled)
         return {name: self.heads[name](shared) for name in self.names}
 

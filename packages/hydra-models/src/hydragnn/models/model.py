@@ -57,8 +57,8 @@ class HydraModel(nn.Module):
         self.schema = schema
         self.mlip = config.enable_interatomic_potential
         self.geometric = schema.position is not None
-        encoder_cls = get_encoder(config.mpnn_type)
-        if encoder_cls.needs_pos and not self.geometric:
+        encoder_cls = get_encoder(config.mpnn_type) if config.mpnn_type is not None else None
+        if encoder_cls is not None and encoder_cls.needs_pos and not self.geometric:
             raise ModelConfigError(
                 f"{ROOT}.mpnn_type: {config.mpnn_type} needs positions; the schema has no 'pos' input"
             )
@@ -80,7 +80,31 @@ class HydraModel(nn.Module):
             num_species=self._num_species(),
             conv_checkpointing=config.conv_checkpointing,
         )
-        self.encoder = encoder_cls(self.dims, config.encoder)
+        self._check_conditioning()
+        self.global_stage: nn.Module | None = None
+        if config.global_attn_engine == "EquivariantTransformer":
+            if not self.geometric:
+                raise ModelConfigError(f"{ROOT}.global_attn_engine: EquivariantTransformer needs positions")
+            from .attention.equivariant_transformer import EquivariantTransformer
+
+            if encoder_cls is None:  # standalone: the transformer is the encoder
+                self.encoder = EquivariantTransformer(self.dims, config, local=None)
+            else:
+                self.encoder = encoder_cls(self.dims, config.encoder)
+                self.global_stage = EquivariantTransformer(self.dims, config, local=encoder_cls)
+        else:
+            self.encoder = encoder_cls(self.dims, config.encoder)
+        if config.global_attn_engine == "GPS":
+            from .attention.gps import build_gps_mixers
+
+            self.encoder.mixers = build_gps_mixers(config, self.dims)
+        self.conditioning: nn.Module | None = None
+        if config.use_graph_attr_conditioning and config.graph_attr_conditioning_mode != "fuse_pool":
+            from .conditioning import NodeConditioning
+
+            self.conditioning = NodeConditioning(
+                config.graph_attr_conditioning_mode, config.hidden_dim, self.dims.graph_in, config.activation
+            )
         cutoff = config.radius if self.geometric else None
         heads, act = config.output_heads, config.activation
         taken = set(special.values())
@@ -89,7 +113,16 @@ class HydraModel(nn.Module):
         edge_outs = [(v.name, v.dim) for v in schema.outputs_at("edge")]
         H = config.hidden_dim
         self.graph_heads = (
-            GraphHeads(H, self.dims.graph_in, graph_outs, heads.graph, config.graph_pooling, act)
+            GraphHeads(
+                H,
+                self.dims.graph_in,
+                graph_outs,
+                heads.graph,
+                config.graph_pooling,
+                act,
+                fuse_graph_attr=config.use_graph_attr_conditioning
+                and config.graph_attr_conditioning_mode == "fuse_pool",
+            )
             if graph_outs
             else None
         )
@@ -133,6 +166,22 @@ class HydraModel(nn.Module):
             special[role] = name
         return special
 
+    def _check_conditioning(self) -> None:
+        c, where = self.config, f"{ROOT}.use_graph_attr_conditioning"
+        if not c.use_graph_attr_conditioning:
+            return
+        if not self.dims.graph_in:
+            raise ModelConfigError(
+                f"{where}: conditioning needs graph inputs (a 'graph' level input variable, e.g. total "
+                "charge and spin) in the schema; it has none"
+            )
+        takes_graph = [v.name for v in self.schema.outputs_at("graph") if v.name not in self.special.values()]
+        if c.graph_attr_conditioning_mode == "fuse_pool" and not takes_graph:
+            raise ModelConfigError(
+                f"{ROOT}.graph_attr_conditioning_mode: fuse_pool conditions the graph heads and this model has "
+                "none (an MLIP energy is a sum of atomic energies): use concat_node or film"
+            )
+
     def _num_species(self) -> int:
         if self.config.num_species is not None:
             return self.config.num_species
@@ -159,7 +208,7 @@ class HydraModel(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         """The parameter dtype: ``precision``, or whatever ``model.to(dtype)`` set since."""
-        for param in self.encoder.parameters():
+        for param in self.parameters():
             if param.is_floating_point():
                 return param.dtype
         return self.config.dtype
@@ -201,6 +250,16 @@ class HydraModel(nn.Module):
         node_batch = _node_batch(batch, x)
         edge_attr = batch.edge_attr.to(dtype) if self.dims.edge_in else None
         graph_attr = batch.graph_attr.to(dtype) if self.dims.graph_in else None
+        pe = None
+        if self.config.pe_dim:
+            lap, rw = getattr(batch, "lap_pe", None), getattr(batch, "rw_pe", None)
+            k = self.config.pe_dim
+            if lap is None or rw is None or lap.shape[-1] != k or rw.shape[-1] != k:
+                raise ModelError(
+                    f"{ROOT}.pe_dim is {k}: the batch needs 'lap_pe' and 'rw_pe' [N, {k}] "
+                    "(prepare the data with hydragnn.data.add_positional_encodings(data, pe_dim))"
+                )
+            pe = torch.cat([lap, rw], dim=-1).to(dtype)
         return GraphInputs(
             x=x,
             pos=pos.to(dtype) if pos is not None else None,
@@ -211,7 +270,18 @@ class HydraModel(nn.Module):
             batch=node_batch,
             num_graphs=_num_graphs(batch),
             graph_attr=graph_attr,
+            pe=pe,
         )
+
+    def encode(self, inputs: GraphInputs) -> NodeEmbedding:
+        """Node embeddings: the encoder (with GPS mixers), the equivariant transformer stage
+        and graph-attribute conditioning, in that order."""
+        emb = self.encoder(inputs)
+        if self.global_stage is not None:
+            emb = self.global_stage(inputs, emb)
+        if self.conditioning is not None:
+            emb = NodeEmbedding(scalar=self.conditioning(emb.scalar, inputs), vector=emb.vector)
+        return emb
 
     def heads(self, emb: NodeEmbedding, inputs: GraphInputs) -> dict[str, torch.Tensor]:
         """Every non-MLIP head: ``{name: prediction}``."""
@@ -258,7 +328,7 @@ class HydraModel(nn.Module):
             raise ModelError("the batch has no 'edge_index' (build edges with hydragnn.data.neighbors.add_edges)")
         if not self.mlip:
             inputs = self.graph_inputs(batch, pos, edge_index, edge_shift)
-            return self.heads(self.encoder(inputs), inputs)
+            return self.heads(self.encode(inputs), inputs)
 
         special = self.special
         want_forces = self.config.compute_grad_energy and (
@@ -281,7 +351,7 @@ class HydraModel(nn.Module):
                     pos, _node_batch(batch, pos), _num_graphs(batch), cell, edge_index, shift
                 )
             inputs = self.graph_inputs(batch, pos_in, edge_index, edge_shift)
-            emb = self.encoder(inputs)
+            emb = self.encode(inputs)
             out = self.heads(emb, inputs)
             atomic, energy = self.energy_head(emb.scalar, inputs)
             out[special["energy"]] = energy

@@ -37,6 +37,8 @@ class GraphInputs:
         batch: ``[N]`` int64 graph index of each node.
         num_graphs: B (a Python int: no device sync).
         graph_attr: ``[B, G]`` graph inputs from the schema, or ``None``.
+        pe: ``[N, 2 * pe_dim]`` positional encodings (Laplacian eigenvectors, then random-walk
+            return probabilities) when the model has ``pe_dim > 0``, else ``None``.
     """
 
     x: torch.Tensor
@@ -48,6 +50,7 @@ class GraphInputs:
     batch: torch.Tensor
     num_graphs: int
     graph_attr: torch.Tensor | None = None
+    pe: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -140,11 +143,33 @@ class Encoder(nn.Module):
     Config: ClassVar[type[EncoderConfig]] = EncoderConfig
     equivariant: ClassVar[bool] = False
     needs_pos: ClassVar[bool] = True
+    supports_layer_mixing: ClassVar[bool] = True
+    """False when the per-layer state is not a node embedding (DimeNet's live on edges): a
+    global attention engine that mixes every layer (GPS) refuses such an encoder."""
 
     def __init__(self, dims: EncoderDims, config: EncoderConfig) -> None:
         super().__init__()
         self.dims = dims
         self.config = config
+        self.mixers: nn.ModuleList | None = None
+        """One module per conv layer, set by the model when a global attention engine (GPS)
+        wraps this encoder; see :meth:`mix`."""
+
+    @property
+    def vector_channels(self) -> int:
+        """C of ``NodeEmbedding.vector [N, 3, C]`` (0 for an invariant encoder)."""
+        return 0
+
+    def mix(self, layer: int, h_in: torch.Tensor, h_local: torch.Tensor, inputs: GraphInputs) -> torch.Tensor:
+        """Combine conv layer ``layer``'s invariant input ``h_in [N, H]`` with its local update
+        ``h_local [N, H]``: identity without :attr:`mixers`, else ``mixers[layer](h_in, h_local, inputs)``.
+
+        Every encoder calls this after each conv layer, outside activation checkpointing, with
+        its rotation-invariant node channels only (equivariant channels stay with the encoder).
+        """
+        if self.mixers is None:
+            return h_local
+        return self.mixers[layer](h_in, h_local, inputs)
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:  # pragma: no cover - abstract
         raise NotImplementedError

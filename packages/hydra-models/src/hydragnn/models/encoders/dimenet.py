@@ -114,6 +114,7 @@ class DimeNetEncoder(Encoder):
     Config = DimeNetConfig
     equivariant = False
     needs_pos = True
+    supports_layer_mixing = False  # per-layer state is edge messages
     #: Extra ``Architecture`` keys for the shared conformance suite: its capture-safety check
     #: needs the fixed triplet layout (the test structures have in-degrees <= 18).
     conformance_config: ClassVar[dict] = {"triplet_capacity": 32}

@@ -121,6 +121,10 @@ class EGNN(Encoder):
         )
         self.channels = channels
 
+    @property
+    def vector_channels(self) -> int:
+        return self.channels
+
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
         length, _ = edge_geometry(inputs, "EGNN")
         h = self.embedding(inputs.x)
@@ -133,6 +137,8 @@ class EGNN(Encoder):
             edge_feat = torch.cat([edge_feat, edge_attr], dim=-1)
         fcut = self.cutoff(length)
         v = h.new_zeros((h.shape[0], 3, self.channels))
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
+            h_in = h
             h, v = call_layer(layer, self.dims.conv_checkpointing, h, v, inputs.edge_index, edge_vec, edge_feat, fcut)
+            h = self.mix(i, h_in, h, inputs)
         return NodeEmbedding(scalar=h, vector=v)

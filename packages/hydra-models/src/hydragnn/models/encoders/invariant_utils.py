@@ -258,9 +258,11 @@ class InvariantEncoder(Encoder):
         env = env.to(h.dtype)
         edge_feat = None if edge_feat is None else edge_feat.to(h.dtype)
         edge_index = inputs.edge_index
-        for conv in self.convs:
+        for i, conv in enumerate(self.convs):
+            h_in = h
             if self.checkpointing and torch.is_grad_enabled():
                 h = checkpoint(self._layer, conv, h, edge_index, edge_feat, env, use_reentrant=False)
             else:
                 h = self._layer(conv, h, edge_index, edge_feat, env)
+            h = self.mix(i, h_in, h, inputs)
         return NodeEmbedding(scalar=h)

@@ -141,6 +141,10 @@ class MACEEncoder(Encoder):
             if layer > 0:  # element-dependent residual, from the second layer on (MACE)
                 self.skips.append(o3.FullyConnectedTensorProduct(irreps_in, attrs_irreps, self.hidden_irreps))
 
+    @property
+    def vector_channels(self) -> int:
+        return self.dims.hidden_dim
+
     def _layer(self, layer: int, h, edge_sh, edge_radial, edge_index, node_attrs):
         a = self.interactions[layer](h, edge_sh, edge_radial, edge_index)
         out = self.products[layer](a, node_attrs)
@@ -171,12 +175,16 @@ class MACEEncoder(Encoder):
             h = self.node_lin(x.to(dtype))
 
         for layer in range(len(self.interactions)):
+            h_in = h
             if self.dims.conv_checkpointing:
                 h = checkpoint(
                     self._layer, layer, h, edge_sh, edge_radial, inputs.edge_index, node_attrs, use_reentrant=False
                 )
             else:
                 h = self._layer(layer, h, edge_sh, edge_radial, inputs.edge_index, node_attrs)
+            if self.mixers is not None:  # the first `hidden` channels are the 0e scalars
+                scalar = self.mix(layer, h_in[:, :hidden], h[:, :hidden], inputs)
+                h = torch.cat([scalar, h[:, hidden:]], dim=-1)
 
         scalar = h[:, :hidden]
         vector = h[:, hidden : 4 * hidden].reshape(num_nodes, hidden, 3).transpose(1, 2)

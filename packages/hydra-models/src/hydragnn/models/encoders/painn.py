@@ -104,6 +104,10 @@ class PAINN(Encoder):
         )
         self.readout = VectorReadout(hidden, config.num_vector_channels)
 
+    @property
+    def vector_channels(self) -> int:
+        return self.config.num_vector_channels or self.dims.hidden_dim
+
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
         length, unit = edge_geometry(inputs, "PAINN")
         s = self.embedding(inputs.x)
@@ -115,6 +119,8 @@ class PAINN(Encoder):
             edge_feat = torch.cat([edge_feat, edge_attr], dim=-1)
         fcut = self.cutoff(length)
         v = s.new_zeros((s.shape[0], 3, s.shape[1]))
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
+            s_in = s
             s, v = call_layer(layer, self.dims.conv_checkpointing, s, v, inputs.edge_index, edge_feat, fcut, unit)
+            s = self.mix(i, s_in, s, inputs)
         return NodeEmbedding(scalar=s, vector=self.readout(v))

@@ -237,6 +237,10 @@ class PNAEq(Encoder):
         )
         self.readout = VectorReadout(dims.hidden_dim, config.num_vector_channels)
 
+    @property
+    def vector_channels(self) -> int:
+        return self.config.num_vector_channels or self.dims.hidden_dim
+
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
         length, unit = edge_geometry(inputs, "PNAEq")
         s = self.embedding(inputs.x)
@@ -246,6 +250,8 @@ class PNAEq(Encoder):
         fcut = self.cutoff(length)
         edge_attr = edge_attributes(inputs, self.dims, "PNAEq", s.dtype)
         v = s.new_zeros((s.shape[0], 3, s.shape[1]))
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
+            s_in = s
             s, v = call_layer(layer, self.dims.conv_checkpointing, s, v, inputs.edge_index, rbf, fcut, unit, edge_attr)
+            s = self.mix(i, s_in, s, inputs)
         return NodeEmbedding(scalar=s, vector=self.readout(v))

@@ -90,9 +90,11 @@ class SchNet(Encoder):
         r = inputs.edge_len
         rbf = self.rbf(r).to(h.dtype)
         envelope = self.envelope(r).unsqueeze(-1).to(h.dtype)
-        for block in self.interactions:
+        for i, block in enumerate(self.interactions):
+            h_in = h
             if self.dims.conv_checkpointing and torch.is_grad_enabled():
                 h = h + checkpoint(block, h, src, dst, rbf, envelope, use_reentrant=False)
             else:
                 h = h + block(h, src, dst, rbf, envelope)
+            h = self.mix(i, h_in, h, inputs)
         return NodeEmbedding(scalar=h)
