@@ -123,10 +123,14 @@ def test_fsdp(name, dataset, tmp_path):
 
 
 def test_localsgd(dataset, tmp_path):
-    """warmup 2, period 3: steps 1-2 synchronous DDP, sync after steps 5 and 8, local otherwise."""
+    """warmup 2, period 3: steps 1-2 synchronous DDP, sync after steps 5 and 8, local otherwise;
+    a state taken after the local step 9 is the average, equal on both ranks."""
     results = run_ok("localsgd", dataset, tmp_path)
     for policy in ("rank_local", "synchronized"):
         steps = results[0][policy]
+        last = steps[-1]
+        assert last["step"] == 9 and last["diverged_before_state"] > 1e-6, last
+        assert last["param_diff_after_state"] == 0.0, last
         assert [s["step"] for s in steps if s["synchronized"]] == [5, 8]
         for s in steps:
             if s["step"] <= 2 or s["synchronized"]:

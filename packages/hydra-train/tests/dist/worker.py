@@ -227,9 +227,25 @@ def scenario_localsgd(data) -> dict:
                     "loss": float(loss.detach()),
                 }
             )
+        # one more (local) step: the replicas diverge; taking the state must average them first
+        batch = collate(data[r : r + 1])
+        loss, _ = strategy.unwrap().loss(strategy.forward(batch), batch)
+        strategy.backward(loss)
+        strategy.step()
+        diverged = across_ranks_max_diff(flat_params(model))
         state = strategy.model_state_dict()
         plain = new_model(seed=1)
         plain.load_state_dict(state)
+        steps.append(
+            {
+                "step": strategy.steps,
+                "diverged_before_state": diverged,
+                "param_diff_after_state": across_ranks_max_diff(flat_params(model)),
+                "synchronized": False,
+                "param_diff": diverged,
+                "opt_diff": 0.0,
+            }
+        )
         res[policy] = steps
         strategy.teardown()
     return res

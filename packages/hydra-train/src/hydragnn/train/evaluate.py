@@ -37,6 +37,7 @@ def evaluate_losses(
         rank's concatenated ``{head: [rows, dim]}`` when ``collect`` (else empty); extras hold
         ``natoms`` ``[B]`` per graph (for per-atom errors) when collected.
     """
+    strategy.consolidate()  # local SGD: evaluate the averaged model, the same on every rank
     model = strategy.unwrap()
     names = [v.name for v in model.schema.outputs]
     was_training = model.training

@@ -102,6 +102,14 @@ class Strategy:
         self.optimizer.zero_grad(set_to_none=True)
 
     # state -----------------------------------------------------------------------------
+    def consolidate(self) -> None:
+        """Make the model replicas agree before an evaluation or a checkpoint.
+
+        Called on every rank at the same point (it may be a collective). A no-op for strategies
+        whose replicas never diverge; local SGD averages the parameters of ranks that stepped
+        on their own since the last synchronisation.
+        """
+
     def model_state_dict(self) -> dict[str, torch.Tensor]:
         """Full, unsharded state dict of the plain model (a collective under sharding)."""
         return {k: v.detach().clone() for k, v in self.unwrap().state_dict().items()}

@@ -32,9 +32,11 @@ class LocalSGDStrategy(DDPStrategy):
       on every rank.
 
     Step ``s`` (1-based count of :meth:`step` calls) synchronises when ``s > warmup_steps`` and
-    ``(s - warmup_steps) % synchronization_period == 0``. Checkpoints: as DDP; take them right
-    after a synchronisation for a state that does not depend on the rank (the model state
-    returned is rank 0's).
+    ``(s - warmup_steps) % synchronization_period == 0``. Evaluations and checkpoints
+    synchronise first (:meth:`consolidate`, called by the loop on every rank): validation losses,
+    the best model and checkpoints never depend on which rank's replica they were taken from.
+    Under ``"rank_local"`` the optimizer state in a checkpoint is rank 0's (every rank resumes
+    from it).
     """
 
     name = "localsgd"
@@ -73,6 +75,16 @@ class LocalSGDStrategy(DDPStrategy):
         if self.steps > self.warmup_steps and (self.steps - self.warmup_steps) % self.period == 0:
             with collective(self, "local SGD model averaging"):
                 self.synchronize()
+
+    def consolidate(self) -> None:
+        """Average now if any rank stepped locally since the last synchronisation."""
+        if self.world_size > 1 and self.steps > self.warmup_steps and not self.last_synchronized:
+            with collective(self, "local SGD model averaging before evaluation / checkpoint"):
+                self.synchronize()
+
+    def model_state_dict(self) -> dict[str, torch.Tensor]:
+        self.consolidate()
+        return super().model_state_dict()
 
     @torch.no_grad()
     def synchronize(self) -> None:
