@@ -131,6 +131,11 @@ def graph_model_problem(model: Any) -> str | None:
         return "dynamic_graph=True builds edges inside forward (data-dependent shapes)"
     if getattr(model.config, "max_neighbours", None) is not None:
         return "max_neighbours caps the neighbour list; the static edge buffers keep every pair within the cutoff"
+    if getattr(model.config, "pe_dim", 0):
+        return "positional encodings (pe_dim > 0) need a per-structure eigendecomposition of the graph Laplacian"
+    for part in (getattr(model, "encoder", None), getattr(model, "global_stage", None)):
+        if part is not None and not getattr(part, "capture_safe", True):
+            return f"{type(part).__name__}'s forward is not capture-safe (host synchronisation or data-dependent shapes)"
     return None
 
 

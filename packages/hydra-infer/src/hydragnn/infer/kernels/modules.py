@@ -109,6 +109,8 @@ def encoder_problem(encoder: nn.Module) -> str | None:
         return f"encoder {name} in {found}: the inference kernels support float32 and float64"
     if len(dtypes) > 1:
         return f"encoder {name} mixes parameter dtypes {sorted(str(d) for d in dtypes)}"
+    if getattr(encoder, "mixers", None) is not None:
+        return f"encoder {name} with GPS global attention: the inference kernels fuse the local convolutions only"
     if isinstance(encoder, PAINN) and encoder.dims.edge_in > 0:
         return "encoder PAINN with edge inputs (edge_in > 0): the fused filter reads the radial basis only"
     return None

@@ -143,6 +143,9 @@ class Encoder(nn.Module):
     Config: ClassVar[type[EncoderConfig]] = EncoderConfig
     equivariant: ClassVar[bool] = False
     needs_pos: ClassVar[bool] = True
+    capture_safe: ClassVar[bool] = True
+    """False when ``forward`` synchronises with the host or has data-dependent shapes (e.g. a
+    third-party backbone): hydra-infer then serves the model without CUDA-graph capture."""
     supports_layer_mixing: ClassVar[bool] = True
     """False when the per-layer state is not a node embedding (DimeNet's live on edges): a
     global attention engine that mixes every layer (GPS) refuses such an encoder."""
