@@ -43,6 +43,9 @@ def test_seed_api_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "epoch 1:" in out and "graphs/s" in out and f"best epoch {summary['best_epoch']}" in out
     error, task_errors, targets, predictions = test(test_loader, model, 0)
+    assert test(test_loader, model, 0, reduce_ranks=False)[0] == error  # one process: the same
+    lean = test(test_loader, model, 0, return_samples=False)
+    assert lean[0] == error and lean[2] == {} and lean[3] == {}
     assert math.isclose(error, summary["test"]["loss"], rel_tol=1e-5)
     assert targets["au_fraction"].shape == predictions["au_fraction"].shape == (4, 1)
     assert (tmp_path / "checkpoint.pt").is_file()

@@ -29,8 +29,10 @@ def evaluate_losses(
     loader,
     *,
     collect: bool = False,
+    reduce: bool = True,
 ) -> tuple[float, dict[str, float], dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
-    """Loss (total and per head) over ``loader``, weighted by graphs per batch, mean over ranks.
+    """Loss (total and per head) over ``loader``, weighted by graphs per batch, mean over ranks
+    (this rank's alone when ``reduce`` is False).
 
     Returns:
         ``(total, {head: loss}, targets, predictions, extras)``; targets / predictions are this
@@ -69,7 +71,8 @@ def evaluate_losses(
                         natoms.append(torch.tensor([batch.num_nodes]))
     finally:
         model.train(was_training)
-    sums = strategy.all_reduce_sum(sums)
+    if reduce:
+        sums = strategy.all_reduce_sum(sums)
     count = max(float(sums[-1]), 1.0)
     total = float(sums[0]) / count
     per_head = {name: float(sums[1 + i]) / count for i, name in enumerate(names)}
@@ -92,21 +95,32 @@ def _as_strategy(model: nn.Module | Strategy) -> Strategy:
     return strategy
 
 
-def test(loader, model: nn.Module | Strategy, verbosity: int = 0, **_: Any):
+def test(
+    loader,
+    model: nn.Module | Strategy,
+    verbosity: int = 0,
+    reduce_ranks: bool = True,
+    return_samples: bool = True,
+):
     """Evaluate ``model`` on ``loader`` (the seed API).
 
     Args:
         loader: a loader of prepared batches.
         model: a :class:`~hydragnn.models.HydraModel` (or a set-up strategy).
         verbosity: 3 and above prints the errors.
+        reduce_ranks: under torch.distributed, average the losses over ranks (every rank must
+            call); False: this rank's losses.
+        return_samples: False returns empty target / prediction dicts (less memory).
 
     Returns:
         ``(error, task_errors, targets, predictions)``: the weighted total loss, ``{head: loss}``
         (the model's ``loss_function_type``), and this rank's ``{head: [rows, dim]}`` targets and
-        predictions (float32, CPU). Under torch.distributed the losses are averaged over ranks.
+        predictions (float32, CPU).
     """
     strategy = _as_strategy(model)
-    total, per_head, trues, preds, _ = evaluate_losses(strategy, loader, collect=True)
+    total, per_head, trues, preds, _ = evaluate_losses(
+        strategy, loader, collect=bool(return_samples), reduce=bool(reduce_ranks)
+    )
     if verbosity >= 3 and strategy.is_main:
         print(f"test loss {total:.6g} " + " ".join(f"{k}={v:.6g}" for k, v in per_head.items()), flush=True)
     return total, per_head, trues, preds
