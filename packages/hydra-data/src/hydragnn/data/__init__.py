@@ -23,6 +23,7 @@ from .errors import ContainerError, DataError, DownloadError, NeighborListError,
 from .loaders import create_dataloaders, set_epoch
 from .neighbors import add_edges, brute_force_radius_graph, radius_graph
 from .normalize import Normalizer
+from .positional import add_positional_encodings
 from .prepare import prepare, prepare_all
 from .reference import CUAU_VARIABLES, generate_bulk, generate_cuau
 from .schema import LEVELS, RESERVED_NAMES, Schema, Variable
@@ -50,6 +51,7 @@ __all__ = [
     "Variable",
     "__version__",
     "add_edges",
+    "add_positional_encodings",
     "atoms_to_sample",
     "brute_force_radius_graph",
     "create_dataloaders",

@@ -9,6 +9,7 @@ per-atom energies with forces ``-dE/dpos`` and stress by autograd. ``save_artifa
 
 from .__about__ import __version__
 from .artifact import FORMAT_VERSION, load_artifact, read_manifest, save_artifact
+from .attention.performer import redraw_projections
 from .config import HeadsConfig, ModelConfig
 from .encoders import (
     ENCODERS,
@@ -46,6 +47,7 @@ __all__ = [
     "load_artifact",
     "pad_with_sink",
     "read_manifest",
+    "redraw_projections",
     "register_encoder",
     "save_artifact",
 ]

@@ -392,6 +392,11 @@ def _check_global_attention(kwargs: dict[str, Any], encoder_cls: type | None) ->
                 raise ModelConfigError(
                     f"{ROOT}.{key}: only used with global_attn_engine \"GPS\" (found engine {engine!r})"
                 )
+    if kwargs.get("pe_dim") and kwargs.get("dynamic_graph"):
+        raise ModelConfigError(
+            f"{ROOT}.pe_dim: positional encodings come from the prepared dataset's edges; a dynamic_graph "
+            "model builds other edges in forward (set dynamic_graph false or pe_dim 0)"
+        )
     if engine != "EquivariantTransformer" and kwargs.get("global_attn_layers") is not None:
         raise ModelConfigError(
             f"{ROOT}.global_attn_layers: only used with global_attn_engine \"EquivariantTransformer\""

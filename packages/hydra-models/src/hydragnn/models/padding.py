@@ -12,7 +12,7 @@ from torch_geometric.data import Batch, Data
 
 from .errors import ModelError
 
-NODE_KEYS = ("x", "pos", "node_output")
+NODE_KEYS = ("x", "pos", "node_output", "lap_pe", "rw_pe")
 EDGE_KEYS = ("edge_attr", "edge_shift", "edge_output")
 GRAPH_KEYS = ("graph_attr", "graph_output")
 """Contract tensors padded with zero rows; every other attribute is dropped."""

@@ -83,6 +83,10 @@ class TrainingConfig:
         Batching [null] (``hydragnn.data`` cost-aware batching section),
         optimizer, scheduler, early_stopping, checkpoint, parallelism, local_sgd,
         nan_policy ["error" | "skip"]: a non-finite loss stops training, or skips the batch.
+        global_attn_redraw_interval [1000]: redraw the random projections of performer attention
+            (``Architecture.global_attn_type: "performer"``) every this many training batches,
+            right before the forward of the batch; null keeps the first projection. No effect on
+            other models.
         model_keys: ``loss_function_type`` etc. given here (already copied into Architecture).
     """
 
@@ -97,6 +101,7 @@ class TrainingConfig:
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     local_sgd: LocalSGDConfig = field(default_factory=LocalSGDConfig)
     nan_policy: str = "error"
+    global_attn_redraw_interval: int | None = 1000
     model_keys: tuple[tuple[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -117,6 +122,7 @@ class TrainingConfig:
             },
             "LocalSGD": plain(self.local_sgd),
             "nan_policy": self.nan_policy,
+            "global_attn_redraw_interval": self.global_attn_redraw_interval,
         }
         out.update(dict(self.model_keys))
         return out
@@ -136,6 +142,7 @@ _TRAINING_KEYS = {
     "Parallelism",
     "LocalSGD",
     "nan_policy",
+    "global_attn_redraw_interval",
     *MODEL_KEYS_IN_TRAINING,
 }
 
@@ -157,9 +164,13 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
     num_epoch = kw.get("num_epoch", TrainingConfig.num_epoch)
     if v.get("Batching") is not None:
         try:
-            BatchingConfig.from_dict({"seed": kw.get("seed", 0), **section(v["Batching"], f"{where}.Batching", _BATCHING_KEYS)})
+            BatchingConfig.from_dict(
+                {"seed": kw.get("seed", 0), **section(v["Batching"], f"{where}.Batching", _BATCHING_KEYS)}
+            )
         except DataError as exc:
-            raise ConfigError(f"{NN}.{exc}" if str(exc).startswith("Training.") else f"{where}.Batching: {exc}") from exc
+            raise ConfigError(
+                f"{NN}.{exc}" if str(exc).startswith("Training.") else f"{where}.Batching: {exc}"
+            ) from exc
         kw["batching"] = copy.deepcopy(dict(v["Batching"]))
     kw["optimizer"] = OptimizerConfig.from_dict(v.get("Optimizer"), f"{where}.Optimizer")
     kw["scheduler"] = SchedulerConfig.from_dict(v.get("Scheduler"), f"{where}.Scheduler", num_epoch)
@@ -181,6 +192,10 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
         )
     if "nan_policy" in v:
         kw["nan_policy"] = choice(v["nan_policy"], NAN_POLICIES, f"{where}.nan_policy")
+    if "global_attn_redraw_interval" in v:
+        key = f"{where}.global_attn_redraw_interval"
+        kw["global_attn_redraw_interval"] = typed(v["global_attn_redraw_interval"], "int", key, optional=True)
+        at_least(kw["global_attn_redraw_interval"], 1, key)
     kw["model_keys"] = tuple((k, v[k]) for k in MODEL_KEYS_IN_TRAINING if k in v)
     return TrainingConfig(**kw)
 
@@ -356,7 +371,9 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | RunConfig) -> Ru
     if dataset is None:
         raise ConfigError("Dataset: required section missing (a 'path' to a container or a 'generator')")
     if dataset.cutoff is None:
-        dataset = DatasetConfig(**{**{k: getattr(dataset, k) for k in dataset.__dataclass_fields__}, "cutoff": mc.radius})
+        dataset = DatasetConfig(
+            **{**{k: getattr(dataset, k) for k in dataset.__dataclass_fields__}, "cutoff": mc.radius}
+        )
     return RunConfig(
         verbosity=level, dataset=dataset, schema=schema, architecture=arch, model_config=mc, training=training
     )

@@ -8,6 +8,14 @@ loss (kept in memory and in the checkpoint), early stopping, TensorBoard scalars
 checkpoint every ``Checkpoint.every`` epochs after ``Checkpoint.warmup``. ``resume=True``
 continues from the checkpoint in ``run_dir`` and ends with the same parameters as an
 uninterrupted run. At the end the best state is restored and reported.
+
+Performer attention: the loop counts training batches (:class:`ProjectionRedraw`, outside the
+model's forward, so activation checkpointing, which repeats a forward, never double-counts) and
+redraws every performer projection right before the forward of batch ``count`` whenever
+``count > 0`` and ``count % Training.global_attn_redraw_interval == 0``, from
+``(Training.seed, count // interval)``: every rank draws the same projection. Evaluation never
+redraws. The count is kept in the checkpoint, so a resumed run redraws where the uninterrupted
+one would have.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import torch
 from torch import nn
 
 from hydragnn.data.loaders import set_epoch
+from hydragnn.models import redraw_projections
 
 from .checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
 from .config import TrainingConfig, parse_training
@@ -31,7 +40,7 @@ from .evaluate import evaluate_losses, gather_rows, mae_report
 from .progress import Progress, fmt_losses
 from .strategies.base import Strategy
 
-__all__ = ["CHECKPOINT_NAME", "train_validate_test"]
+__all__ = ["CHECKPOINT_NAME", "ProjectionRedraw", "train_validate_test"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -61,8 +70,48 @@ def _scheduler_step(scheduler: Any, val_loss: float) -> None:
         scheduler.step()
 
 
+class ProjectionRedraw:
+    """Training-batch counter that redraws performer projections every ``interval`` batches.
+
+    Args:
+        model: the plain model (its :class:`~hydragnn.models.attention.PerformerAttention`
+            modules are redrawn; a model without any is left alone).
+        interval: ``Training.global_attn_redraw_interval`` (``None``: never redraw).
+        seed: ``Training.seed`` (the same on every rank).
+        batches: training batches already counted (from a checkpoint when resuming).
+
+    Attributes:
+        batches: training batches counted so far; redraws: redraws done by this object.
+    """
+
+    def __init__(self, model: nn.Module, interval: int | None, seed: int, batches: int = 0) -> None:
+        self.model = model
+        self.interval = interval
+        self.seed = seed
+        self.batches = batches
+        self.redraws = 0
+
+    def before_forward(self) -> int:
+        """Call right before the forward of a training batch: redraws when the interval is
+        reached. Returns the number of performer modules redrawn (0 when none or not due)."""
+        if self.interval is None or self.batches == 0 or self.batches % self.interval:
+            return 0
+        redrawn = redraw_projections(self.model, self.seed, self.batches // self.interval)
+        self.redraws += bool(redrawn)
+        return redrawn
+
+    def after_batch(self) -> None:
+        """Call once per training batch after its forward (skipped batches count too)."""
+        self.batches += 1
+
+
 def _train_epoch(
-    strategy: Strategy, loader, epoch: int, nan_policy: str, progress: Progress
+    strategy: Strategy,
+    loader,
+    epoch: int,
+    nan_policy: str,
+    progress: Progress,
+    redraw: ProjectionRedraw | None = None,
 ) -> tuple[float, dict[str, float], int, float]:
     """One pass over ``loader``. Returns (mean loss, {head: mean loss}, skipped batches, graphs/s)."""
     module = strategy.unwrap()
@@ -76,7 +125,11 @@ def _train_epoch(
     graphs = 0
     for i, batch in enumerate(loader):
         batch = strategy.to_device(batch)
+        if redraw is not None:
+            redraw.before_forward()
         out = strategy.forward(batch)
+        if redraw is not None:
+            redraw.after_batch()
         loss, heads = module.loss(out, batch)
         bad = torch.tensor([0.0 if bool(torch.isfinite(loss.detach())) else 1.0])
         if strategy.distributed:  # every rank must agree before a collective backward
@@ -86,7 +139,10 @@ def _train_epoch(
             if nan_policy == "skip":
                 skipped += 1
                 strategy.zero_grad()
-                progress.log(1, f"epoch {epoch} batch {i}/{n_batches}: non-finite loss ({fmt_losses(head_values)}); batch skipped")
+                progress.log(
+                    1,
+                    f"epoch {epoch} batch {i}/{n_batches}: non-finite loss ({fmt_losses(head_values)}); batch skipped",
+                )
                 continue
             raise TrainingAborted(
                 f"non-finite loss at epoch {epoch}, batch {i} of {n_batches} "
@@ -102,7 +158,14 @@ def _train_epoch(
             sums[1 + j] += float(heads[name].detach()) * n
         sums[-1] += n
         elapsed = max(time.perf_counter() - t0, 1e-9)
-        progress.batch(epoch, i, n_batches, float(loss.detach()), {k: float(v.detach()) for k, v in heads.items()}, graphs / elapsed)
+        progress.batch(
+            epoch,
+            i,
+            n_batches,
+            float(loss.detach()),
+            {k: float(v.detach()) for k, v in heads.items()},
+            graphs / elapsed,
+        )
     throughput = graphs * strategy.world_size / max(time.perf_counter() - t0, 1e-9)
     sums = strategy.all_reduce_sum(sums)
     count = max(float(sums[-1]), 1.0)
@@ -161,7 +224,9 @@ def train_validate_test(
 
     Returns:
         ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "skipped_batches",
-        "history": [per-epoch dicts], "test": {"loss", "heads", "mae"}}``.
+        "train_batches", "projection_redraws", "history": [per-epoch dicts],
+        "test": {"loss", "heads", "mae"}}`` (``train_batches``: training batches counted over the
+        whole run, resumed ones included; ``projection_redraws``: performer redraws in this call).
 
     Raises:
         TrainingAborted: a non-finite loss under ``nan_policy: "error"``.
@@ -177,6 +242,7 @@ def train_validate_test(
     history: list[dict[str, Any]] = []
     best_loss, best_epoch, best_state = math.inf, -1, None
     start_epoch, since_best, skipped_total = 0, 0, 0
+    redraw = ProjectionRedraw(strategy.unwrap(), cfg.global_attn_redraw_interval, cfg.seed)
     if resume:
         ckpt = load_checkpoint(ckpt_path)
         try:
@@ -193,6 +259,7 @@ def train_validate_test(
         since_best = int(ckpt["since_best"])
         skipped_total = int(ckpt["skipped_batches"])
         history = list(ckpt["history"])
+        redraw.batches = int(ckpt.get("train_batches", 0))
         set_rng_state(ckpt["rng"])
         progress.log(1, f"resumed from {ckpt_path} after epoch {start_epoch - 1}")
 
@@ -201,7 +268,9 @@ def train_validate_test(
     for epoch in range(start_epoch, cfg.num_epoch):
         t0 = time.perf_counter()
         set_epoch(train_loader, epoch)
-        train_loss, train_heads, skipped, gps = _train_epoch(strategy, train_loader, epoch, cfg.nan_policy, progress)
+        train_loss, train_heads, skipped, gps = _train_epoch(
+            strategy, train_loader, epoch, cfg.nan_policy, progress, redraw
+        )
         skipped_total += skipped
         if val_loader is not None:
             val_loss, val_heads, *_ = evaluate_losses(strategy, val_loader)
@@ -242,7 +311,11 @@ def train_validate_test(
         )
         stop = cfg.early_stopping.enabled and since_best >= cfg.early_stopping.patience
         ck = cfg.checkpoint
-        if ck.enabled and (epoch + 1 >= ck.warmup) and ((epoch + 1) % ck.every == 0 or stop or epoch + 1 == cfg.num_epoch):
+        if (
+            ck.enabled
+            and (epoch + 1 >= ck.warmup)
+            and ((epoch + 1) % ck.every == 0 or stop or epoch + 1 == cfg.num_epoch)
+        ):
             state = {
                 "model": _clone_state(strategy.model_state_dict()),
                 "optimizer": strategy.optimizer_state_dict(),
@@ -253,6 +326,7 @@ def train_validate_test(
                 "best_state": best_state,
                 "since_best": since_best,
                 "skipped_batches": skipped_total,
+                "train_batches": redraw.batches,
                 "history": history,
                 "rng": get_rng_state(),
             }
@@ -275,6 +349,8 @@ def train_validate_test(
         "epochs_run": len(history),
         "stopped_early": stopped_early,
         "skipped_batches": skipped_total,
+        "train_batches": redraw.batches,
+        "projection_redraws": redraw.redraws,
         "history": history,
         "test": None,
     }

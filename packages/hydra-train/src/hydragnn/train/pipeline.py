@@ -18,7 +18,15 @@ from typing import Any
 
 import torch
 
-from hydragnn.data import Schema, add_edges, create_dataloaders, open_dataset, prepare, write_dataset
+from hydragnn.data import (
+    Schema,
+    add_edges,
+    add_positional_encodings,
+    create_dataloaders,
+    open_dataset,
+    prepare,
+    write_dataset,
+)
 from hydragnn.models import build_model, save_artifact
 
 from .config import RunConfig, load_config
@@ -47,13 +55,27 @@ def cuau_samples(n_structures: int, seed: int) -> list:
     return samples
 
 
-def prepare_samples(raw: Sequence, schema: Schema, cutoff: float) -> list:
-    """Prepare against ``schema`` and build edges at ``cutoff`` where a sample has none."""
+def _has_pe(data, pe_dim: int) -> bool:
+    lap, rw = getattr(data, "lap_pe", None), getattr(data, "rw_pe", None)
+    n = data.num_nodes
+    return all(t is not None and tuple(t.shape) == (n, pe_dim) for t in (lap, rw))
+
+
+def prepare_samples(raw: Sequence, schema: Schema, cutoff: float, pe_dim: int = 0) -> list:
+    """Prepare against ``schema`` and build edges at ``cutoff`` where a sample has none.
+
+    With ``pe_dim > 0`` (``Architecture.pe_dim``, GPS) every sample also gets the positional
+    encodings ``lap_pe`` / ``rw_pe [N, pe_dim]`` of its edges
+    (:func:`hydragnn.data.add_positional_encodings`), unless it already carries them with that
+    width (a stored prepared dataset: nothing is recomputed).
+    """
     out = []
     for i, sample in enumerate(raw):
         data = prepare(sample, schema, index=i)
         if getattr(data, "edge_index", None) is None:
             data = add_edges(data, cutoff)
+        if pe_dim > 0 and not _has_pe(data, pe_dim):
+            data = add_positional_encodings(data, pe_dim)
         out.append(data)
     return out
 
@@ -66,7 +88,7 @@ def load_samples(cfg: RunConfig) -> list:
     else:
         container = open_dataset(ds.path)
         raw = [container[i] for i in range(len(container))]
-    return prepare_samples(raw, cfg.schema, float(ds.cutoff))
+    return prepare_samples(raw, cfg.schema, float(ds.cutoff), cfg.model_config.pe_dim)
 
 
 def split_indices(n: int, fractions: Sequence[float], seed: int) -> tuple[list[int], list[int], list[int]]:
@@ -91,8 +113,12 @@ def build_scheduler(cfg: RunConfig, optimizer: torch.optim.Optimizer):
     opts = dict(sched.options)
     if sched.type == "ReduceLROnPlateau":
         return torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="min", factor=opts["factor"], patience=opts["patience"],
-            min_lr=opts["min_lr"], threshold=opts["threshold"],
+            optimizer,
+            mode="min",
+            factor=opts["factor"],
+            patience=opts["patience"],
+            min_lr=opts["min_lr"],
+            threshold=opts["threshold"],
         )
     if sched.type == "CosineAnnealingLR":
         return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=opts["T_max"], eta_min=opts["eta_min"])
@@ -174,14 +200,27 @@ def run_training(
             torch.manual_seed(tr.seed)
             model = build_model(cfg.model_config, cfg.schema)
         n_params = sum(p.numel() for p in model.parameters())
-        progress.log(1, f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}")
+        progress.log(
+            1, f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}"
+        )
         strategy.setup(model, build_optimizer_factory(training_dict["Optimizer"]))
         scheduler = build_scheduler(cfg, strategy.optimizer)
         writer = _writer(run_dir, strategy.is_main, progress)
         try:
             summary = train_validate_test(
-                model, strategy.optimizer, train_loader, val_loader, test_loader, writer, scheduler,
-                tr, cfg.dataset.name, level, strategy=strategy, run_dir=run_dir, resume=resume,
+                model,
+                strategy.optimizer,
+                train_loader,
+                val_loader,
+                test_loader,
+                writer,
+                scheduler,
+                tr,
+                cfg.dataset.name,
+                level,
+                strategy=strategy,
+                run_dir=run_dir,
+                resume=resume,
             )
         finally:
             if writer is not None:
@@ -209,8 +248,12 @@ def run_training(
                     plain,
                     run_dir / "model.hydra",
                     species=_species(samples),
-                    extra={"best_epoch": summary["best_epoch"], "best_val_loss": _jsonable(summary["best_val_loss"]),
-                           "dataset": cfg.dataset.name, "config": cfg.to_dict()},
+                    extra={
+                        "best_epoch": summary["best_epoch"],
+                        "best_val_loss": _jsonable(summary["best_val_loss"]),
+                        "dataset": cfg.dataset.name,
+                        "config": cfg.to_dict(),
+                    },
                 )
             )
             paths["config"] = str(run_dir / "config.json")
@@ -218,7 +261,9 @@ def run_training(
             if testset is not None:
                 paths["test_set"] = str(write_dataset(run_dir / "test_set.pkl", testset, "pickle", schema=cfg.schema))
             if trues:
-                paths["plots"] = [str(p) for p in parity_plots(trues, preds, run_dir, natoms=natoms, mae=summary["test"]["mae"])]
+                paths["plots"] = [
+                    str(p) for p in parity_plots(trues, preds, run_dir, natoms=natoms, mae=summary["test"]["mae"])
+                ]
             metrics["wall_s"] = time.perf_counter() - t_start
             metrics["paths"] = paths
             (run_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
@@ -256,7 +301,9 @@ def predict(
 
     model = load_artifact(artifact)
     container = open_dataset(dataset)
-    samples = prepare_samples([container[i] for i in range(len(container))], model.schema, model.cutoff)
+    samples = prepare_samples(
+        [container[i] for i in range(len(container))], model.schema, model.cutoff, model.config.pe_dim
+    )
     _, _, loader = create_dataloaders(None, None, samples, batch_size)
     loss, heads, trues, preds, extras = evaluate_losses(_as_strategy(model), loader, collect=True)
     return {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, extras.get("natoms"))}, trues, preds
