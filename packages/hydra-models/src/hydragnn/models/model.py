@@ -91,7 +91,7 @@ class HydraModel(nn.Module):
                 self.encoder = EquivariantTransformer(self.dims, config, local=None)
             else:
                 self.encoder = encoder_cls(self.dims, config.encoder)
-                self.global_stage = EquivariantTransformer(self.dims, config, local=encoder_cls)
+                self.global_stage = EquivariantTransformer(self.dims, config, local=self.encoder)
         else:
             self.encoder = encoder_cls(self.dims, config.encoder)
         if config.global_attn_engine == "GPS":

@@ -1,0 +1,228 @@
+"""The equivariant all-to-all transformer: the conformance suite (standalone, after SchNet, after
+PAINN), every encoder followed by it, attention beyond the cutoff, config rules, safe geometry."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conformance import (
+    CUTOFF,
+    REGISTERED_ENCODERS,
+    ConformanceTests,
+    build,
+    random_rotation,
+    register_variant,
+    small_arch,
+)
+from graphs import CLUSTER_SCHEMA, SCHEMA, cluster_samples, collate, periodic_samples, with_edges
+
+from hydragnn.data import Schema
+from hydragnn.models import ModelConfig, ModelConfigError, build_model
+from hydragnn.models.attention.equivariant_transformer import (
+    EquivariantAttentionLayer,
+    EquivariantTransformer,
+    pair_geometry,
+)
+from hydragnn.models.encoders.basis import GaussianRBF
+
+ET = {"global_attn_engine": "EquivariantTransformer", "global_attn_heads": 4}
+VARIANTS = [
+    register_variant("EquivariantTransformer", mpnn_type=None, **ET),
+    register_variant("SchNet+EquivariantTransformer", mpnn_type="SchNet", **ET),
+    register_variant("PAINN+EquivariantTransformer", mpnn_type="PAINN", **ET),
+]
+
+
+@pytest.mark.parametrize("encoder_name", VARIANTS)
+class TestEquivariantTransformerConformance(ConformanceTests):
+    """Invariance, equivariance, forces / stress vs finite differences, batching, padding,
+    capture safety, artifacts, dtypes, checkpointing."""
+
+    def test_periodic_supercell(self, encoder_name):
+        pytest.skip(
+            "the all-to-all stage attends over the atoms of one cell without periodic images, so a "
+            "supercell is a different (larger, finite) system to it: per-atom energies differ by design"
+        )
+
+
+def _encode(model, batch):
+    inputs = model.graph_inputs(batch, batch.pos, batch.edge_index, getattr(batch, "edge_shift", None))
+    return model.encode(inputs)
+
+
+def _rotated(batch, rot):
+    moved = batch.clone()
+    moved.pos = batch.pos @ rot.T
+    return moved
+
+
+# ----------------------------------------------------------------------------- structure
+def test_standalone_and_staged_structure():
+    standalone = build("EquivariantTransformer", global_attn_layers=3)
+    assert isinstance(standalone.encoder, EquivariantTransformer) and standalone.global_stage is None
+    assert len(standalone.encoder.layers) == 3  # global_attn_layers sets the depth
+    staged = build("PAINN+EquivariantTransformer", num_vector_channels=5)
+    et = staged.global_stage
+    assert isinstance(et, EquivariantTransformer) and len(et.layers) == 2  # default: num_conv_layers
+    assert et.local_channels == 5 and tuple(et.vector_in.weight.shape) == (16, 5) and et.vector_in.bias is None
+    assert build("SchNet+EquivariantTransformer").global_stage.vector_in is None  # invariant encoder: C = 0
+    emb = _encode(staged, collate(periodic_samples(CUTOFF)[:2]))
+    assert emb.scalar.shape == (emb.scalar.shape[0], 16) and emb.vector.shape == (emb.scalar.shape[0], 3, 16)
+
+
+@pytest.mark.parametrize("encoder_name", REGISTERED_ENCODERS)
+def test_every_encoder_followed_by_the_transformer(encoder_name):
+    """Builds after every encoder, projects its vectors, and keeps its symmetry: when the encoder
+    alone is rotation-invariant / -equivariant, so is encoder + transformer."""
+    arch = small_arch(encoder_name, **ET)
+    try:
+        torch.manual_seed(0)
+        model = build_model(arch, CLUSTER_SCHEMA).eval()
+        torch.manual_seed(0)
+        local_only = build_model(small_arch(encoder_name), CLUSTER_SCHEMA).eval()
+    except ModelConfigError as err:  # an optional backend (fairchem) that is not installed
+        if "pip install" in str(err):
+            pytest.skip(str(err))
+        raise
+    assert (model.global_stage.vector_in is not None) == (model.encoder.vector_channels > 0)
+    batch = collate(cluster_samples(CUTOFF)[:2])
+    rot = random_rotation(4)
+    with torch.no_grad():
+        ref, out = _encode(model, batch), _encode(model, _rotated(batch, rot))
+        local_ref, local_out = _encode(local_only, batch), _encode(local_only, _rotated(batch, rot))
+    n = batch.num_nodes
+    assert ref.scalar.shape == (n, 16) and ref.vector.shape == (n, 3, 16)
+    assert torch.isfinite(ref.scalar).all() and torch.isfinite(ref.vector).all()
+    local_symmetric = torch.allclose(local_out.scalar, local_ref.scalar, rtol=1e-4, atol=1e-5) and (
+        local_ref.vector is None
+        or torch.allclose(local_out.vector, torch.einsum("ij,njc->nic", rot, local_ref.vector), rtol=1e-4, atol=1e-5)
+    )
+    if not local_symmetric:
+        pytest.skip(f"{encoder_name} alone is not rotation invariant / equivariant (by design)")
+    torch.testing.assert_close(out.scalar, ref.scalar, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out.vector, torch.einsum("ij,njc->nic", rot, ref.vector), rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- all-to-all
+def _two_atoms_far_apart(distance: float):
+    from hydragnn.data import prepare
+
+    raw = cluster_samples(CUTOFF)[0]
+    pos = torch.tensor([[0.0, 0.0, 0.0], [distance, 0.3, -0.2]])
+    sample = type(raw)(
+        atomic_number=torch.tensor([[29], [79]]),
+        pos=pos,
+        energy=torch.zeros(1, 1),
+        gap=torch.zeros(1, 2),
+        atomic_energy=torch.zeros(2, 1),
+        forces=torch.zeros(2, 3),
+        charge=torch.zeros(2, 1),
+    )
+    return collate([with_edges(prepare(sample, CLUSTER_SCHEMA), CUTOFF)])
+
+
+def test_attention_reaches_beyond_the_cutoff():
+    """Two atoms 2.5 cutoffs apart: no edge, yet with the transformer each one's energy depends
+    on the other's position (the local encoder alone sees nothing)."""
+    a, b = _two_atoms_far_apart(2.5 * CUTOFF), _two_atoms_far_apart(2.0 * CUTOFF)
+    assert a.edge_index.shape[1] == 0
+    for name in ("EquivariantTransformer", "SchNet+EquivariantTransformer"):
+        model = build(name, schema=CLUSTER_SCHEMA)
+        out_a, out_b = model(a), model(b)
+        assert not torch.allclose(out_a["atomic_energy"], out_b["atomic_energy"], atol=1e-6)
+        assert out_a["forces"].abs().max() > 1e-8  # a force acts across the gap
+        torch.testing.assert_close(out_a["forces"].sum(0), torch.zeros(3), atol=1e-6, rtol=0)  # Newton's 3rd law
+    local = build("SchNet", schema=CLUSTER_SCHEMA)
+    torch.testing.assert_close(local(a)["atomic_energy"], local(b)["atomic_energy"])
+
+
+def test_graphs_do_not_attend_to_each_other():
+    """Moving one graph of a batch leaves the other graphs' outputs unchanged (the batch mask)."""
+    model = build("EquivariantTransformer")
+    samples = periodic_samples(CUTOFF)[:3]
+    batch = collate(samples)
+    moved = batch.clone()
+    first = batch.batch == 0
+    moved.pos = torch.where(first.unsqueeze(-1), batch.pos + torch.tensor([0.4, -0.2, 0.1]) * batch.pos, batch.pos)
+    ref, out = model(batch), model(moved)
+    assert not torch.allclose(out["energy"][0], ref["energy"][0])
+    torch.testing.assert_close(out["energy"][1:], ref["energy"][1:], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out["forces"][~first], ref["forces"][~first], rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- geometry
+def test_pair_geometry_is_safe_for_coincident_atoms():
+    """Coincident atoms (the padding sink) give zero direction, finite first and second derivatives."""
+    pos = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [1.0, 2.0, 2.0]], dtype=torch.float64, requires_grad=True)
+    batch = torch.zeros(3, dtype=torch.long)
+    dist, unit, same = pair_geometry(pos, batch, torch.float64)
+    assert torch.equal(dist[0, 1], torch.zeros((), dtype=torch.float64)) and torch.equal(
+        unit[0, 1], torch.zeros(3, dtype=torch.float64)
+    )
+    torch.testing.assert_close(dist[0, 2], torch.tensor(3.0, dtype=torch.float64))
+    torch.testing.assert_close(unit[0, 2].norm(), torch.tensor(3.0 / (9.0 + 1e-4) ** 0.5, dtype=torch.float64))
+    assert bool(same.all())
+    energy = (dist.square() * 0.1 + unit.sum(-1)).sum() + dist.sum()
+    (grad,) = torch.autograd.grad(energy, pos, create_graph=True)
+    (second,) = torch.autograd.grad(grad.square().sum(), pos)
+    assert torch.isfinite(grad).all() and torch.isfinite(second).all()
+
+
+def test_layer_is_exactly_equivariant_in_float64():
+    """One layer on random scalars / vectors: vectors rotate, scalars do not (float64, 1e-12)."""
+    torch.manual_seed(0)
+    layer = EquivariantAttentionLayer(8, 2, 6).double()
+    n = 7
+    s = torch.randn(n, 8, dtype=torch.float64)
+    v = torch.randn(n, 3, 8, dtype=torch.float64)
+    pos = torch.randn(n, 3, dtype=torch.float64) * 2
+    batch = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    rot = random_rotation(2, torch.float64)
+    rbf = GaussianRBF(8.0, 6).double()
+    dist, unit, same = pair_geometry(pos, batch, torch.float64)
+    s1, v1 = layer(s, v, rbf(dist), unit, same)
+    dist, unit, same = pair_geometry(pos @ rot.T + 1.5, batch, torch.float64)
+    s2, v2 = layer(s, torch.einsum("ij,njc->nic", rot, v), rbf(dist), unit, same)
+    torch.testing.assert_close(s2, s1, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(v2, torch.einsum("ij,njc->nic", rot, v1), rtol=1e-12, atol=1e-12)
+    assert v1.abs().max() > 1e-3  # the vectors are not trivially zero
+
+
+# ----------------------------------------------------------------------------- config rules
+BASE = {"hidden_dim": 16, "global_attn_engine": "EquivariantTransformer"}
+
+
+@pytest.mark.parametrize(
+    ("arch", "match"),
+    [
+        ({**BASE, "global_attn_heads": 3}, r"global_attn_heads: hidden_dim \(16\) must be a multiple"),
+        ({**BASE, "global_attn_type": "performer"}, r"global_attn_type: only used with global_attn_engine \"GPS\""),
+        ({**BASE, "pe_dim": 4}, r"pe_dim: only used with global_attn_engine \"GPS\""),
+        ({**BASE, "global_attn_layers": 0}, r"global_attn_layers: expected a value > 0"),
+        ({"mpnn_type": "SchNet", "global_attn_layers": 2}, r"global_attn_layers: only used with"),
+        ({"hidden_dim": 16}, r"mpnn_type: required"),
+        ({**BASE, "num_filters": 8}, r"unknown key\(s\) \['num_filters'\].*standalone EquivariantTransformer"),
+    ],
+)
+def test_config_errors_name_the_key(arch, match):
+    with pytest.raises(ModelConfigError, match=rf"NeuralNetwork\.Architecture(\.|: ){match}"):
+        ModelConfig.from_dict(arch)
+
+
+def test_transformer_needs_positions():
+    schema = Schema.from_dict(
+        {
+            "inputs": [{"name": "atomic_number", "level": "node", "dim": 1}],
+            "outputs": [{"name": "gap", "level": "graph", "dim": 1}],
+        }
+    )
+    with pytest.raises(ModelConfigError, match=r"global_attn_engine: EquivariantTransformer needs positions"):
+        build_model({"mpnn_type": "GIN", **BASE}, schema)
+
+
+def test_standalone_uses_the_schema():
+    """A standalone transformer MLIP also runs with stress and the extra heads of the test schema."""
+    model = build("EquivariantTransformer", schema=SCHEMA)
+    out = model(collate(periodic_samples(CUTOFF)[:2]))
+    assert set(out) == {"energy", "gap", "atomic_energy", "forces", "charge", "stress"}
+    assert all(torch.isfinite(t).all() for t in out.values())
