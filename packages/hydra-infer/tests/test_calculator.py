@@ -3,6 +3,8 @@ stress = dE/d(strain) / V, artifacts load, normalization is undone."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -10,7 +12,7 @@ from infer_helpers import CUTOFF, cluster, tiny_model
 
 from hydragnn.data import Normalizer
 from hydragnn.data.neighbors import radius_graph
-from hydragnn.infer import HydraCalculator
+from hydragnn.infer import HydraCalculator, InferenceError
 from hydragnn.models import save_artifact
 
 
@@ -157,3 +159,62 @@ def test_charge_input_feeds_graph_attr():
     neutral, charged = calc(pos, z, charge=0.0), calc(pos, z, charge=1.0)
     torch.testing.assert_close(calc(pos, z)["gap"], neutral["gap"])  # no charge: neutral
     assert not torch.allclose(neutral["gap"], charged["gap"])
+
+
+CHARGE_SPIN_VARIABLES = {
+    "inputs": [
+        {"name": "atomic_number", "level": "node", "dim": 1},
+        {"name": "pos", "level": "node", "dim": 3, "role": "position"},
+        {"name": "spin", "level": "graph", "dim": 1},
+        {"name": "charge", "level": "graph", "dim": 1},
+    ],
+    "outputs": [
+        {"name": "energy", "level": "graph", "dim": 1},
+        {"name": "forces", "level": "node", "dim": 3},
+    ],
+}
+
+
+@pytest.mark.parametrize("mode", ["concat_node", "film"])
+def test_charge_and_spin_inputs_condition_the_energy(mode):
+    """Spin then charge in the schema: the calculator fills graph_attr in that order, 0 by default,
+    and the ASE calculator reads atoms.info["charge"] / ["spin"]."""
+    from ase import Atoms
+
+    from hydragnn.infer import HydraASECalculator
+
+    model = tiny_model(
+        variables=CHARGE_SPIN_VARIABLES, use_graph_attr_conditioning=True, graph_attr_conditioning_mode=mode
+    )
+    with torch.no_grad():  # FiLM starts as the identity: give it something to do
+        for p in model.conditioning.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    calc = HydraCalculator(model)
+    assert calc.info.graph_inputs == ("spin", "charge")
+    pos, z = cluster(5)
+    plain = calc(pos, z, forces=True)
+    torch.testing.assert_close(calc(pos, z, charge=0.0, spin=0.0)["energy"], plain["energy"])
+    charged, spun = calc(pos, z, charge=1.0), calc(pos, z, spin=2.0)
+    assert not torch.allclose(charged["energy"], plain["energy"])
+    assert not torch.allclose(spun["energy"], plain["energy"])
+    assert not torch.allclose(charged["energy"], spun["energy"])  # the two inputs are not swapped
+    both = calc(pos, z, charge=1.0, spin=2.0, forces=True)
+    # direct model call with graph_attr = [spin, charge]
+    batch = calc.build_batch(calc._check(pos, z, 1.0, None, None, None, 2.0))
+    torch.testing.assert_close(batch.graph_attr, torch.tensor([[2.0, 1.0]], dtype=torch.float64))
+    atoms = Atoms(numbers=z, positions=pos)
+    atoms.info.update(charge=1.0, spin=2.0)
+    atoms.calc = HydraASECalculator(calc)
+    assert atoms.get_potential_energy() == pytest.approx(float(both["energy"][0]), rel=1e-10)
+    np.testing.assert_allclose(atoms.get_forces(), both["forces"].numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_unsupported_graph_inputs_are_refused():
+    variables = copy.deepcopy(CHARGE_SPIN_VARIABLES)
+    variables["inputs"].append({"name": "temperature", "level": "graph", "dim": 1})
+    with pytest.raises(InferenceError, match=r"at most one total charge and one spin.*temperature"):
+        HydraCalculator(tiny_model(variables=variables))
+    variables = copy.deepcopy(CHARGE_SPIN_VARIABLES)
+    variables["inputs"][2] = {"name": "total_charge", "level": "graph", "dim": 1}  # two charges
+    with pytest.raises(InferenceError, match="at most one total charge"):
+        HydraCalculator(tiny_model(variables=variables))

@@ -122,6 +122,17 @@ def test_fsdp(name, dataset, tmp_path):
         check_equivalence(res["equiv_adam"], 1e-5)
 
 
+def test_global_attention_under_ddp(dataset, tmp_path):
+    """GPS (performer, multihead) and the equivariant transformer, with activation checkpointing:
+    2-process DDP equals one process on the same global batch (fp64, Adam, 3 steps); a performer
+    redraw gives the same projection on both ranks."""
+    results = run_ok("global_attention", dataset, tmp_path)
+    for name in ("gps_performer_schnet", "gps_multihead_painn", "et_after_schnet"):
+        check_equivalence(results[0][name], 1e-10)
+    redraw = results[0]["redraw"]
+    assert redraw["redrawn"] >= 2 and redraw["changed"] > 0 and redraw["ranks_state_diff"] == 0.0
+
+
 def test_localsgd(dataset, tmp_path):
     """warmup 2, period 3: steps 1-2 synchronous DDP, sync after steps 5 and 8, local otherwise;
     a state taken after the local step 9 is the average, equal on both ranks."""

@@ -28,10 +28,11 @@ SCHEMA = Schema.from_dict(CUAU_VARIABLES)
 N_ATOMS = 32
 
 
-def arch(precision: str = "fp32", hidden: int = 8, mlip: bool = True) -> dict[str, Any]:
+def arch(precision: str = "fp32", hidden: int = 8, mlip: bool = True, **extra: Any) -> dict[str, Any]:
     """A tiny SchNet interatomic potential: energy, per-atom energy, forces = -dE/dpos.
 
     ``mlip=False``: the same outputs as three plain heads (forces predicted directly).
+    ``extra``: more ``Architecture`` keys (another encoder, global attention, ...).
     """
     return {
         "mpnn_type": "SchNet",
@@ -44,12 +45,13 @@ def arch(precision: str = "fp32", hidden: int = 8, mlip: bool = True) -> dict[st
         "task_weights": [3.0 / N_ATOMS**2, 0.0, 1.0],
         "loss_function_type": "mse",
         "precision": precision,
+        **extra,
     }
 
 
-def new_model(precision: str = "fp32", seed: int = 0, mlip: bool = True):
+def new_model(precision: str = "fp32", seed: int = 0, mlip: bool = True, **extra: Any):
     torch.manual_seed(seed)
-    return build_model(arch(precision, mlip=mlip), SCHEMA)
+    return build_model(arch(precision, mlip=mlip, **extra), SCHEMA)
 
 
 def load_data(path: str) -> list:

@@ -1,6 +1,6 @@
 """torchrun worker: ``worker.py SCENARIO DATA OUT`` (see tests/test_strategies_dist.py).
 
-Scenarios: ``ddp``, ``fsdp``, ``fsdp2``, ``deepspeed``, ``localsgd``, ``die``.
+Scenarios: ``ddp``, ``fsdp``, ``fsdp2``, ``deepspeed``, ``localsgd``, ``global_attention``, ``die``.
 """
 
 from __future__ import annotations
@@ -83,15 +83,26 @@ def train_and_checkpoint(strategy, data, tag: str, optimizer=None, epochs: int =
 
 
 def equivalence(
-    kind: str, opt: dict, steps: int, data, precision: str = "fp64", parallelism=None, mlip: bool = True, strategy=None
+    kind: str,
+    opt: dict,
+    steps: int,
+    data,
+    precision: str = "fp64",
+    parallelism=None,
+    mlip: bool = True,
+    strategy=None,
+    extra: dict | None = None,
 ) -> dict:
-    """Same global batch: world_size ranks x (B / world) graphs vs one process x B graphs."""
+    """Same global batch: world_size ranks x (B / world) graphs vs one process x B graphs.
+
+    ``extra``: more ``Architecture`` keys for both models (e.g. global attention)."""
     dtype = torch.float64 if precision == "fp64" else torch.float32
     strategy = strategy or make_strategy({"Parallelism": parallelism or {"strategy": "ddp"}})
     ws, r = strategy.world_size, strategy.rank
     B = 4
-    dist_model = new_model(precision, mlip=mlip)
-    ref_model = new_model(precision, mlip=mlip)
+    extra = extra or {}
+    dist_model = new_model(precision, mlip=mlip, **extra)
+    ref_model = new_model(precision, mlip=mlip, **extra)
     strategy.setup(dist_model, build_optimizer_factory(opt))
     ref_opt = build_optimizer_factory(opt).cls(ref_model.parameters(), **build_optimizer_factory(opt).kwargs)
     ref_model.train()
@@ -118,7 +129,8 @@ def equivalence(
         "ref_losses": ref_losses,
         "param_rel_diff_per_step": per_step,
         "changed": rel_diff(
-            state_vector(strategy.model_state_dict()), state_vector(new_model(precision, mlip=mlip).state_dict())
+            state_vector(strategy.model_state_dict()),
+            state_vector(new_model(precision, mlip=mlip, **extra).state_dict()),
         ),
     }
     strategy.teardown()
@@ -142,6 +154,47 @@ def scenario_ddp(data) -> dict:
     res["zero"]["optimizer_class"] = type(zero.optimizer).__name__
     zero.teardown()
     owner.teardown()
+    return res
+
+
+GLOBAL_ATTENTION_VARIANTS: dict[str, dict] = {
+    "gps_performer_schnet": {
+        "global_attn_engine": "GPS",
+        "global_attn_type": "performer",
+        "global_attn_heads": 2,
+        "global_attn_features": 8,
+        "conv_checkpointing": True,
+    },
+    "gps_multihead_painn": {"mpnn_type": "PAINN", "global_attn_engine": "GPS", "global_attn_heads": 2},
+    "et_after_schnet": {
+        "global_attn_engine": "EquivariantTransformer",
+        "global_attn_heads": 2,
+        "conv_checkpointing": True,
+    },
+}
+
+
+def scenario_global_attention(data) -> dict:
+    """DDP trains GPS / equivariant-transformer MLIPs (with activation checkpointing) exactly like
+    one process on the same global batch; performer projections redrawn from (seed, count) are
+    the same on every rank."""
+    from hydragnn.models import redraw_projections
+
+    res = {}
+    for name, extra in GLOBAL_ATTENTION_VARIANTS.items():
+        res[name] = equivalence("Adam", {"type": "Adam", "learning_rate": 1e-3}, 3, data, extra=extra)
+    strategy = make_strategy({"Parallelism": {"strategy": "ddp", "timeout_s": 60}})
+    model = new_model("fp64", **GLOBAL_ATTENTION_VARIANTS["gps_performer_schnet"])
+    strategy.setup(model, build_optimizer_factory({"type": "Adam", "learning_rate": 1e-3}))
+    before = state_vector(strategy.model_state_dict())
+    redrawn = redraw_projections(strategy.unwrap(), 0, 1)
+    after = state_vector(strategy.model_state_dict())
+    res["redraw"] = {
+        "redrawn": redrawn,
+        "changed": rel_diff(after, before),
+        "ranks_state_diff": across_ranks_max_diff(after),
+    }
+    strategy.teardown()
     return res
 
 
@@ -300,6 +353,7 @@ SCENARIOS = {
     "fsdp2": scenario_sharded("fsdp2"),
     "deepspeed": scenario_deepspeed,
     "localsgd": scenario_localsgd,
+    "global_attention": scenario_global_attention,
     "die": scenario_die,
 }
 

@@ -6,7 +6,8 @@ ASE's sign convention ``(1/V) dE/d(strain)``; 3-D periodic cells only), ``energi
 per-atom energy head, when the model has one) and every other head under its own name
 (per-atom heads ``[N]`` or ``[N, dim]``, per-structure heads as a float or ``[dim]`` array).
 Energy and forces are computed together on every calculation; stress only when asked.
-The total charge is read from ``atoms.info["charge"]`` for models with a charge input.
+The total charge is read from ``atoms.info["charge"]`` for models with a charge input, the spin
+from ``atoms.info["spin"]`` for models with a spin input (0 when absent).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ class HydraASECalculator(Calculator):
             atoms.positions,
             atoms.numbers,
             charge=atoms.info.get("charge") if self.hydra.info.charge_input else None,
+            spin=atoms.info.get("spin") if self.hydra.info.spin_input else None,
             cell=cell,
             pbc=pbc if cell is not None else None,
             forces=self.hydra.info.forces is not None,

@@ -158,6 +158,7 @@ class HydraCalculator:
         forces: bool = False,
         stress: bool = False,
         mol_idx: Any = None,
+        spin: Any = None,
     ) -> dict[str, torch.Tensor]:
         """Predict one structure, a dense padded batch or a flat batch.
 
@@ -171,6 +172,7 @@ class HydraCalculator:
             forces: return ``forces`` (eV/Å) = ``-dE/dR``.
             stress: return ``stress [B, 3, 3]`` (eV/Å³); needs a cell.
             mol_idx: ``[N]`` structure index of each atom (flat layout).
+            spin: spin per structure (scalar or ``[B]``), for models with a spin input.
 
         Returns:
             ``energy [B]`` (eV), ``forces`` (``[N, 3]`` or ``[B, N, 3]``), ``stress [B, 3, 3]`` and
@@ -179,7 +181,7 @@ class HydraCalculator:
         Raises:
             InferenceError: invalid input (see :mod:`.inputs`).
         """
-        call = self._check(coord, numbers, charge, cell, pbc, mol_idx)
+        call = self._check(coord, numbers, charge, cell, pbc, mol_idx, spin)
         if forces and self.info.forces is None:
             raise InferenceError(
                 "forces: requested, but the model predicts no forces (enable_interatomic_potential with compute_grad_energy)"
@@ -195,6 +197,8 @@ class HydraCalculator:
                 )
         if charge is not None and not self.info.charge_input:
             self._warnings.warn("inputs", "charge", "charge was given but the model has no charge input; it is ignored")
+        if spin is not None and not self.info.spin_input:
+            self._warnings.warn("inputs", "spin", "spin was given but the model has no spin input; it is ignored")
         use_graph = self._use_graph(call, forces=forces, stress=stress)
         if self.inference_kernels:
             if self._kernels is not None:
@@ -236,11 +240,12 @@ class HydraCalculator:
             return GraphEngineCache(CudaGraphBackend())
         return None
 
-    def _check(self, coord, numbers, charge, cell, pbc, mol_idx) -> CallInputs:
+    def _check(self, coord, numbers, charge, cell, pbc, mol_idx, spin=None) -> CallInputs:
         return check_call(
             coord,
             numbers,
             charge=charge,
+            spin=spin,
             cell=cell,
             pbc=pbc,
             mol_idx=mol_idx,
@@ -302,9 +307,12 @@ class HydraCalculator:
             batch.edge_shift = edge_shift
             batch.cell = call.cell
             batch.pbc = call.pbc
-        if self.info.charge_input:
-            charge = call.charge if call.charge is not None else torch.zeros(call.num_graphs, device=self.device)
-            batch.graph_attr = charge.to(self.model.dtype).unsqueeze(-1)
+        graph_attr = call.graph_attr(self.info.graph_inputs, self.model.dtype)
+        if graph_attr is not None:
+            batch.graph_attr = graph_attr
+        pe_dim = getattr(self.model.config, "pe_dim", 0)
+        if pe_dim:
+            batch.lap_pe, batch.rw_pe = positional_encodings(edge_index, call.batch, call.counts, pe_dim)
         return batch
 
     def _run_regular(self, call: CallInputs, *, forces: bool, stress: bool) -> dict[str, torch.Tensor]:
@@ -337,6 +345,31 @@ class HydraCalculator:
         result = {k: v.detach() for k, v in out.items()}
         result[self.info.forces] = -grad if grad is not None else torch.zeros_like(pos)
         return result
+
+
+def positional_encodings(
+    edge_index: torch.Tensor, node_batch: torch.Tensor, counts: torch.Tensor, pe_dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``lap_pe``, ``rw_pe`` ``[N, pe_dim]`` of a batch, structure by structure (as hydra-data
+    computes them for one prepared graph: the Laplacian of a batch is block-diagonal, and its
+    eigenvectors would mix structures with equal spectra)."""
+    from torch_geometric.data import Data
+
+    from hydragnn.data.positional import add_positional_encodings
+
+    device = edge_index.device
+    ei, nb = edge_index.cpu(), node_batch.cpu()
+    starts = torch.cumsum(counts.cpu(), 0) - counts.cpu()
+    owner = nb[ei[0]]
+    lap, rw = [], []
+    for g, (start, n) in enumerate(zip(starts.tolist(), counts.cpu().tolist())):
+        if n == 0:
+            continue
+        local = ei[:, owner == g] - start
+        pe = add_positional_encodings(Data(edge_index=local, num_nodes=n), pe_dim)
+        lap.append(pe.lap_pe)
+        rw.append(pe.rw_pe)
+    return torch.cat(lap).to(device), torch.cat(rw).to(device)
 
 
 def _energy_only(model: HydraModel) -> Any:

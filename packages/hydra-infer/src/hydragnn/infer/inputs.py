@@ -45,6 +45,7 @@ class CallInputs:
         cell: ``[B, 3, 3]`` or ``None``.
         pbc: ``[B, 3]`` bool or ``None``.
         charge: ``[B]`` total charges or ``None``.
+        spin: ``[B]`` spins or ``None``.
         layout: ``"single"``, ``"dense"`` or ``"flat"``.
         mask: ``[B, Nmax]`` bool real-atom mask for the dense layout, else ``None``.
         requires_grad: the caller's coordinates (or cell) required grad.
@@ -60,6 +61,19 @@ class CallInputs:
     layout: str
     mask: torch.Tensor | None
     requires_grad: bool
+    spin: torch.Tensor | None = None
+
+    def graph_attr(self, roles: tuple[str, ...], dtype: torch.dtype) -> torch.Tensor | None:
+        """``[B, len(roles)]`` graph inputs in the model's order (0 where the call gave none)."""
+        if not roles:
+            return None
+        columns = []
+        for role in roles:
+            value = {"charge": self.charge, "spin": self.spin}[role]
+            if value is None:
+                value = torch.zeros(self.num_graphs, dtype=dtype, device=self.pos.device)
+            columns.append(value.to(dtype))
+        return torch.stack(columns, dim=-1)
 
     @property
     def counts(self) -> torch.Tensor:
@@ -95,6 +109,7 @@ def check_call(
     numbers: Any,
     *,
     charge: Any,
+    spin: Any = None,
     cell: Any,
     pbc: Any,
     mol_idx: Any,
@@ -108,7 +123,7 @@ def check_call(
     """Validate one call and flatten it.
 
     Args:
-        coord, numbers, charge, cell, pbc, mol_idx: the call's arguments (arrays or tensors).
+        coord, numbers, charge, spin, cell, pbc, mol_idx: the call's arguments (arrays or tensors).
         cutoff: the model's cutoff (Å).
         max_cell_images: periodic images allowed per direction (see the module docstring).
         species: atomic numbers the model was trained on, or ``None``.
@@ -188,15 +203,8 @@ def check_call(
     requires_grad = requires_grad or cell_grad
     if cell_t is not None and pbc_t is not None and bool(pbc_t.any()):
         _check_cell_size(cell_t, pbc_t, cutoff, max_cell_images)
-    charge_t = None
-    if charge is not None:
-        charge_t = _tensor(charge, "charge").to(device=device, dtype=dtype).reshape(-1)
-        if charge_t.numel() == 1 and num_graphs != 1:
-            charge_t = charge_t.expand(num_graphs)
-        if charge_t.shape != (num_graphs,):
-            raise InferenceError(f"charge: expected a scalar or [B] = ({num_graphs},), found {_shape(charge_t)}")
-        if not bool(torch.isfinite(charge_t).all()):
-            raise InferenceError("charge: expected finite values, found NaN or inf")
+    charge_t = _per_structure(charge, "charge", num_graphs, dtype, device)
+    spin_t = _per_structure(spin, "spin", num_graphs, dtype, device)
     return CallInputs(
         pos=pos.contiguous(),
         numbers=z.to(device),
@@ -205,10 +213,27 @@ def check_call(
         cell=cell_t,
         pbc=pbc_t,
         charge=charge_t,
+        spin=spin_t,
         layout=layout,
         mask=mask.to(device) if mask is not None else None,
         requires_grad=requires_grad,
     )
+
+
+def _per_structure(
+    value: Any, name: str, num_graphs: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor | None:
+    """A scalar or ``[B]`` per-structure input (total charge, spin) as a ``[B]`` tensor."""
+    if value is None:
+        return None
+    t = _tensor(value, name).to(device=device, dtype=dtype).reshape(-1)
+    if t.numel() == 1 and num_graphs != 1:
+        t = t.expand(num_graphs)
+    if t.shape != (num_graphs,):
+        raise InferenceError(f"{name}: expected a scalar or [B] = ({num_graphs},), found {_shape(t)}")
+    if not bool(torch.isfinite(t).all()):
+        raise InferenceError(f"{name}: expected finite values, found NaN or inf")
+    return t
 
 
 def _check_species(z: torch.Tensor, species: frozenset[int] | None, max_species: int | None) -> None:

@@ -1,8 +1,10 @@
 """What the calculator needs to know about a model: inputs, species, units, output kinds.
 
 Supported models take, as node feature inputs, exactly one atomic-number input (a name in
-``hydragnn.models.config.SPECIES_INPUT_NAMES``, dim 1) and, as graph inputs, nothing or one
-total-charge input (``charge`` / ``total_charge``, dim 1) filled from the call's ``charge``.
+``hydragnn.models.config.SPECIES_INPUT_NAMES``, dim 1) and, as graph inputs, nothing, a total
+charge (``charge`` / ``total_charge``, dim 1) filled from the call's ``charge``, a spin
+(``spin`` / ``spin_multiplicity``, dim 1) filled from the call's ``spin``, or both, in the
+schema's order (each defaults to 0 when a call omits it).
 The model must have positions (``role: "position"``). Edge inputs are not supported (the
 calculator builds the edges itself).
 
@@ -32,6 +34,9 @@ from hydragnn.models.config import SPECIES_INPUT_NAMES
 from .errors import InferenceError
 
 CHARGE_INPUT_NAMES = frozenset({"charge", "total_charge", "charges"})
+SPIN_INPUT_NAMES = frozenset({"spin", "spin_multiplicity", "total_spin"})
+GRAPH_INPUT_ROLES: dict[str, frozenset[str]] = {"charge": CHARGE_INPUT_NAMES, "spin": SPIN_INPUT_NAMES}
+"""Graph inputs the calculator can fill: role -> accepted schema names (each dim 1)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,8 @@ class ModelInfo:
         max_neighbours: the model's neighbour cap (``None``: all).
         species: training species, or ``None``.
         max_species: size of the species embedding (exclusive bound), or ``None``.
-        charge_input: whether ``graph_attr`` is the total charge.
+        graph_inputs: roles of the model's graph inputs in ``graph_attr`` order (``"charge"``,
+            ``"spin"``), empty without graph inputs.
         energy, forces, stress, atomic_energy: output names of the MLIP roles (``None`` if absent).
         node_outputs / graph_outputs: other per-atom / per-structure output names.
         normalizer: statistics to undo, or ``None``.
@@ -53,7 +59,7 @@ class ModelInfo:
     max_neighbours: int | None
     species: frozenset[int] | None
     max_species: int | None
-    charge_input: bool
+    graph_inputs: tuple[str, ...]
     energy: str | None
     forces: str | None
     stress: str | None
@@ -61,6 +67,16 @@ class ModelInfo:
     node_outputs: tuple[str, ...]
     graph_outputs: tuple[str, ...]
     normalizer: Normalizer | None
+
+    @property
+    def charge_input(self) -> bool:
+        """Whether the model reads a total charge."""
+        return "charge" in self.graph_inputs
+
+    @property
+    def spin_input(self) -> bool:
+        """Whether the model reads a spin."""
+        return "spin" in self.graph_inputs
 
     @property
     def mlip(self) -> bool:
@@ -88,12 +104,7 @@ def model_info(model: HydraModel, species: Sequence[int] | None = None) -> Model
         )
     if schema.feature_inputs("edge"):
         raise InferenceError("model: edge inputs are not supported by the calculator (it builds the edges itself)")
-    graph_in = schema.feature_inputs("graph")
-    if graph_in and (len(graph_in) != 1 or graph_in[0].name not in CHARGE_INPUT_NAMES or graph_in[0].dim != 1):
-        found = [(v.name, v.dim) for v in graph_in]
-        raise InferenceError(
-            f"model: graph inputs other than one total charge ({sorted(CHARGE_INPUT_NAMES)}, dim 1) are not supported; found {found}"
-        )
+    graph_inputs = _graph_input_roles(schema.feature_inputs("graph"))
     manifest: Mapping[str, Any] = getattr(model, "manifest", None) or {}
     listed = manifest.get("species") if manifest.get("species") is not None else species
     num_species = getattr(model.dims, "num_species", 0)
@@ -107,7 +118,7 @@ def model_info(model: HydraModel, species: Sequence[int] | None = None) -> Model
         max_neighbours=model.config.max_neighbours,
         species=frozenset(int(z) for z in listed) if listed is not None else None,
         max_species=int(num_species) if num_species else None,
-        charge_input=bool(graph_in),
+        graph_inputs=graph_inputs,
         energy=special.get("energy"),
         forces=special.get("forces"),
         stress=special.get(
@@ -118,6 +129,22 @@ def model_info(model: HydraModel, species: Sequence[int] | None = None) -> Model
         graph_outputs=tuple(v.name for v in schema.outputs_at("graph") if v.name not in taken),
         normalizer=normalizer,
     )
+
+
+def _graph_input_roles(graph_in: Sequence[Any]) -> tuple[str, ...]:
+    """The role of every graph input (schema order); anything else is refused."""
+    roles: list[str] = []
+    for var in graph_in:
+        role = next((r for r, names in GRAPH_INPUT_ROLES.items() if var.name in names), None)
+        if role is None or var.dim != 1 or role in roles:
+            found = [(v.name, v.dim) for v in graph_in]
+            accepted = {r: sorted(n) for r, n in GRAPH_INPUT_ROLES.items()}
+            raise InferenceError(
+                f"model: the calculator fills graph inputs for at most one total charge and one spin (dim 1 each, "
+                f"names {accepted}); found {found}"
+            )
+        roles.append(role)
+    return tuple(roles)
 
 
 def _normalizer(stats: Any, special: Mapping[str, str]) -> Normalizer | None:

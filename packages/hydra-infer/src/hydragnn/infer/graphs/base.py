@@ -25,7 +25,7 @@ def static_forward(
     batch: torch.Tensor,
     edge_index: torch.Tensor,
     num_graphs: int,
-    charge: torch.Tensor | None,
+    graph_attr: torch.Tensor | None,
     forces: bool,
 ) -> Outputs:
     """The eager model on static tensors (energy, forces by ``autograd.grad``, every head).
@@ -37,7 +37,7 @@ def static_forward(
         batch: ``[M]`` graph of each node (``num_graphs - 1`` is the sink graph).
         edge_index: ``[2, E]`` including sink -> sink padding.
         num_graphs: B + 1.
-        charge: ``[B + 1]`` total charges for a model with a charge input, else ``None``.
+        graph_attr: ``[B + 1, G]`` graph inputs (total charge, spin) of a model with any, else ``None``.
         forces: compute forces.
     """
     b = Batch()
@@ -46,8 +46,8 @@ def static_forward(
     b.batch = batch
     b.edge_index = edge_index
     b._num_graphs = num_graphs
-    if charge is not None:
-        b.graph_attr = charge.to(model.dtype).unsqueeze(-1)
+    if graph_attr is not None:
+        b.graph_attr = graph_attr.to(model.dtype)
     with torch.no_grad():
         return dict(model(b, compute_forces=forces, compute_stress=False))
 

@@ -1,7 +1,7 @@
 """Dense engine: ``rows`` structures of ``N`` atom slots, species and padding as graph inputs.
 
 Key ``("dense", rows, N, forces)``. Static inputs: ``coords [rows, N, 3]``, ``numbers
-[rows, N]`` (0 = padding) and ``charge [rows]`` for a charge model. The candidate edges are every
+[rows, N]`` (0 = padding) and ``graph_attr [rows, G]`` for a model with graph inputs. The candidate edges are every
 ordered pair of slots of one row (a constant ``[2, rows * N * (N - 1)]``); inside the graph a pair
 that involves padding or is not within the cutoff (``|r_ij| < cutoff``, the regular neighbour
 list's rule) is redirected sink -> sink, and padded slots join the sink graph. Rows beyond the
@@ -41,8 +41,9 @@ class DenseEngine(StaticEngine):
             "dst": (base + i.unsqueeze(0)).reshape(-1),
             "row": torch.arange(rows, device=dev).repeat_interleave(width),
         }
-        if calc.info.charge_input:
-            self.buffers["charge"] = torch.zeros(rows + 1, dtype=self.dtype, device=dev)
+        self.graph_inputs = calc.info.graph_inputs
+        if self.graph_inputs:
+            self.buffers["graph_attr"] = torch.zeros(rows + 1, len(self.graph_inputs), dtype=self.dtype, device=dev)
 
     def fn(self) -> Outputs:
         buf = self.buffers
@@ -68,7 +69,7 @@ class DenseEngine(StaticEngine):
             batch=batch,
             edge_index=edge_index,
             num_graphs=self.rows + 1,
-            charge=buf.get("charge"),
+            graph_attr=buf.get("graph_attr"),
             forces=self.forces,
         )
 
@@ -79,10 +80,9 @@ class DenseEngine(StaticEngine):
         buf["numbers"].zero_()
         buf["coords"].view(-1, 3).index_copy_(0, nodes, call.pos.to(self.dtype))
         buf["numbers"].view(-1).index_copy_(0, nodes, call.numbers)
-        if "charge" in buf:
-            buf["charge"].zero_()
-            if call.charge is not None:
-                buf["charge"][: call.num_graphs].copy_(call.charge)
+        if "graph_attr" in buf:
+            buf["graph_attr"].zero_()
+            buf["graph_attr"][: call.num_graphs].copy_(call.graph_attr(self.graph_inputs, self.dtype))
 
     def node_index(self, call: CallInputs) -> torch.Tensor:
         """Slot of each real atom of ``call`` (the call's flat order)."""

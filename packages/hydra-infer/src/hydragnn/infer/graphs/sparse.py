@@ -1,7 +1,7 @@
 """Sparse (neighbour-list) engine: flat atoms, an edge buffer with spare capacity.
 
 Key ``("sparse", N, B, forces)``. Static inputs: ``pos [N, 3]``, ``numbers [N]``, ``batch [N]``
-(structure of each atom, sorted), ``charge [B + 1]``; one sink node in a sink graph. The
+(structure of each atom, sorted), ``graph_attr [B + 1, G]``; one sink node in a sink graph. The
 neighbour search runs inside the graph without host synchronisation: every ordered pair of
 atoms of one structure within the cutoff is compacted by a prefix sum into an edge buffer of
 ``capacity`` edges (unused slots point sink -> sink); the true pair count is written to the
@@ -67,8 +67,9 @@ class SparseEngine(StaticEngine):
             "src": j[off].contiguous(),
             "dst": i[off].contiguous(),
         }
-        if calc.info.charge_input:
-            self.buffers["charge"] = torch.zeros(num_graphs + 1, dtype=self.dtype, device=dev)
+        self.graph_inputs = calc.info.graph_inputs
+        if self.graph_inputs:
+            self.buffers["graph_attr"] = torch.zeros(num_graphs + 1, len(self.graph_inputs), dtype=self.dtype, device=dev)
 
     def fn(self) -> Outputs:
         buf = self.buffers
@@ -91,7 +92,7 @@ class SparseEngine(StaticEngine):
             batch=batch,
             edge_index=torch.stack([src_e, dst_e]),
             num_graphs=self.num_graphs + 1,
-            charge=buf.get("charge"),
+            graph_attr=buf.get("graph_attr"),
             forces=self.forces,
         )
         out["_edge_count"] = count
@@ -102,10 +103,9 @@ class SparseEngine(StaticEngine):
         buf["pos"].copy_(call.pos.to(self.dtype))
         buf["numbers"].copy_(call.numbers)
         buf["batch"].copy_(call.batch)
-        if "charge" in buf:
-            buf["charge"].zero_()
-            if call.charge is not None:
-                buf["charge"][: call.num_graphs].copy_(call.charge)
+        if "graph_attr" in buf:
+            buf["graph_attr"].zero_()
+            buf["graph_attr"][: call.num_graphs].copy_(call.graph_attr(self.graph_inputs, self.dtype))
 
     def edge_count(self, call: CallInputs) -> int:
         """Edges ``call`` needs (eager, outside any capture)."""
