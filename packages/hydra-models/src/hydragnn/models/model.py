@@ -229,6 +229,7 @@ class HydraModel(nn.Module):
         pos: torch.Tensor | None,
         edge_index: torch.Tensor,
         edge_shift: torch.Tensor | None,
+        cell: torch.Tensor | None = None,
     ) -> GraphInputs:
         """The encoder inputs: edge geometry ``edge_vec = pos[src] - pos[dst] + edge_shift``.
 
@@ -237,6 +238,7 @@ class HydraModel(nn.Module):
             pos: ``[N, 3]`` positions in :attr:`geometry_dtype`, or ``None``.
             edge_index: ``[2, E]``.
             edge_shift: ``[E, 3]`` or ``None``.
+            cell: ``[B, 3, 3]`` (the strained cell when computing stress); default ``batch.cell``.
         """
         dtype = self.dtype
         x = batch.x.to(dtype)
@@ -250,6 +252,13 @@ class HydraModel(nn.Module):
         node_batch = _node_batch(batch, x)
         edge_attr = batch.edge_attr.to(dtype) if self.dims.edge_in else None
         graph_attr = batch.graph_attr.to(dtype) if self.dims.graph_in else None
+        if cell is None:
+            cell = getattr(batch, "cell", None)
+        pbc = getattr(batch, "pbc", None)
+        if cell is not None:
+            cell = cell.reshape(-1, 3, 3)
+            pbc = torch.ones(cell.shape[0], 3, dtype=torch.bool, device=cell.device) if pbc is None else pbc
+            pbc = pbc.reshape(-1, 3).to(torch.bool)
         pe = None
         if self.config.pe_dim:
             lap, rw = getattr(batch, "lap_pe", None), getattr(batch, "rw_pe", None)
@@ -271,6 +280,8 @@ class HydraModel(nn.Module):
             num_graphs=_num_graphs(batch),
             graph_attr=graph_attr,
             pe=pe,
+            cell=cell.to(dtype) if cell is not None else None,
+            pbc=pbc,
         )
 
     def encode(self, inputs: GraphInputs) -> NodeEmbedding:
@@ -342,15 +353,16 @@ class HydraModel(nn.Module):
             if (want_forces or want_stress) and not pos.requires_grad:
                 pos = pos.detach().requires_grad_(True)
             pos_in, cell, displacement = pos, getattr(batch, "cell", None), None
+            strained_cell = None
             if want_stress:
                 if cell is None:
                     raise ModelError("stress needs a periodic batch with 'cell' [B, 3, 3]")
                 cell = cell.to(pos.dtype)
                 shift = edge_shift.to(pos.dtype) if edge_shift is not None else None
-                pos_in, _, edge_shift, displacement = apply_strain(
+                pos_in, strained_cell, edge_shift, displacement = apply_strain(
                     pos, _node_batch(batch, pos), _num_graphs(batch), cell, edge_index, shift
                 )
-            inputs = self.graph_inputs(batch, pos_in, edge_index, edge_shift)
+            inputs = self.graph_inputs(batch, pos_in, edge_index, edge_shift, strained_cell if want_stress else None)
             emb = self.encode(inputs)
             out = self.heads(emb, inputs)
             atomic, energy = self.energy_head(emb.scalar, inputs)

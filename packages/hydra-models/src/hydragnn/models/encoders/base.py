@@ -37,6 +37,11 @@ class GraphInputs:
         batch: ``[N]`` int64 graph index of each node.
         num_graphs: B (a Python int: no device sync).
         graph_attr: ``[B, G]`` graph inputs from the schema, or ``None``.
+        cell: ``[B, 3, 3]`` lattice vectors as rows (strained with the positions when the model
+            computes stress), or ``None`` for non-periodic batches. Encoders that work on edges
+            never need it (``edge_vec`` already contains the image offsets); an all-to-all stage
+            uses it for minimum-image pair vectors.
+        pbc: ``[B, 3]`` bool periodic directions, or ``None``.
         pe: ``[N, 2 * pe_dim]`` positional encodings (Laplacian eigenvectors, then random-walk
             return probabilities) when the model has ``pe_dim > 0``, else ``None``.
     """
@@ -51,6 +56,8 @@ class GraphInputs:
     num_graphs: int
     graph_attr: torch.Tensor | None = None
     pe: torch.Tensor | None = None
+    cell: torch.Tensor | None = None
+    pbc: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
