@@ -19,7 +19,7 @@ from hydragnn.models.encoders.base import ENCODERS, EncoderConfig, EncoderDims, 
 from hydragnn.models.errors import ModelConfigError
 
 NAMES = ["GIN", "GAT", "SAGE", "MFC", "CGCNN", "PNA", "PNAPlus"]
-SMOOTH = ["GIN", "GAT", "SAGE", "MFC", "CGCNN", "PNAPlus"]  # continuous at the cutoff (not plain PNA)
+SMOOTH = NAMES  # all continuous at the cutoff (PNA since its messages are envelope-weighted)
 RADIUS = 2.5
 
 
@@ -408,3 +408,27 @@ def test_gat_concat_heads_and_pna_degree_histogram(system):
     enc = build("PNA", pna_deg=deg, aggregators=["sum", "mean"], scalers=["identity", "inverse_linear"])
     assert enc.Config is pna.PNAConfig
     assert torch.isfinite(enc(inputs).scalar).all()
+
+
+def test_gat_attention_weights_count_neighbours(system):
+    """Null-key attention: per node the weights sum to less than one and grow with every added neighbour."""
+    x, pos, edge_index, batch, b = system
+    enc = build("GAT")
+    conv = enc.convs[0]
+    inputs = make_inputs(x, pos, edge_index, batch, b)
+    edge_feat, env = enc.edges(inputs)
+    h = enc.embedding(x)
+    x_l = conv.lin_l(h).view(-1, conv.heads, conv.out_channels)
+    x_r = conv.lin_r(h).view(-1, conv.heads, conv.out_channels)
+
+    def weight_sums(edges, feat, e):
+        alpha = conv.edge_updater(edges, x=(x_l, x_r), edge_attr=feat, env=e)  # [E, H]
+        return torch.zeros(x.shape[0], conv.heads, dtype=alpha.dtype).index_add_(0, edges[1], alpha)
+
+    sums = weight_sums(edge_index, edge_feat, env)
+    has_edges = torch.zeros(x.shape[0], dtype=torch.bool)
+    has_edges[edge_index[1]] = True
+    assert (sums[has_edges] > 0).all() and (sums < 1).all()
+    # the same neighbours twice: every receiving node's total weight grows (a plain softmax stays at 1)
+    doubled = weight_sums(edge_index.repeat(1, 2), edge_feat.repeat(2, 1), env.repeat(2, 1))
+    assert (doubled[has_edges] > sums[has_edges] + 1e-6).all()

@@ -12,15 +12,15 @@ pytest runs on a shared 2-core machine under load 2-8, so they are upper bounds;
 encoder   energy MAE eV/atom  force MAE eV/Å    time     learning_config / status
 ========  ==================  ================  =======  ==========================================
 baseline  0.0210 (mean)       0.417 (zero)               pass: energy < 0.0105, forces < 0.104
-CGCNN     0.0610              0.097             8-17 s   xfail: energy (see XFAIL)
-DimeNet   0.0070              0.025             32-47 s  widths 16, num_radial 4, num_spherical 2
+CGCNN     0.0037              0.069             3-15 s
+DimeNet   0.0070              0.025             32-50 s  widths 16, num_radial 4, num_spherical 2
 EGNN      0.0077              0.054             5-7 s
-GAT       0.0145              0.086             6-9 s    xfail: energy (also hidden 32 / lr 5e-3)
+GAT       0.0080              0.055             8-28 s
 GIN       0.0084              0.039             3-5 s    hidden_dim 32
 MACE      0.0085              0.034             14-31 s  max_ell 1, correlation 2, radial MLP 16
 MFC       0.0068              0.038             5-9 s
 PAINN     0.0037              0.031             6-11 s
-PNA       0.0193              0.105             7-14 s   xfail: energy, forces (hidden 32: 0.0135)
+PNA       0.0096              0.054             9-23 s   (energy just under the baseline criterion)
 PNAEq     0.0053              0.039             11-28 s
 PNAPlus   0.0093              0.032             15-29 s  hidden_dim 32, lr 5e-3
 SAGE      0.0100              0.069             3-7 s    (energy just under the baseline criterion)
@@ -53,15 +53,15 @@ BATCH = 4
 LR = 1e-2
 # encoder -> (energy MAE eV/atom, force MAE eV/Å) thresholds, set from the measurements above.
 THRESHOLDS: dict[str, tuple[float, float]] = {
-    "CGCNN": (0.092, 0.146),
+    "CGCNN": (0.0056, 0.10),
     "DimeNet": (0.0105, 0.037),
     "EGNN": (0.012, 0.082),
-    "GAT": (0.022, 0.13),
+    "GAT": (0.012, 0.082),
     "GIN": (0.013, 0.059),
     "MACE": (0.013, 0.052),
     "MFC": (0.011, 0.057),
     "PAINN": (0.0056, 0.048),
-    "PNA": (0.029, 0.158),
+    "PNA": (0.0144, 0.081),
     "PNAEq": (0.008, 0.059),
     "PNAPlus": (0.014, 0.047),
     "SAGE": (0.015, 0.104),
@@ -71,14 +71,7 @@ BASELINE_FACTORS = (0.5, 0.25)
 # encoder -> recipe overrides ("epochs", "lr") for encoders that need them.
 RECIPES: dict[str, dict[str, float]] = {"PNAPlus": {"lr": 5e-3}}
 # encoder -> why it does not reach the baseline criteria yet (strict xfail).
-XFAIL: dict[str, str] = {
-    "CGCNN": "energy 0.061 eV/atom, train error 0.050 (under-fits). EnvelopeCGConv (encoders/cgcnn.py) "
-    "sums ~17 strictly positive messages with no normalisation in place of CGCNN's BatchNorm: at hidden 32 "
-    "+ tanh the second layer's gates saturate (40% < 0.01, 27% > 0.99) and forces collapse to zero; "
-    "dividing the sum by the soft degree only reaches 0.022 eV/atom",
-    "GAT": "energy 0.0145 eV/atom (0.014 at hidden_dim 32)",
-    "PNA": "energy 0.019 eV/atom and forces 0.105 eV/Å (messages not gated by the envelope)",
-}
+XFAIL: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,28 @@
-"""CGCNN: crystal graph convolutions on radial-basis edge features.
+"""CGCNN: crystal graph convolutions on radial-basis edge features, with LayerNorm for BatchNorm.
 
-``x_i' = x_i + sum_j env(r_ij) * sigmoid(W_f z_ij + b_f) * softplus(W_s z_ij + b_s)``,
-``z_ij = [x_i, x_j, e_ij]``: PyG's :class:`~torch_geometric.nn.conv.CGConv` (no batch norm,
-which would normalise over the whole padded batch) with messages weighted by the cutoff
-envelope so that they vanish smoothly at the radius. Nodes are first embedded to
-``hidden_dim``, which every layer keeps. In bfloat16 the gather, the gate nonlinearities and
-the sum over neighbours run in float32 (the linear maps stay in the model's dtype).
+``x_i' = x_i + LN_a(sum_j env(r_ij) * sigmoid(LN_f(W_f z_ij)) * softplus(LN_s(W_s z_ij)))``,
+``z_ij = [x_i, x_j, e_ij]``: PyG's :class:`~torch_geometric.nn.conv.CGConv` with messages weighted
+by the cutoff envelope so that they vanish smoothly at the radius. Nodes are first embedded to
+``hidden_dim``, which every layer keeps.
+
+Normalisation: the original CGCNN (Xie & Grossman 2018) batch-normalises the gate
+pre-activations ``W z`` of every edge and the neighbour sum of every node. Batch statistics
+would couple the graphs of a batch (a padded batch or a batch of one would give other results),
+so both are replaced by per-row LayerNorms: ``LN_f`` / ``LN_s`` over the channels of each edge's
+gate pre-activations and ``LN_a`` over the channels of each node's sum. Without them the sum of
+~17 strictly positive messages grows layer by layer, the second layer's gates saturate
+(40% below 0.01, 27% above 0.99 at hidden 32) and the model under-fits: on the EMT Cu-Au
+learning test (tests/test_learning.py) 0.061 eV/atom without, 0.0037 eV/atom with the norms.
+``LN_a`` makes a node's update independent of the overall scale of its sum; for an atom whose
+only neighbour approaches the cutoff the sum fades to zero continuously, but the update only
+fades once the sum's channel variance falls below LayerNorm's ``eps`` (continuous, steeper).
+
+Defaults: the Bessel radial basis (``radial_basis="bessel"``) with the cosine cutoff; with the
+Gaussian basis the same model reached 0.012 eV/atom on that test. (The polynomial envelope
+learns as well but, evaluated in bfloat16, its cancelling terms cost the bf16 forward ~7%.)
+
+In bfloat16 the gather, the norms, the gate nonlinearities and the sum over neighbours run in
+float32 (the linear maps stay in the model's dtype).
 """
 
 from __future__ import annotations
@@ -21,25 +38,39 @@ from .base import EncoderDims, register_encoder
 from .invariant_utils import Float32Aggregation, InvariantConfig, InvariantEncoder, accumulate_dtype
 
 
+def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
+    """``norm(x)`` evaluated in ``x``'s dtype (the affine parameters are cast to it)."""
+    return F.layer_norm(x, norm.normalized_shape, norm.weight.to(x.dtype), norm.bias.to(x.dtype), norm.eps)
+
+
 class EnvelopeCGConv(Float32Aggregation, CGConv):
-    """:class:`CGConv` whose messages are multiplied by the cutoff envelope (float32 message math)."""
+    """:class:`CGConv` with envelope-weighted messages and LayerNorms (see the module docstring).
+
+    Parameters beyond :class:`CGConv`'s: ``norm_f``, ``norm_s`` (LayerNorms of the gate
+    pre-activations, ``[E, C]``) and ``norm_aggr`` (LayerNorm of the neighbour sum, ``[N, C]``).
+    """
 
     propagate_type = {"x": "Tensor", "edge_attr": "OptTensor", "env": "Tensor"}
 
     def __init__(self, channels: int, edge_dim: int) -> None:
         super().__init__(channels, dim=edge_dim, aggr="add", batch_norm=False, bias=True)
+        self.norm_f = nn.LayerNorm(channels)
+        self.norm_s = nn.LayerNorm(channels)
+        self.norm_aggr = nn.LayerNorm(channels)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor) -> Tensor:  # type: ignore[override]
         """``x [N, C]``, ``edge_index [2, E]``, ``edge_feat [E, D]`` or None, ``env [E, 1]`` -> ``[N, C]``."""
         out = self.propagate(edge_index, x=x.to(accumulate_dtype(x.dtype)), edge_attr=edge_feat, env=env)
-        return (x.to(out.dtype) + out).to(x.dtype)
+        return (x.to(out.dtype) + _layer_norm(self.norm_aggr, out)).to(x.dtype)
 
     def message(self, x_i: Tensor, x_j: Tensor, edge_attr: Tensor | None, env: Tensor) -> Tensor:  # type: ignore[override]
         dt = self.lin_f.weight.dtype
         x_i, x_j = x_i.to(dt), x_j.to(dt)
         z = torch.cat([x_i, x_j] if edge_attr is None else [x_i, x_j, edge_attr], dim=-1)
         acc = accumulate_dtype(z.dtype)
-        return self.lin_f(z).to(acc).sigmoid() * F.softplus(self.lin_s(z).to(acc)) * env.to(acc)
+        gate = _layer_norm(self.norm_f, self.lin_f(z).to(acc)).sigmoid()
+        core = F.softplus(_layer_norm(self.norm_s, self.lin_s(z).to(acc)))
+        return gate * core * env.to(acc)
 
 
 @register_encoder("CGCNN")
@@ -51,9 +82,10 @@ class CGCNNEncoder(InvariantEncoder):
 
     @dataclass(frozen=True)
     class Config(InvariantConfig):
-        """CGCNN has only the common invariant keys (``residual`` defaults to False)."""
+        """The common invariant keys; CGCNN's defaults: no extra residual, the Bessel radial basis."""
 
         residual: bool = False
+        radial_basis: str = "bessel"
 
     def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
         return EnvelopeCGConv(dims.hidden_dim, edge_dim)

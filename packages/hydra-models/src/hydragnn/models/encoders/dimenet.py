@@ -16,6 +16,17 @@ Angle convention (PyG's DimeNet++): ``cos = vec_ji . vec_kj / (|vec_ji| |vec_kj|
 edge vectors of :class:`GraphInputs` (periodic shifts included, never position differences),
 i.e. the angle between ``i -> j`` and ``j -> k``; a backtracking pair would have ``cos = -1``.
 
+Cost: the 2D basis is never materialised per triplet. DimeNet++'s first basis projection
+``W_sbf1 a(d_kj, angle)`` with ``a_{ln} = rad_{ln}(d_kj) * Y_l(angle)`` equals
+``sum_l Y_l(angle) * (sum_n W_sbf1[:, l, n] rad_{ln}(d_kj))``: the inner sum is taken once per
+edge (``[E, L, basis_emb_size]``) and only ``L * basis_emb_size`` numbers are gathered per triplet
+instead of ``L * num_radial`` (:class:`_FactorizedInteractionPPBlock`; same weights and results
+as PyG's block). On 4 x 32 Cu-Au atoms at a 5 Å cutoff (~5300 edges, ~213k triplets, hidden 64,
+3 blocks, num_radial 20, forces by autograd, one CPU thread) a training step then takes 0.45-0.68x
+the time of the materialised basis (measured side by side on a loaded machine). What remains is
+dominated by the per-triplet product ``x_kj[idx_kj] * W_sbf2(...)`` (``[T, int_emb_size]``,
+forward, backward and double backward) and the per-edge spherical Bessel functions.
+
 Capture safety: with ``triplet_capacity = None`` (default) the exact triplet list is built in
 ``forward`` and its length is data-dependent (``repeat_interleave`` over in-degrees, a boolean
 mask): **not capture-safe**. With ``triplet_capacity = C`` the triplets use a fixed
@@ -40,10 +51,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torch_geometric.nn.models.dimenet import InteractionPPBlock, OutputPPBlock
+from torch_geometric.utils import scatter
 
 from ..errors import ModelConfigError, ModelError
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .dimenet_basis import BesselEdgeBasis, SphericalBasis
+from .dimenet_basis import BesselEdgeBasis, SphericalBasis, _compute_dtype
 from .safe_geometry import safe_edge_length
 from .triplets import build_triplets, build_triplets_padded
 
@@ -90,6 +102,46 @@ class DimeNetConfig(EncoderConfig):
             raise ModelConfigError(
                 f"{where}.triplet_capacity: expected null or an int >= 1, found {self.triplet_capacity}"
             )
+
+
+class _FactorizedInteractionPPBlock(InteractionPPBlock):
+    """PyG's :class:`InteractionPPBlock` (same parameters) fed with the factorised spherical basis.
+
+    ``forward(x [E, H], rbf [E, R], rad [E, L, R], ang [T, L], idx_kj [T], idx_ji [T]) -> [E, H]``
+    where the 2D basis of triplet ``t`` is ``rad[idx_kj[t], l, n] * ang[t, l]`` (``ang`` already
+    multiplied by the triplet weight of the padded layout).
+    """
+
+    def forward(  # type: ignore[override]
+        self,
+        x: torch.Tensor,
+        rbf: torch.Tensor,
+        rad: torch.Tensor,
+        ang: torch.Tensor,
+        idx_kj: torch.Tensor,
+        idx_ji: torch.Tensor,
+    ) -> torch.Tensor:
+        x_ji = self.act(self.lin_ji(x))
+        x_kj = self.act(self.lin_kj(x))
+        x_kj = x_kj * self.lin_rbf2(self.lin_rbf1(rbf))
+        x_kj = self.act(self.lin_down(x_kj))  # [E, I]
+
+        num_spherical = ang.shape[-1]
+        w1 = self.lin_sbf1.weight  # [B, L * R], input index l * R + n
+        w1 = w1.view(w1.shape[0], num_spherical, -1)  # [B, L, R]
+        per_edge = torch.einsum("eln,bln->elb", rad, w1)  # [E, L, B]
+        sbf = (per_edge[idx_kj] * ang.unsqueeze(-1)).sum(dim=1)  # [T, B] = lin_sbf1(rad * ang)
+        x_kj = x_kj[idx_kj] * self.lin_sbf2(sbf)  # [T, I]
+        x_kj = scatter(x_kj, idx_ji, dim=0, dim_size=x.shape[0], reduce="sum")  # [E, I]
+        x_kj = self.act(self.lin_up(x_kj))
+
+        h = x_ji + x_kj
+        for layer in self.layers_before_skip:
+            h = layer(h)
+        h = self.act(self.lin(h)) + x
+        for layer in self.layers_after_skip:
+            h = layer(h)
+        return h
 
 
 class _EdgeEmbedding(nn.Module):
@@ -157,7 +209,7 @@ class DimeNetEncoder(Encoder):
             for _ in range(dims.num_conv_layers + 1)
         )
         self.interaction_blocks = nn.ModuleList(
-            InteractionPPBlock(
+            _FactorizedInteractionPPBlock(
                 hidden,
                 config.int_emb_size,
                 config.basis_emb_size,
@@ -184,8 +236,8 @@ class DimeNetEncoder(Encoder):
             return idx_kj, idx_ji, None
         return build_triplets_padded(edge_index, num_nodes, self.config.triplet_capacity, edge_vec)
 
-    def _block(self, t: int, m, rbf, sbf, idx_kj, idx_ji, dst, num_nodes: int):
-        m = self.interaction_blocks[t](m, rbf, sbf, idx_kj, idx_ji)
+    def _block(self, t: int, m, rbf, rad, ang, idx_kj, idx_ji, dst, num_nodes: int):
+        m = self.interaction_blocks[t](m, rbf, rad, ang, idx_kj, idx_ji)
         return m, self.output_blocks[t + 1](m, rbf, dst, num_nodes=num_nodes)
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
@@ -206,17 +258,20 @@ class DimeNetEncoder(Encoder):
         cos_angle = (vec[idx_ji] * vec[idx_kj]).sum(dim=-1) / (len_kj * len_ji)
 
         rbf = self.rbf(dist).to(dtype)  # [E, R]
-        sbf = self.sbf(dist, cos_angle, idx_kj).to(dtype)  # [T, L*R]
+        work = _compute_dtype(dist.dtype)
+        rad = self.sbf.radial(dist.to(work)).to(dtype)  # [E, L, R]
+        ang = self.sbf.angular(cos_angle.to(work))  # [T, L]
         if weight is not None:
-            sbf = sbf * weight.to(sbf.dtype).unsqueeze(-1)  # the blocks' sbf maps have no bias
+            ang = ang * weight.to(ang.dtype).unsqueeze(-1)  # the blocks' sbf maps have no bias
+        ang = ang.to(dtype)
 
         h = self._node_features(inputs.x.to(dtype))
         m = self.emb(h, rbf, dst, src)  # [E, H]
         out = self.output_blocks[0](m, rbf, dst, num_nodes=num_nodes)
         for t in range(len(self.interaction_blocks)):
             if self.dims.conv_checkpointing:
-                m, p = checkpoint(self._block, t, m, rbf, sbf, idx_kj, idx_ji, dst, num_nodes, use_reentrant=False)
+                m, p = checkpoint(self._block, t, m, rbf, rad, ang, idx_kj, idx_ji, dst, num_nodes, use_reentrant=False)
             else:
-                m, p = self._block(t, m, rbf, sbf, idx_kj, idx_ji, dst, num_nodes)
+                m, p = self._block(t, m, rbf, rad, ang, idx_kj, idx_ji, dst, num_nodes)
             out = out + p
         return NodeEmbedding(scalar=out)

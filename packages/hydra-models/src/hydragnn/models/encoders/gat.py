@@ -1,15 +1,29 @@
-"""GAT: GATv2 attention convolutions with radial-basis edge features and an envelope-weighted softmax.
+"""GAT: GATv2 attention convolutions with radial filters and an envelope-weighted softmax with a null key.
 
 Attention logits are PyG's :class:`~torch_geometric.nn.conv.GATv2Conv` logits
-``a^T LeakyReLU(W_r x_i + W_l x_j + W_e e_ij)``; the weights are
+``l_ij = a^T LeakyReLU(W_r x_i + W_l x_j + W_e e_ij)`` (``e_ij`` = radial basis of the distance
+times the cutoff envelope, plus the schema's edge inputs). Per head, the weights are a softmax
+over the neighbours and one null key of logit 0, each neighbour weighted by its envelope:
 
-    ``alpha_ij = env_ij * [exp(l_ij) env_ij / sum_k exp(l_ik) env_ik]``
+    ``alpha_ij = env_ij exp(l_ij) / (1 + sum_k env_ik exp(l_ik))``
 
-i.e. the softmax of ``l_ij + log env_ij``, multiplied by the envelope after the softmax. A
-neighbour crossing the cutoff (``env -> 0``) then enters neither the numerator nor the
-normaliser, so the energy stays continuous. No self loops are added (PyG's self-loop handling
+and the message is the neighbour's value filtered by its distance,
+``m_ij = alpha_ij * (W_l x_j) * (W_v e_ij)`` (a continuous filter as in SchNet), so
+
+    ``x_i' = mean_heads sum_j m_ij + b``  (or the heads concatenated).
+
+Why not PyG's plain softmax: it sums to one over the neighbours, so the layer sees a weighted
+*average* and cannot tell a compressed neighbourhood from a stretched one, nor 12 neighbours from
+18; the values were the same ``W_l x_j`` for every distance. On the EMT Cu-Au learning test that
+under-fitted the energy (0.0145 eV/atom against 0.0080 now). The null key ("softmax with an extra
+zero logit") lets the total weight ``sum_j alpha_ij < 1`` grow with the number and closeness of
+the neighbours, and the filter makes the values distance-aware.
+
+Smoothness: a neighbour crossing the cutoff (``env -> 0``) leaves both the numerator and the
+normaliser, so the energy is continuous. No self loops are added (PyG's self-loop handling
 removes loops with a boolean mask, which is not capture-safe); the layer's own input reaches the
-output through the residual connection.
+output through the residual connection. The softmax is shifted by the detached per-node maximum
+logit (clamped at 0, the null key's logit) for stability; it cancels exactly.
 """
 
 from __future__ import annotations
@@ -20,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.conv import GATv2Conv
-from torch_geometric.utils import softmax
+from torch_geometric.utils import scatter
 
 from ..errors import ModelConfigError
 from .base import EncoderDims, register_encoder
@@ -35,11 +49,15 @@ from .invariant_utils import (
 
 
 class EnvelopeGATv2Conv(Float32Aggregation, GATv2Conv):
-    """:class:`GATv2Conv` whose attention is weighted by the cutoff envelope.
+    """:class:`GATv2Conv` with envelope-weighted null-key attention and radially filtered values.
 
-    The envelope travels as the last column of ``edge_attr`` (``[E, edge_dim + 1]``): it is split
-    off in :meth:`edge_update` before the edge features enter the logits.
+    Called as ``conv(x [N, C], edge_index [2, E], edge_feat [E, D] or None, env [E, 1]) -> [N, C]``.
+    Parameters beyond :class:`GATv2Conv`'s: ``lin_value`` (``W_v``, ``edge_dim -> heads * out_channels``,
+    no bias), absent without edge features (the values are then unfiltered).
     """
+
+    propagate_type = {"x": "Tuple[Tensor, Tensor]", "alpha": "Tensor", "value_filter": "OptTensor"}
+    edge_updater_type = {"x": "Tuple[Tensor, Tensor]", "edge_attr": "OptTensor", "env": "Tensor"}
 
     def __init__(
         self, channels: int, edge_dim: int, heads: int, concat: bool, negative_slope: float, dropout: float
@@ -56,28 +74,52 @@ class EnvelopeGATv2Conv(Float32Aggregation, GATv2Conv):
             edge_dim=edge_dim if edge_dim > 0 else None,
             share_weights=False,
         )
+        self.lin_value = nn.Linear(edge_dim, heads * out_channels, bias=False) if edge_dim > 0 else None
+
+    def forward(  # type: ignore[override]
+        self, x: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor
+    ) -> Tensor:
+        """``x [N, C]``, ``edge_index [2, E]``, ``edge_feat [E, D]`` or None, ``env [E, 1]`` -> ``[N, C]``."""
+        heads, channels = self.heads, self.out_channels
+        x_l = self.lin_l(x).view(-1, heads, channels)  # values and source half of the logits
+        x_r = self.lin_r(x).view(-1, heads, channels)  # target half of the logits
+        alpha = self.edge_updater(edge_index, x=(x_l, x_r), edge_attr=edge_feat, env=env)  # [E, H]
+        value_filter = None
+        if self.lin_value is not None:
+            assert edge_feat is not None
+            value_filter = self.lin_value(edge_feat).view(-1, heads, channels)
+        out = self.propagate(edge_index, x=(x_l, x_r), alpha=alpha, value_filter=value_filter)  # [N, H, C]
+        out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
+        return out + self.bias if self.bias is not None else out
 
     def edge_update(  # type: ignore[override]
         self,
         x_j: Tensor,
         x_i: Tensor,
         edge_attr: Tensor | None,
+        env: Tensor,
         index: Tensor,
-        ptr: Tensor | None,
         dim_size: int | None,
     ) -> Tensor:
-        assert edge_attr is not None, "EnvelopeGATv2Conv expects the envelope as the last edge_attr column"
-        env = edge_attr[:, -1:]  # [E, 1]
+        """Attention weights ``[E, H]`` (see the module docstring)."""
         x = x_i + x_j
         if self.lin_edge is not None:
-            x = x + self.lin_edge(edge_attr[:, :-1]).view(-1, self.heads, self.out_channels)
+            assert edge_attr is not None
+            x = x + self.lin_edge(edge_attr).view(-1, self.heads, self.out_channels)
         x = F.leaky_relu(x, self.negative_slope)
         logits = (x * self.att).sum(dim=-1)  # [E, H]
         acc = accumulate_dtype(logits.dtype)  # softmax of 16-bit logits in float32
-        env = env.to(acc)
-        logits = logits.to(acc) + torch.log(env.clamp(min=torch.finfo(acc).tiny))
-        alpha = (softmax(logits, index, ptr, dim_size) * env).to(x.dtype)
+        logits = logits.to(acc)
+        shift = scatter(logits.detach(), index, dim=0, dim_size=dim_size, reduce="max").clamp(min=0.0)  # [N, H]
+        weight = env.to(acc) * torch.exp(logits - shift.index_select(0, index))  # [E, H]
+        norm = torch.exp(-shift) + scatter(weight, index, dim=0, dim_size=dim_size, reduce="sum")  # [N, H]
+        alpha = (weight / norm.index_select(0, index)).to(x.dtype)
         return F.dropout(alpha, p=self.dropout, training=self.training)
+
+    def message(self, x_j: Tensor, alpha: Tensor, value_filter: Tensor | None) -> Tensor:  # type: ignore[override]
+        """``x_j [E, H, C]`` weighted by ``alpha [E, H]`` and filtered by ``value_filter [E, H, C]``."""
+        out = x_j * alpha.unsqueeze(-1)
+        return out if value_filter is None else out * value_filter
 
 
 @register_encoder("GAT")
@@ -114,9 +156,3 @@ class GATEncoder(InvariantEncoder):
         return EnvelopeGATv2Conv(
             dims.hidden_dim, edge_dim, config.heads, config.concat, config.negative_slope, config.attention_dropout
         )
-
-    def apply_conv(
-        self, conv: nn.Module, h: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor
-    ) -> Tensor:
-        packed = env if edge_feat is None else torch.cat([edge_feat, env], dim=-1)
-        return conv(h, edge_index, edge_attr=packed)

@@ -42,11 +42,15 @@ class GatedPNAConv(PNAConv):
 
     propagate_type = {"x": "Tensor", "edge_attr": "OptTensor", "gate": "Tensor", "env": "Tensor"}
 
-    def __init__(self, edge_dim: int, aggregator_names: tuple[str, ...], **kwargs) -> None:
+    def __init__(
+        self, edge_dim: int, aggregator_names: tuple[str, ...], learned_gate: bool = True, **kwargs
+    ) -> None:
+        """``kwargs``: :class:`PNAConv`'s arguments (from :func:`.pna.pna_kwargs`, validated there).
+        ``learned_gate`` False: messages are weighted by the envelope alone (plain PNA)."""
         super().__init__(edge_dim=edge_dim if edge_dim > 0 else None, **kwargs)
         self.aggregator_names = tuple(aggregator_names)
         self.scaler_names = tuple(kwargs["scalers"])
-        self.gate = nn.Linear(edge_dim, self.F_in, bias=False) if edge_dim > 0 else None
+        self.gate = nn.Linear(edge_dim, self.F_in, bias=False) if edge_dim > 0 and learned_gate else None
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor) -> Tensor:  # type: ignore[override]
         """``x [N, C]``, ``edge_index [2, E]``, ``edge_feat [E, D]`` or None, ``env [E, 1]`` -> ``[N, C]``."""
