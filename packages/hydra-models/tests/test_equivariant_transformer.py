@@ -21,9 +21,10 @@ from hydragnn.models import ModelConfig, ModelConfigError, build_model
 from hydragnn.models.attention.equivariant_transformer import (
     EquivariantAttentionLayer,
     EquivariantTransformer,
+    minimum_image,
     pair_geometry,
 )
-from hydragnn.models.encoders.basis import GaussianRBF
+from hydragnn.models.encoders.basis import CosineCutoff, GaussianRBF
 
 ET = {"global_attn_engine": "EquivariantTransformer", "global_attn_heads": 4}
 VARIANTS = [
@@ -40,8 +41,9 @@ class TestEquivariantTransformerConformance(ConformanceTests):
 
     def test_periodic_supercell(self, encoder_name):
         pytest.skip(
-            "the all-to-all stage attends over the atoms of one cell without periodic images, so a "
-            "supercell is a different (larger, finite) system to it: per-atom energies differ by design"
+            "the all-to-all stage counts each pair once, at its minimum image, and softmax-normalises over "
+            "the atoms of the cell: a supercell has more atoms and other images in reach, so per-atom "
+            "energies differ by design (wrapping invariance is tested in test_energy_invariant_to_wrapping)"
         )
 
 
@@ -178,14 +180,98 @@ def test_layer_is_exactly_equivariant_in_float64():
     pos = torch.randn(n, 3, dtype=torch.float64) * 2
     batch = torch.tensor([0, 0, 0, 1, 1, 1, 1])
     rot = random_rotation(2, torch.float64)
-    rbf = GaussianRBF(8.0, 6).double()
+    rbf, local_rbf, env = GaussianRBF(8.0, 6).double(), GaussianRBF(4.0, 6).double(), CosineCutoff(4.0)
     dist, unit, same = pair_geometry(pos, batch, torch.float64)
-    s1, v1 = layer(s, v, rbf(dist), unit, same)
+    assert 0 < float(env(dist).mean()) < 1  # some pairs inside the filter range, some beyond
+    s1, v1 = layer(s, v, rbf(dist), local_rbf(dist), env(dist), unit, same)
     dist, unit, same = pair_geometry(pos @ rot.T + 1.5, batch, torch.float64)
-    s2, v2 = layer(s, torch.einsum("ij,njc->nic", rot, v), rbf(dist), unit, same)
+    s2, v2 = layer(s, torch.einsum("ij,njc->nic", rot, v), rbf(dist), local_rbf(dist), env(dist), unit, same)
     torch.testing.assert_close(s2, s1, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(v2, torch.einsum("ij,njc->nic", rot, v1), rtol=1e-12, atol=1e-12)
     assert v1.abs().max() > 1e-3  # the vectors are not trivially zero
+
+
+def test_minimum_image_vectors():
+    """Pair vectors are lattice translates of the raw ones, with fractional coordinates in
+    [-0.5, 0.5] along periodic directions, untouched along non-periodic ones (a zero row gives no
+    NaN), and differentiable in positions and cell (finite gradients)."""
+    gen = torch.Generator().manual_seed(3)
+    cell = torch.tensor(
+        [[[6.0, 0.4, 0.2], [0.3, 5.5, -0.1], [0.1, 0.2, 7.0]], [[5.0, 0.0, 0.0], [0.5, 6.0, 0.0], [0.0, 0.0, 0.0]]],
+        dtype=torch.float64,
+        requires_grad=True,
+    )
+    pbc = torch.tensor([[True, True, True], [True, True, False]])
+    batch = torch.tensor([0, 0, 0, 0, 1, 1, 1])
+    pos = (torch.rand(7, 3, generator=gen, dtype=torch.float64) * 20 - 10).requires_grad_(True)
+    raw = pos.unsqueeze(0) - pos.unsqueeze(1)
+    rel = minimum_image(raw, batch, cell, pbc)
+    assert torch.isfinite(rel).all()
+    same = batch.unsqueeze(0) == batch.unsqueeze(1)
+    pairs = same & (batch.unsqueeze(1) == 0)  # graph 0: periodic in 3-D, triclinic
+    inv = torch.linalg.inv(cell.detach()[0])
+    frac, frac_raw = rel.detach()[pairs] @ inv, raw.detach()[pairs] @ inv
+    assert frac.abs().max() <= 0.5 + 1e-9  # nearest image along every periodic direction
+    torch.testing.assert_close(frac_raw - frac, (frac_raw - frac).round(), rtol=0, atol=1e-9)  # a lattice translate
+    assert (frac_raw - frac).abs().max() >= 1  # the positions span several cells: vectors did move
+    pairs = same & (batch.unsqueeze(1) == 1)  # graph 1: periodic in x, y; zero third row
+    frac = rel.detach()[pairs][:, :2] @ torch.linalg.inv(cell.detach()[1, :2, :2])
+    assert frac.abs().max() <= 0.5 + 1e-9
+    torch.testing.assert_close(rel[pairs][:, 2], raw[pairs][:, 2])  # non-periodic z untouched
+    dist = pair_geometry(pos, batch, torch.float64, cell, pbc)[0]
+    grad_pos, grad_cell = torch.autograd.grad(dist.sum(), (pos, cell))
+    assert torch.isfinite(grad_pos).all() and torch.isfinite(grad_cell).all()
+    assert grad_cell[0].abs().max() > 0  # the cell enters the pair vectors
+    # a singular periodic cell is left alone (no NaN), pbc None means periodic everywhere
+    flat = minimum_image(raw.detach(), batch, torch.zeros(2, 3, 3, dtype=torch.float64), None)
+    torch.testing.assert_close(flat, raw.detach())
+
+
+@pytest.mark.parametrize("name", ["EquivariantTransformer", "SchNet+EquivariantTransformer"])
+def test_energy_invariant_to_wrapping(name):
+    """Moving atoms by lattice vectors changes neither energy, forces nor stress (minimum image);
+    without the cell the stage would see the moved atoms elsewhere (the check is not vacuous)."""
+    model = build(name)
+    sample = periodic_samples(CUTOFF)[1]
+    cell = sample.cell.reshape(3, 3)
+    moved = sample.clone()
+    moved.pos = sample.pos.clone()
+    moved.pos[0] += cell[0] - 2 * cell[2]
+    moved.pos[3] -= cell[1]
+    moved.pos[5] += cell[0] + cell[1] + cell[2]
+    moved = with_edges(moved, CUTOFF)
+    ref, out = model(collate([sample])), model(collate([moved]))
+    for key in ("energy", "forces", "stress"):
+        torch.testing.assert_close(out[key], ref[key], rtol=1e-4, atol=1e-5)
+    a, b = collate([sample]), collate([moved])
+    del a.cell, b.cell
+    with torch.no_grad():
+        assert not torch.allclose(_encode(model, a).scalar, _encode(model, b).scalar, atol=1e-3)
+
+
+def test_value_filters_are_local():
+    """Beyond ``radius`` an atom's values reach the others through content attention only: with the
+    attention bias switched off, moving a far atom further away changes nothing, moving a near one does."""
+    torch.manual_seed(0)
+    layer = EquivariantAttentionLayer(8, 2, 6).double()
+    with torch.no_grad():
+        layer.bias.weight.zero_()
+    rbf, local_rbf, env = GaussianRBF(8.0, 6).double(), GaussianRBF(4.0, 6).double(), CosineCutoff(4.0)
+    s = torch.randn(3, 8, dtype=torch.float64)
+    v = torch.randn(3, 3, 8, dtype=torch.float64)
+    batch = torch.zeros(3, dtype=torch.long)
+
+    def run(x_far: float, x_near: float):
+        pos = torch.tensor([[0.0, 0.0, 0.0], [x_near, 0.5, 0.0], [x_far, 0.0, 1.0]], dtype=torch.float64)
+        dist, unit, same = pair_geometry(pos, batch, torch.float64)
+        return layer(s, v, rbf(dist), local_rbf(dist), env(dist), unit, same)
+
+    ref = run(6.0, 1.5)  # atom 2 is > 4 Å from atoms 0 and 1
+    far = run(8.0, 1.5)
+    near = run(6.0, 2.0)
+    torch.testing.assert_close(far[0][:2], ref[0][:2], rtol=0, atol=1e-12)
+    torch.testing.assert_close(far[1][:2], ref[1][:2], rtol=0, atol=1e-12)
+    assert not torch.allclose(near[0][0], ref[0][0], atol=1e-6) and not torch.allclose(near[1][0], ref[1][0], atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- config rules

@@ -10,6 +10,8 @@ variant                         energy MAE eV/atom  force MAE eV/Å    plain enc
 SchNet + GPS multihead          0.0061              0.049             SchNet 0.0048 / 0.040
 SchNet + GPS performer (16)     0.0064              0.057             SchNet 0.0048 / 0.040
 PAINN + GPS performer (16)      0.0079              0.041             PAINN 0.0037 / 0.031
+EquivariantTransformer alone    0.0060              0.040             (SchNet 0.0048 / 0.040)
+SchNet + EquivariantTransformer 0.0074              0.038             SchNet 0.0048 / 0.040
 ==============================  ==================  ================  ====================
 
 Global attention does not help on these 32-atom cells, whose energies are local (EMT): the
@@ -33,6 +35,12 @@ VARIANTS: dict[str, tuple[str, dict, tuple[float, float]]] = {
     "SchNet+GPS-multihead": ("SchNet", {"global_attn_engine": "GPS"}, (0.0095, 0.075)),
     "SchNet+GPS-performer": ("SchNet", PERFORMER, (0.0098, 0.086)),
     "PAINN+GPS-performer": ("PAINN", PERFORMER, (0.0105, 0.062)),
+    "EquivariantTransformer": (
+        "SchNet",
+        {"mpnn_type": None, "global_attn_engine": "EquivariantTransformer"},
+        (0.009, 0.061),
+    ),
+    "SchNet+EquivariantTransformer": ("SchNet", {"global_attn_engine": "EquivariantTransformer"}, (0.0105, 0.057)),
 }
 
 
