@@ -28,7 +28,7 @@ PYTHON = "3.11"
 # distribution -> (extras installed for development, sibling distributions it depends on)
 PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "hydra-data": ("adios,test", ()),
-    "hydra-models": ("test", ("hydra-data",)),
+    "hydra-models": ("fairchem,test", ("hydra-data",)),
     "hydra-train": ("deepspeed,test", ("hydra-data", "hydra-models")),
     "hydra-infer": ("test", ("hydra-data", "hydra-models")),
 }

@@ -98,10 +98,11 @@ def test_inference_kernels_refuse_gps_and_fall_back():
 def test_positional_encodings_are_computed_per_structure(cuau_atoms):
     """A GPS model with pe_dim: the calculator computes lap_pe / rw_pe per structure exactly as
     hydra-data prepares them, batched or not; CUDA graphs are refused with the reason."""
+    from torch_geometric.data import Batch
+
     from hydragnn.data import Schema, add_edges, prepare
     from hydragnn.data.positional import add_positional_encodings
     from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
-    from torch_geometric.data import Batch
 
     model = tiny_model(seed=5, global_attn_engine="GPS", pe_dim=3)
     calc = HydraCalculator(model)

@@ -24,6 +24,7 @@ _ENCODER_MODULES: tuple[str, ...] = (
     "cgcnn",
     "dimenet",
     "egnn",
+    "fairchem",
     "gat",
     "gin",
     "mace",

@@ -150,6 +150,8 @@ class Encoder(nn.Module):
     Config: ClassVar[type[EncoderConfig]] = EncoderConfig
     equivariant: ClassVar[bool] = False
     needs_pos: ClassVar[bool] = True
+    optional_dependency: ClassVar[str | None] = None
+    """The ``hydra-models`` extra providing this encoder's backend (e.g. ``"fairchem"``), or None."""
     capture_safe: ClassVar[bool] = True
     """False when ``forward`` synchronises with the host or has data-dependent shapes (e.g. a
     third-party backbone): hydra-infer then serves the model without CUDA-graph capture."""
