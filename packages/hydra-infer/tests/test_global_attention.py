@@ -124,3 +124,31 @@ def test_positional_encodings_are_computed_per_structure(cuau_atoms):
     graphs = HydraCalculator(model, cuda_graph=True, _graph_backend="replay")
     with pytest.warns(HydraInferWarning, match="positional encodings"):
         graphs(coord[0], numbers[0], cell=cells[0])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"mpnn_type": "UMA", "hidden_dim": 8, "lmax": 1, "mmax": 1},
+        {"mpnn_type": "AllScAIP", "hidden_dim": 8},
+    ],
+    ids=["UMA", "AllScAIP"],
+)
+def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms):
+    """UMA and AllScAIP MLIPs (extra hydra-models[fairchem]) from an artifact: the calculator
+    equals the model on a periodic cell, and graph replay equals the regular path."""
+    pytest.importorskip("fairchem.core", reason="needs hydra-models[fairchem]")
+    model = tiny_model(seed=2, **overrides)
+    calc = HydraCalculator(save_artifact(model, tmp_path / "model.hydra", species=[29, 79]))
+    atoms = cuau_atoms[0]
+    args = (atoms.positions, atoms.numbers)
+    got = calc(*args, cell=atoms.cell.array, forces=True, stress=True)
+    assert_same(got, HydraCalculator(model)(*args, cell=atoms.cell.array, forces=True, stress=True))
+    graphs = HydraCalculator(model, cuda_graph=True, _graph_backend="replay")
+    pos, z = cluster(6, seed=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step in range(3):
+            moved = pos + 0.02 * step
+            assert_same(graphs(moved, z, forces=True), calc(moved, z, forces=True), rtol=1e-6, atol=1e-7)
+    assert graphs.memory_stats()["replays"] == 1
