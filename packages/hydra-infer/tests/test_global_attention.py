@@ -152,3 +152,13 @@ def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms):
             moved = pos + 0.02 * step
             assert_same(graphs(moved, z, forces=True), calc(moved, z, forces=True), rtol=1e-6, atol=1e-7)
     assert graphs.memory_stats()["replays"] == 1
+
+
+def test_uma_with_experts_is_served_without_capture():
+    pytest.importorskip("fairchem.core", reason="needs hydra-models[fairchem]")
+    model = tiny_model(mpnn_type="UMA", hidden_dim=8, lmax=1, mmax=1, num_experts=2)
+    calc = HydraCalculator(model, cuda_graph=True, _graph_backend="replay")
+    pos, z = cluster(5)
+    with pytest.warns(HydraInferWarning, match="not capture-safe"):
+        out = calc(pos, z, forces=True)
+    assert_same(out, HydraCalculator(model)(pos, z, forces=True))

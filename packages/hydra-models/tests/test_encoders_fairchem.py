@@ -254,3 +254,11 @@ def test_energy_beats_half_the_mean_baseline(encoder_name, cuau):
     """tests/test_learning.py's energy criterion: half the predict-the-mean error."""
     r = _trained(encoder_name, cuau)
     assert r["energy_mae"] < BASELINE_FACTORS[0] * r["base_energy"]
+
+
+@needs_fairchem
+def test_uma_with_experts_is_not_capture_safe():
+    """fairchem's expert layer reads edge counts on the host: the encoder says so (hydra-infer
+    then serves it without CUDA-graph capture)."""
+    assert build("UMA").encoder.capture_safe is True
+    assert build(UMA_MOE).encoder.capture_safe is False

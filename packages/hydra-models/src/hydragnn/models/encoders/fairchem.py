@@ -254,6 +254,8 @@ class UMAEncoder(Encoder):
         if dims.hidden_dim % 2:
             raise ModelConfigError(f"{ROOT}.hidden_dim: UMA needs an even hidden_dim, found {dims.hidden_dim}")
         cls = _uma_class(config.num_experts > 0)
+        # fairchem's mixture-of-experts layer reads per-system edge counts on the host
+        self.capture_safe = config.num_experts == 0
         hidden = dims.hidden_dim
         kwargs: dict[str, Any] = {
             "max_num_elements": config.max_num_elements,
