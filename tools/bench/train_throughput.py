@@ -36,7 +36,7 @@ ENCODERS = {
     "SchNet": {},
     "PNA": {},
     "PAINN": {},
-    "MACE": {"max_ell": 2, "correlation": 2},
+    "MACE": {},  # the defaults: max_ell 2, correlation 3
 }
 """Encoder -> Architecture overrides on top of :func:`architecture`."""
 
