@@ -145,7 +145,7 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks under tools/bench (each prints ratios against a reference from the same run)."""
     _install_editable(session, list(PACKAGES))
-    scripts = sorted((ROOT / "tools" / "bench").glob("*.py"))
+    scripts = sorted(s for s in (ROOT / "tools" / "bench").glob("*.py") if not s.name.startswith("_"))
     selected = [s for s in scripts if not session.posargs or s.stem in session.posargs]
     for script in selected:
         session.run("python", str(script))

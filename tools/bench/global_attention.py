@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib.util
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+from _timing import median_seconds
 from torch_geometric.data import Batch
 
 from hydragnn.data import Schema, add_edges, prepare
@@ -97,14 +96,7 @@ def measure(arch: dict, batch_size: int, warmup: int, repeats: int) -> tuple[int
         loss.backward()
         optimizer.step()
 
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return params, statistics.median(times)
+    return params, median_seconds(step, warmup, repeats)
 
 
 def main() -> None:

@@ -15,11 +15,10 @@ against SchNet's time measured in the same run (SchNet is always measured). Noth
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+from _timing import median_seconds
 from torch_geometric.data import Batch
 
 from hydragnn.data import Schema, prepare
@@ -50,14 +49,7 @@ def step_seconds(name: str, schema: Schema, batch: Batch, warmup: int, repeats: 
         model.zero_grad(set_to_none=True)
         loss.backward()
 
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return params, statistics.median(times)
+    return params, median_seconds(step, warmup, repeats)
 
 
 def main() -> None:

@@ -45,11 +45,9 @@ from conformance import (
     small_arch,
     voigt_to_matrix,
 )
-from graphs import SCHEMA, VARIABLES, cluster_samples, collate, periodic_samples, with_edges
-from test_learning import BASELINE_FACTORS, RADIUS, RECIPES, train_and_measure
+from graphs import SCHEMA, VARIABLES, cluster_samples, collate, periodic_samples
+from test_learning import BASELINE_FACTORS, RECIPES, emt_split, train_and_measure
 
-from hydragnn.data import Schema, prepare
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 from hydragnn.models import ENCODERS, ModelConfigError, build_model
 
 HAS_FAIRCHEM = importlib.util.find_spec("fairchem") is not None
@@ -216,9 +214,7 @@ _TRAINED: dict[str, dict] = {}
 @pytest.fixture(scope="module")
 def cuau():
     """tests/test_learning.py's data: 48 training / 16 test EMT Cu-Au structures with edges."""
-    schema = Schema.from_dict(CUAU_VARIABLES)
-    data = [with_edges(prepare(s, schema, index=i), RADIUS) for i, s in enumerate(generate_cuau(64, seed=0))]
-    return schema, data[:48], data[48:]
+    return emt_split()
 
 
 def _trained(encoder_name: str, cuau) -> dict:

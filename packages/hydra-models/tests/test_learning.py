@@ -74,11 +74,16 @@ RECIPES: dict[str, dict[str, float]] = {"PNAPlus": {"lr": 5e-3}}
 XFAIL: dict[str, str] = {}
 
 
-@pytest.fixture(scope="module")
-def cuau():
+def emt_split() -> tuple:
+    """The recipe's data: (schema, 48 training, 16 test) EMT Cu-Au structures with edges."""
     schema = Schema.from_dict(CUAU_VARIABLES)
     data = [with_edges(prepare(s, schema, index=i), RADIUS) for i, s in enumerate(generate_cuau(64, seed=0))]
     return schema, data[:48], data[48:]
+
+
+@pytest.fixture(scope="module")
+def cuau():
+    return emt_split()
 
 
 def _composition(data) -> torch.Tensor:

@@ -23,11 +23,7 @@ of its measurement. Thresholds sit about 1.5x above the measurement.
 from __future__ import annotations
 
 import pytest
-from graphs import with_edges
-from test_learning import BASELINE_FACTORS, RADIUS, train_and_measure
-
-from hydragnn.data import Schema, prepare
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
+from test_learning import BASELINE_FACTORS, emt_split, train_and_measure
 
 PERFORMER = {"global_attn_engine": "GPS", "global_attn_type": "performer", "global_attn_features": 16}
 # variant -> (encoder, Architecture overrides, (energy, force) thresholds)
@@ -45,17 +41,14 @@ VARIANTS: dict[str, tuple[str, dict, tuple[float, float]]] = {
 
 
 @pytest.fixture(scope="module")
-def emt_split():
-    """The 48 / 16 split of test_learning.py."""
-    schema = Schema.from_dict(CUAU_VARIABLES)
-    data = [with_edges(prepare(s, schema, index=i), RADIUS) for i, s in enumerate(generate_cuau(64, seed=0))]
-    return data[:48], data[48:]
+def cuau():
+    return emt_split()
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_global_attention_learns_emt(variant, emt_split):
+def test_global_attention_learns_emt(variant, cuau):
     encoder, overrides, (e_max, f_max) = VARIANTS[variant]
-    train, test = emt_split
+    _, train, test = cuau
     r = train_and_measure(encoder, train, test, overrides)
     energy, forces = r["energy_mae"], r["force_mae"]
     print(f"{variant}: energy MAE {energy:.4f} eV/atom, force MAE {forces:.4f} eV/Å")

@@ -304,15 +304,15 @@ def scenario_localsgd(data) -> dict:
     return res
 
 
-def scenario_die(data) -> dict:
-    strategy = make_strategy({"Parallelism": {"strategy": "ddp", "timeout_s": 20}})
+def _train_until_aborted(strategy, data, misbehave) -> dict:
+    """Train the tiny MLIP step by step; rank 1 calls ``misbehave()`` at step 2 (dies or hangs).
+    The surviving rank must end with :class:`TrainingAborted` (re-raised after a log line)."""
     model = new_model()
     strategy.setup(model, build_optimizer_factory({"type": "SGD", "learning_rate": 1e-3}))
     start = time.monotonic()
     for k in range(50):
         if k == 2 and strategy.rank == 1:
-            print("[rank 1] dying on purpose", flush=True)
-            os._exit(1)
+            misbehave()
         batch = collate(data[k % len(data) : k % len(data) + 1])
         try:
             loss, _ = strategy.unwrap().loss(strategy.forward(batch), batch)
@@ -322,28 +322,25 @@ def scenario_die(data) -> dict:
             print(f"[rank {strategy.rank}] TrainingAborted after {time.monotonic() - start:.1f}s: {exc}", flush=True)
             raise
     return {"unexpected": "finished"}
+
+
+def scenario_die(data) -> dict:
+    def die() -> None:
+        print("[rank 1] dying on purpose", flush=True)
+        os._exit(1)
+
+    return _train_until_aborted(make_strategy({"Parallelism": {"strategy": "ddp", "timeout_s": 20}}), data, die)
 
 
 def scenario_hang(data) -> dict:
     """Rank 1 stops answering (sleeps) at step 3; rank 0 must give up after timeout_s = 10."""
-    strategy = make_strategy({"Parallelism": {"strategy": "ddp", "timeout_s": 10}})
-    model = new_model()
-    strategy.setup(model, build_optimizer_factory({"type": "SGD", "learning_rate": 1e-3}))
-    start = time.monotonic()
-    for k in range(50):
-        if k == 2 and strategy.rank == 1:
-            print("[rank 1] hanging on purpose", flush=True)
-            time.sleep(float(os.environ.get("HYDRA_TEST_SLEEP_S", "120")))
-            os._exit(1)
-        batch = collate(data[k % len(data) : k % len(data) + 1])
-        try:
-            loss, _ = strategy.unwrap().loss(strategy.forward(batch), batch)
-            strategy.backward(loss)
-            strategy.step()
-        except TrainingAborted as exc:
-            print(f"[rank {strategy.rank}] TrainingAborted after {time.monotonic() - start:.1f}s: {exc}", flush=True)
-            raise
-    return {"unexpected": "finished"}
+
+    def hang() -> None:
+        print("[rank 1] hanging on purpose", flush=True)
+        time.sleep(float(os.environ.get("HYDRA_TEST_SLEEP_S", "120")))
+        os._exit(1)
+
+    return _train_until_aborted(make_strategy({"Parallelism": {"strategy": "ddp", "timeout_s": 10}}), data, hang)
 
 
 SCENARIOS = {
