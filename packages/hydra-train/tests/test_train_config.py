@@ -109,7 +109,18 @@ def test_legacy_early_stopping_and_checkpoint_keys():
         load_config(config(EarlyStopping={"enabled": True, "patience": 4}, patience=3))
 
 
-@pytest.mark.parametrize("name", ["cuau_mlip.json", "multihead_graph.json"])
+@pytest.mark.parametrize("name", ["cuau_mlip.json", "multihead_graph.json", "conditioning_charge_spin.json"])
 def test_examples_parse(name):
     run = load_config(EXAMPLES / name)
     assert load_config(run.to_dict()).to_dict() == run.to_dict()
+
+
+def test_attention_heads_must_divide_hidden_dim():
+    cfg = config()
+    cfg["NeuralNetwork"]["Architecture"].update(global_attn_engine="GPS", hidden_dim=30, global_attn_heads=4)
+    with pytest.raises(ConfigError, match=r"NeuralNetwork\.Architecture\.global_attn_heads: hidden_dim \(30\)"):
+        load_config(cfg)
+    cfg["NeuralNetwork"]["Training"]["global_attn_redraw_interval"] = 0
+    cfg["NeuralNetwork"]["Architecture"]["global_attn_heads"] = 5
+    with pytest.raises(ConfigError, match=r"NeuralNetwork\.Training\.global_attn_redraw_interval"):
+        load_config(cfg)
