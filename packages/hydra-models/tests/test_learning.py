@@ -20,7 +20,7 @@ GIN       0.0084              0.039             3-5 s    hidden_dim 32
 MACE      0.0085              0.034             14-31 s  max_ell 1, correlation 2, radial MLP 16
 MFC       0.0068              0.038             5-9 s
 PAINN     0.0037              0.031             6-11 s
-PNA       0.0096              0.054             9-23 s   (energy just under the baseline criterion)
+PNA       0.0277              0.049             8-23 s   xfail: energy (see XFAIL)
 PNAEq     0.0053              0.039             11-28 s
 PNAPlus   0.0093              0.032             15-29 s  hidden_dim 32, lr 5e-3
 SAGE      0.0100              0.069             3-7 s    (energy just under the baseline criterion)
@@ -71,7 +71,11 @@ BASELINE_FACTORS = (0.5, 0.25)
 # encoder -> recipe overrides ("epochs", "lr") for encoders that need them.
 RECIPES: dict[str, dict[str, float]] = {"PNAPlus": {"lr": 5e-3}}
 # encoder -> why it does not reach the baseline criteria yet (strict xfail).
-XFAIL: dict[str, str] = {}
+XFAIL: dict[str, str] = {
+    "PNA": "energy 0.028 eV/atom (train 0.023: under-fits the energy; forces 0.049 eV/Å pass). Initialisation-"
+    "sensitive: 0.0096 under another draw of the same architecture; lr 5e-3, hidden 32, 40 epochs, identity "
+    "scalers all give 0.022-0.034, a sum aggregator 0.012-0.015",
+}
 
 
 def emt_split() -> tuple:
