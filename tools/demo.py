@@ -152,7 +152,7 @@ def _md_from_artifact(artifact: str, seed: int, steps: int = 100) -> dict:
     """Serve the trained artifact with hydra-infer and run NVE molecular dynamics in ASE."""
     import numpy as np
     from ase import units
-    from ase.md.velocitydistribution import MaxwellBoltzmannDistribution
+    from ase.md.velocitydistribution import thermalize_momenta
     from ase.md.verlet import VelocityVerlet
 
     from hydragnn.data.reference import generate_cuau_atoms
@@ -160,7 +160,7 @@ def _md_from_artifact(artifact: str, seed: int, steps: int = 100) -> dict:
 
     atoms = generate_cuau_atoms(1, seed=seed + 1000)[0]
     atoms.calc = HydraASECalculator(artifact)
-    MaxwellBoltzmannDistribution(atoms, temperature_K=300, rng=np.random.default_rng(seed))
+    thermalize_momenta(atoms, temperature_K=300, rng=np.random.default_rng(seed))
     dyn = VelocityVerlet(atoms, timestep=1.0 * units.fs)
     start = atoms.get_potential_energy() + atoms.get_kinetic_energy()
     drift = 0.0
