@@ -169,8 +169,11 @@ class Encoder(nn.Module):
 
     @property
     def vector_channels(self) -> int:
-        """C of ``NodeEmbedding.vector [N, 3, C]`` (0 for an invariant encoder)."""
-        return 0
+        """C of ``NodeEmbedding.vector [N, 3, C]``: 0 for an invariant encoder, else the config's
+        ``num_vector_channels`` when it has one, else ``hidden_dim`` (override otherwise)."""
+        if not self.equivariant:
+            return 0
+        return getattr(self.config, "num_vector_channels", None) or self.dims.hidden_dim
 
     def mix(self, layer: int, h_in: torch.Tensor, h_local: torch.Tensor, inputs: GraphInputs) -> torch.Tensor:
         """Combine conv layer ``layer``'s invariant input ``h_in [N, H]`` with its local update

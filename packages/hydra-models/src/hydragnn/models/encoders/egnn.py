@@ -121,10 +121,6 @@ class EGNN(Encoder):
         )
         self.channels = channels
 
-    @property
-    def vector_channels(self) -> int:
-        return self.channels
-
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
         length, _ = edge_geometry(inputs, "EGNN")
         h = self.embedding(inputs.x)

@@ -287,10 +287,6 @@ class UMAEncoder(Encoder):
             raise ModelConfigError(f"{ROOT}: fairchem rejected the UMA configuration {kwargs}: {err}") from err
         self.backbone.random_roll = config.random_roll
 
-    @property
-    def vector_channels(self) -> int:
-        return self.dims.hidden_dim
-
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
         """``x[:, 0]`` atomic numbers, ``edge_vec [E, 3]`` -> ``scalar [N, H]``, ``vector [N, 3, H]``
         (in the dtype of ``inputs.x``)."""

@@ -148,10 +148,6 @@ class MACEEncoder(Encoder):
             if layer > 0:  # element-dependent residual, from the second layer on (MACE)
                 self.skips.append(o3.FullyConnectedTensorProduct(irreps_in, attrs_irreps, self.hidden_irreps))
 
-    @property
-    def vector_channels(self) -> int:
-        return self.dims.hidden_dim
-
     def _layer(self, layer: int, h, edge_sh, edge_radial, edge_index, node_attrs):
         a = self.interactions[layer](h, edge_sh, edge_radial, edge_index)
         out = self.products[layer](a, node_attrs)

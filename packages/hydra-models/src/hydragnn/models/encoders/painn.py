@@ -104,10 +104,6 @@ class PAINN(Encoder):
         )
         self.readout = VectorReadout(hidden, config.num_vector_channels)
 
-    @property
-    def vector_channels(self) -> int:
-        return self.config.num_vector_channels or self.dims.hidden_dim
-
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
         length, unit = edge_geometry(inputs, "PAINN")
         s = self.embedding(inputs.x)

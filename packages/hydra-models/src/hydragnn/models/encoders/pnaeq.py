@@ -237,10 +237,6 @@ class PNAEq(Encoder):
         )
         self.readout = VectorReadout(dims.hidden_dim, config.num_vector_channels)
 
-    @property
-    def vector_channels(self) -> int:
-        return self.config.num_vector_channels or self.dims.hidden_dim
-
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
         length, unit = edge_geometry(inputs, "PNAEq")
         s = self.embedding(inputs.x)
