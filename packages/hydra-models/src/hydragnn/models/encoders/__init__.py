@@ -21,10 +21,10 @@ from .base import (
 # Encoder modules. To add an encoder: put it in encoders/<module>.py, decorate its class with
 # @register_encoder("Name"), and add "<module>" to this tuple (nothing else to edit).
 _ENCODER_MODULES: tuple[str, ...] = (
+    "allscaip",
     "cgcnn",
     "dimenet",
     "egnn",
-    "fairchem",
     "gat",
     "gin",
     "mace",
@@ -35,6 +35,7 @@ _ENCODER_MODULES: tuple[str, ...] = (
     "pnaplus",
     "sage",
     "schnet",
+    "uma",
 )
 # ---------------------------------------------------------------------------------------------
 

@@ -1,0 +1,276 @@
+"""AllScAIP (``mpnn_type: "AllScAIP"``, extra ``hydra-models[fairchem]``): ``AllScAIPBackbone``'s input block and graph-attention
+blocks (neighbourhood self-attention over each atom's neighbours, in both edge directions, and
+all-to-all node attention within each graph). fairchem's preprocessing (its own bi-kNN radius
+graph from ``pos`` and ``cell``) is replaced by a capture-safe conversion of HydraGNN's edges to
+its dense neighbour layout ``[N, max_neighbor_slots]``: a self-loop first (slot 0 is the node),
+then the neighbours nearest first; the envelope is ``envelope(d / radius)`` (no soft-kNN rank
+term) and the sinc distance kernel of node attention is off (it needs every pairwise
+minimum-image distance, which a radius graph does not carry). It is invariant to translations
+and permutations but NOT to rotations (by design: its direction features are raw spherical
+harmonics). It computes in float32 whatever the model precision (fairchem's frequency features
+are float32).
+
+Capture safety: its layers and this module's neighbour layout have no host synchronisation
+(the conformance check passes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..errors import ModelConfigError, ModelError
+from ._fairchem import ROOT, _call_in, _check_common, _import, _system_ints
+from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+
+
+@dataclass(frozen=True)
+class AllScAIPConfig(EncoderConfig):
+    """AllScAIP keys of ``NeuralNetwork.Architecture``.
+
+    ``hidden_dim`` is fairchem's ``hidden_size``, ``num_conv_layers`` its ``num_layers``,
+    ``radius`` its ``max_radius`` and ``num_radial`` its ``edge_distance_expansion_size``.
+
+    Attributes:
+        num_heads: attention heads (``hidden_dim`` must be divisible by it).
+        frequency_list: per-degree repeats of the frequency features of neighbourhood attention
+            (fairchem's ``freequency_list``); must sum to ``hidden_dim / num_heads``. None: half
+            of the head width for ``l = 0`` and a quarter each for ``l = 1, 2``.
+        max_neighbor_slots: neighbour slots per atom, its self-loop included (nearest kept; the
+            rest are dropped). ``max_neighbours`` + 1 when that common key is set.
+        node_direction_expansion_size / edge_direction_expansion_size: ``lmax + 1`` of the
+            bond-orientational and edge spherical-harmonic features.
+        use_node_path: all-to-all node attention within each graph after every block.
+        use_freq_mask: frequency features in neighbourhood attention.
+        activation: fairchem's activation name (``gelu``, ``squared_relu``, ...).
+        normalization: ``rmsnorm``, ``layernorm`` or ``skip``.
+        ffn_hidden_layer_multiplier: width multiplier of the feed-forward blocks.
+        charge_index / spin_index: columns of the graph inputs (None: 0), as for UMA.
+        max_num_elements: size of the element embedding.
+    """
+
+    num_heads: int = 2
+    frequency_list: tuple[int, ...] | None = None
+    max_neighbor_slots: int = 48
+    node_direction_expansion_size: int = 4
+    edge_direction_expansion_size: int = 3
+    use_node_path: bool = True
+    use_freq_mask: bool = True
+    activation: str = "gelu"
+    normalization: str = "rmsnorm"
+    ffn_hidden_layer_multiplier: int = 2
+    charge_index: int | None = None
+    spin_index: int | None = None
+    max_num_elements: int = 100
+
+    def __post_init__(self) -> None:
+        for key in ("num_heads", "max_neighbor_slots", "node_direction_expansion_size", "max_num_elements"):
+            if getattr(self, key) < 1:
+                raise ModelConfigError(f"{ROOT}.{key}: expected an int >= 1, found {getattr(self, key)}")
+        if self.edge_direction_expansion_size < 1:
+            raise ModelConfigError(
+                f"{ROOT}.edge_direction_expansion_size: expected an int >= 1, found {self.edge_direction_expansion_size}"
+            )
+        if self.normalization not in ("rmsnorm", "layernorm", "skip"):
+            raise ModelConfigError(
+                f"{ROOT}.normalization: expected 'rmsnorm', 'layernorm' or 'skip', found {self.normalization!r}"
+            )
+
+
+def _frequency_list(config: AllScAIPConfig, head_dim: int) -> list[int]:
+    if config.frequency_list is not None:
+        if sum(config.frequency_list) != head_dim or min(config.frequency_list) < 0:
+            raise ModelConfigError(
+                f"{ROOT}.frequency_list: expected non-negative repeats summing to hidden_dim / num_heads = {head_dim}, "
+                f"found {list(config.frequency_list)}"
+            )
+        return list(config.frequency_list)
+    quarter = head_dim // 4
+    return [head_dim - 2 * quarter, quarter, quarter]
+
+
+def _rank_in_group(group: torch.Tensor, key: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Rank ``[M]`` of each item within its ``group`` (ascending ``key``, ties in input order)."""
+    order = torch.sort(key, stable=True).indices
+    order = order[torch.sort(group[order], stable=True).indices]
+    ones = torch.ones_like(group)
+    count = torch.zeros(num_groups, dtype=group.dtype, device=group.device).index_add(0, group, ones)
+    first = torch.cumsum(count, 0) - count
+    sorted_rank = torch.arange(group.shape[0], device=group.device) - first[group[order]]
+    return torch.empty_like(group).index_put((order,), sorted_rank)
+
+
+@register_encoder("AllScAIP")
+class AllScAIPEncoder(Encoder):
+    """AllScAIP (fairchem ``AllScAIPBackbone``) on HydraGNN's edges (invariant output, float32)."""
+
+    Config = AllScAIPConfig
+    equivariant = False
+    needs_pos = True
+    supports_layer_mixing = False
+    optional_dependency = "fairchem"
+    conformance_config: ClassVar[dict] = {}
+    learning_config: ClassVar[dict] = {}
+    #: Shared conformance checks this encoder cannot pass by design (check -> reason).
+    conformance_skips: ClassVar[dict[str, str]] = {
+        "rotation_translation": "not rotation-invariant by design (raw spherical-harmonic direction features); "
+        "translation invariance is tested instead",
+        "finite_differences": "computes in float32 (fairchem's frequency features are float32): the float64 check "
+        "cannot hold; a float32 finite-difference check replaces it",
+    }
+
+    def __init__(self, dims: EncoderDims, config: AllScAIPConfig) -> None:
+        super().__init__(dims, config)
+        _check_common(config, dims, "AllScAIP")
+        hidden = dims.hidden_dim
+        if hidden % config.num_heads or hidden % 2:
+            raise ModelConfigError(
+                f"{ROOT}.num_heads: AllScAIP needs an even hidden_dim divisible by num_heads; found hidden_dim "
+                f"{hidden}, num_heads {config.num_heads}"
+            )
+        frequencies = _frequency_list(config, hidden // config.num_heads)
+        allscaip = _import("fairchem.core.models.allscaip.AllScAIP", "AllScAIP")
+        self._prep = _import("fairchem.core.models.allscaip.utils.data_preprocess", "AllScAIP")
+        self._types = _import("fairchem.core.models.allscaip.custom_types", "AllScAIP")
+        self._graph = _import("fairchem.core.models.escaip.utils.radius_graph", "AllScAIP")
+        self.slots = dims.max_neighbours + 1 if dims.max_neighbours is not None else config.max_neighbor_slots
+        try:
+            self.backbone = allscaip.AllScAIPBackbone(
+                regress_forces=False,
+                direct_forces=False,
+                hidden_size=hidden,
+                num_layers=dims.num_conv_layers,
+                activation=config.activation,
+                use_compile=False,
+                use_padding=False,
+                use_node_path=config.use_node_path,
+                max_num_elements=config.max_num_elements,
+                max_atoms=1,  # only read by fairchem's padding, which is off
+                max_batch_size=1,
+                max_radius=float(dims.radius),
+                knn_k=self.slots,
+                knn_pad_size=self.slots,
+                atten_name="math",
+                atten_num_heads=config.num_heads,
+                node_direction_expansion_size=config.node_direction_expansion_size,
+                edge_direction_expansion_size=config.edge_direction_expansion_size,
+                edge_distance_expansion_size=dims.num_radial,
+                freequency_list=frequencies,
+                use_freq_mask=config.use_freq_mask,
+                use_sincx_mask=False,
+                normalization=config.normalization,
+                ffn_hidden_layer_multiplier=config.ffn_hidden_layer_multiplier,
+            )
+        except (ValueError, AssertionError, KeyError) as err:
+            raise ModelConfigError(f"{ROOT}: fairchem rejected the AllScAIP configuration: {err}") from err
+        if dims.num_radial < 2:
+            raise ModelConfigError(
+                f"{ROOT}.num_radial: AllScAIP needs at least 2 radial functions, found {dims.num_radial}"
+            )
+        smearing = _import("fairchem.core.models.escaip.utils.smearing", "AllScAIP")
+        # fairchem builds this per call (with a .item()); built once here, as in its preprocessing
+        self.distance_expansion = smearing.GaussianSmearing(0.0, float(dims.radius), dims.num_radial, 2.0)
+        lmax = config.node_direction_expansion_size - 1
+        degree = [ell for ell in range(lmax + 1) for _ in range(2 * ell + 1)]
+        self.register_buffer("sh_degree", torch.tensor(degree, dtype=torch.long), persistent=False)
+
+    def _bond_order(self, direction: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Bond-orientational order ``[N, lmax + 1]`` of each atom's neighbour directions ``[N, K, 3]``
+        (fairchem's ``get_node_direction_expansion_neighbor`` without its host synchronisation)."""
+        lmax = self.config.node_direction_expansion_size - 1
+        sh = self._prep._spherical_harmonics(lmax, direction[..., 0], direction[..., 1], direction[..., 2])
+        sh = sh / torch.sqrt(2.0 * self.sh_degree + 1.0).to(sh.dtype)
+        weight = mask.to(sh.dtype).unsqueeze(-1)
+        mean = (sh * weight).sum(1) / weight.sum(1).clamp(min=1)
+        boo = mean.new_zeros(mean.shape[0], lmax + 1).index_add(1, self.sh_degree, mean.square())
+        return boo.clamp(min=1e-6).sqrt()
+
+    def _neighbor_layout(self, inputs: GraphInputs) -> Any:
+        """HydraGNN edges -> fairchem's ``GraphAttentionData`` (dense ``[N, K]`` neighbour slots).
+
+        AllScAIP's edge (a, b) runs from centre a = ``edge_index[1]`` to neighbour b =
+        ``edge_index[0]`` with displacement ``edge_vec``; every atom gets a self-loop in slot 0.
+        """
+        prep, graph = self._prep, self._graph
+        cfg = self.backbone
+        n, k, device = inputs.num_nodes, self.slots, inputs.x.device
+        nodes = torch.arange(n, device=device)
+        centre = torch.cat([nodes, inputs.edge_index[1]])
+        neigh = torch.cat([nodes, inputs.edge_index[0]])
+        vec = inputs.edge_vec.float()
+        disp = torch.cat([vec.new_zeros(n, 3), vec])
+        dist = disp.square().sum(-1).clamp_min(1e-24).sqrt().detach()  # ranking only
+        rank1 = _rank_in_group(centre, dist, n)  # slot in the centre's (source) layout
+        rank2 = _rank_in_group(neigh, dist, n)  # slot in the neighbour's (destination) layout
+        keep = (rank1 < k) & (rank2 < k)
+        r1, r2 = rank1.clamp(max=k), rank2.clamp(max=k)  # slot k collects the overflow, then is cut
+        env = torch.where(keep, graph.safe_norm(disp) / float(self.dims.radius), torch.full_like(dist, torch.inf))
+
+        slot_node = nodes[:, None].expand(n, k + 1)
+        slot_rank = torch.arange(k + 1, device=device)[None, :].expand(n, k + 1)
+        padded_disp = vec.new_zeros(n, k + 1, 3).index_put((centre, r1), disp)
+        src_env = vec.new_full((n, k + 1), torch.inf).index_put((centre, r1), env)
+        dst_env = vec.new_full((n, k + 1), torch.inf).index_put((neigh, r2), env)
+        src_index = torch.stack(
+            [
+                slot_node.index_put((centre, r1), torch.where(keep, neigh, centre)),
+                slot_rank.index_put((centre, r1), torch.where(keep, r2, r1)),
+            ]
+        )[:, :, :k]
+        dst_index = torch.stack(
+            [
+                slot_node.index_put((neigh, r2), torch.where(keep, centre, neigh)),
+                slot_rank.index_put((neigh, r2), torch.where(keep, r1, r2)),
+            ]
+        )[:, :, :k]
+        padded_disp, src_env, dst_env = padded_disp[:, :k], src_env[:, :k], dst_env[:, :k]
+        neighbor_index = torch.stack([slot_node[:, :k], slot_node[:, :k]])  # only row 0 (the centre) is read
+
+        gnn, mg, glob = cfg.gnn_cfg, cfg.molecular_graph_cfg, cfg.global_cfg
+        direction = graph.safe_normalize(padded_disp)
+        distance = graph.safe_norm(padded_disp)
+        src_mask = graph.envelope_fn(src_env, mg.use_envelope)
+        dst_mask = graph.envelope_fn(dst_env, mg.use_envelope)
+        harmonics = prep._spherical_harmonics(
+            gnn.edge_direction_expansion_size - 1, direction[..., 0], direction[..., 1], direction[..., 2]
+        )
+        _, base_mask, _ = prep.get_node_attention_mask(inputs.batch, None, use_sincx_mask=False)
+        return self._types.GraphAttentionData(
+            atomic_numbers=inputs.x[:, 0].long(),
+            charge=_system_ints(inputs, self.config.charge_index),
+            spin=_system_ints(inputs, self.config.spin_index),
+            node_direction_expansion=self._bond_order(direction, src_mask != -torch.inf),
+            edge_distance_expansion=_call_in(torch.float32, self.distance_expansion, "forward", distance).view(
+                n, k, gnn.edge_distance_expansion_size
+            ),
+            edge_direction_expansion=harmonics,
+            edge_direction=direction,
+            src_neighbor_attn_mask=src_mask,
+            dst_neighbor_attn_mask=dst_mask,
+            src_index=src_index,
+            dst_index=dst_index,
+            frequency_vectors=prep.get_frequency_vectors(glob, gnn, direction) if gnn.use_freq_mask else None,
+            node_base_attn_mask=base_mask if glob.use_node_path else None,
+            node_sincx_matrix=None,
+            node_valid_mask=None,
+            neighbor_index=neighbor_index,
+            node_batch=inputs.batch,
+            node_padding_mask=torch.ones(n, device=device),
+            max_batch_size=inputs.num_graphs,
+            num_graphs=inputs.num_graphs,
+            max_num_nodes=n,
+            num_nodes=n,
+        )
+
+    def forward(self, inputs: GraphInputs) -> NodeEmbedding:
+        """``x[:, 0]`` atomic numbers, ``edge_vec [E, 3]`` -> ``scalar [N, hidden_dim]`` (input dtype)."""
+        if inputs.edge_vec is None:
+            raise ModelError("AllScAIP needs positions: GraphInputs.edge_vec is None")
+        data = self._neighbor_layout(inputs)
+        # the math attention kernel: the CPU flash kernel has no double backward (training on forces)
+        with torch.autocast(device_type=inputs.x.device.type, enabled=False), sdpa_kernel(SDPBackend.MATH):
+            node_reps = _call_in(torch.float32, self.backbone, "compiled_forward", data)["node_reps"]
+        return NodeEmbedding(scalar=node_reps.to(inputs.x.dtype))
