@@ -24,8 +24,10 @@ from typing import Any
 
 import torch
 
+from .config_values import check_choice, check_positive, check_typed
 from .encoders import EncoderConfig, get_encoder
 from .errors import ModelConfigError
+from .heads_config import HeadsConfig
 from .ops import ACTIVATIONS, POOLINGS
 
 ROOT = "NeuralNetwork.Architecture"
@@ -44,132 +46,9 @@ LOSS_TYPES: tuple[str, ...] = ("mse", "mae", "huber", "smooth_l1")
 GLOBAL_ATTN_ENGINES: tuple[str, ...] = ("GPS", "EquivariantTransformer")
 GLOBAL_ATTN_TYPES: tuple[str, ...] = ("multihead", "performer")
 CONDITIONING_MODES: tuple[str, ...] = ("concat_node", "film", "fuse_pool")
-NODE_HEAD_TYPES: tuple[str, ...] = ("mlp", "conv")
 SPECIES_INPUT_NAMES: frozenset[str] = frozenset({"atomic_number", "atomic_numbers", "numbers", "z", "Z"})
 """A first node input with one of these names makes ``num_species`` default to 119."""
 _ALIASES = {"activation_function": "activation"}
-
-
-def _typed(value: Any, kind: str, where: str, *, optional: bool = False) -> Any:
-    """Check a scalar JSON value: kind is int, float, bool or str (ints accepted as floats)."""
-    if value is None and optional:
-        return None
-    ok = {
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-        "bool": isinstance(value, bool),
-        "str": isinstance(value, str),
-    }[kind]
-    if not ok:
-        found = "null" if value is None else f"{type(value).__name__} {value!r}"
-        raise ModelConfigError(f"{where}: expected {kind}{' or null' if optional else ''}, found {found}")
-    return float(value) if kind == "float" else value
-
-
-def _positive(value: int | float | None, where: str, *, allow_zero: bool = False) -> None:
-    if value is not None and (value < 0 or (value == 0 and not allow_zero)):
-        raise ModelConfigError(f"{where}: expected a value {'>= 0' if allow_zero else '> 0'}, found {value!r}")
-
-
-def _choice(value: str, options, where: str) -> str:
-    if value not in options:
-        raise ModelConfigError(f"{where}: expected one of {sorted(options)}, found {value!r}")
-    return value
-
-
-def _section(values: Any, where: str, allowed: set[str]) -> dict[str, Any]:
-    if not isinstance(values, Mapping):
-        raise ModelConfigError(f"{where}: expected an object, found {type(values).__name__}")
-    unknown = sorted(set(values) - allowed)
-    if unknown:
-        raise ModelConfigError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(allowed)}")
-    return dict(values)
-
-
-def _layer_dims(num: int, dims: Any, default: int, where: str) -> tuple[int, ...]:
-    """``dim_*layers`` as an int (same width for every layer) or a list of ``num`` ints."""
-    if dims is None:
-        return (default,) * num
-    if isinstance(dims, list):
-        out = tuple(_typed(d, "int", f"{where}[{i}]") for i, d in enumerate(dims))
-        if len(out) != num:
-            raise ModelConfigError(f"{where}: expected {num} widths (one per layer), found {len(out)}")
-    else:
-        out = (_typed(dims, "int", where),) * num
-    for i, d in enumerate(out):
-        _positive(d, f"{where}[{i}]")
-    return out
-
-
-@dataclass(frozen=True)
-class GraphHeadConfig:
-    """Graph heads: pooled embedding -> shared MLP layers -> one MLP per graph output."""
-
-    shared_dims: tuple[int, ...]
-    head_dims: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class NodeHeadConfig:
-    """Node heads: ``type`` ``mlp`` (per-node MLP) or ``conv`` (message passing over the edges)."""
-
-    head_dims: tuple[int, ...]
-    type: str = "mlp"
-
-
-@dataclass(frozen=True)
-class EdgeHeadConfig:
-    """Edge heads: MLP on ``[h_src, h_dst, edge features]``."""
-
-    head_dims: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class HeadsConfig:
-    """The ``output_heads`` section."""
-
-    graph: GraphHeadConfig
-    node: NodeHeadConfig
-    edge: EdgeHeadConfig
-
-    @classmethod
-    def from_dict(cls, values: Any, hidden_dim: int, where: str = f"{ROOT}.output_heads") -> HeadsConfig:
-        """Parse ``output_heads``; widths default to ``hidden_dim``, layer counts to 1 shared / 2 head."""
-        sections = _section(values if values is not None else {}, where, {"graph", "node", "edge"})
-
-        def counts(sec: dict[str, Any], w: str, key: str, default: int) -> int:
-            n = _typed(sec.get(key, default), "int", f"{w}.{key}")
-            _positive(n, f"{w}.{key}", allow_zero=True)
-            return n
-
-        w = f"{where}.graph"
-        g = _section(
-            sections.get("graph") or {}, w, {"num_sharedlayers", "dim_sharedlayers", "num_headlayers", "dim_headlayers"}
-        )
-        graph = GraphHeadConfig(
-            shared_dims=_layer_dims(
-                counts(g, w, "num_sharedlayers", 1), g.get("dim_sharedlayers"), hidden_dim, f"{w}.dim_sharedlayers"
-            ),
-            head_dims=_layer_dims(
-                counts(g, w, "num_headlayers", 2), g.get("dim_headlayers"), hidden_dim, f"{w}.dim_headlayers"
-            ),
-        )
-        w = f"{where}.node"
-        n = _section(sections.get("node") or {}, w, {"num_headlayers", "dim_headlayers", "type"})
-        node = NodeHeadConfig(
-            head_dims=_layer_dims(
-                counts(n, w, "num_headlayers", 2), n.get("dim_headlayers"), hidden_dim, f"{w}.dim_headlayers"
-            ),
-            type=_choice(_typed(n.get("type", "mlp"), "str", f"{w}.type"), NODE_HEAD_TYPES, f"{w}.type"),
-        )
-        w = f"{where}.edge"
-        e = _section(sections.get("edge") or {}, w, {"num_headlayers", "dim_headlayers"})
-        edge = EdgeHeadConfig(
-            head_dims=_layer_dims(
-                counts(e, w, "num_headlayers", 2), e.get("dim_headlayers"), hidden_dim, f"{w}.dim_headlayers"
-            ),
-        )
-        return cls(graph=graph, node=node, edge=edge)
 
 
 # Common scalar keys: name -> (kind, optional). Defaults are the ModelConfig field defaults.
@@ -310,17 +189,17 @@ class ModelConfig:
         kwargs: dict[str, Any] = {}
         for key, (kind, optional) in _SCALARS.items():
             if key in values:
-                kwargs[key] = _typed(values[key], kind, f"{ROOT}.{key}", optional=optional)
+                kwargs[key] = check_typed(values[key], kind, f"{ROOT}.{key}", optional=optional)
         engine = kwargs.get("global_attn_engine")
         if engine is not None:
-            _choice(engine, GLOBAL_ATTN_ENGINES, f"{ROOT}.global_attn_engine")
+            check_choice(engine, GLOBAL_ATTN_ENGINES, f"{ROOT}.global_attn_engine")
         standalone = engine == "EquivariantTransformer" and values.get("mpnn_type") is None
         if "mpnn_type" not in values and not standalone:
             raise ModelConfigError(
                 f"{ROOT}.mpnn_type: required (the encoder name; it may be null only with "
                 'global_attn_engine "EquivariantTransformer")'
             )
-        mpnn_type = None if standalone else _typed(values["mpnn_type"], "str", f"{ROOT}.mpnn_type")
+        mpnn_type = None if standalone else check_typed(values["mpnn_type"], "str", f"{ROOT}.mpnn_type")
         encoder_cls = None if mpnn_type is None else get_encoder(mpnn_type)
         _check_global_attention(kwargs, encoder_cls)
         for key in (
@@ -334,8 +213,8 @@ class ModelConfig:
             "global_attn_layers",
             "global_attn_features",
         ):
-            _positive(kwargs.get(key), f"{ROOT}.{key}")
-        _positive(kwargs.get("num_species"), f"{ROOT}.num_species", allow_zero=True)
+            check_positive(kwargs.get(key), f"{ROOT}.{key}")
+        check_positive(kwargs.get("num_species"), f"{ROOT}.num_species", allow_zero=True)
         for key, options in (
             ("activation", ACTIVATIONS),
             ("graph_pooling", POOLINGS),
@@ -343,7 +222,7 @@ class ModelConfig:
             ("loss_function_type", LOSS_TYPES),
         ):
             if key in kwargs:
-                _choice(kwargs[key], options, f"{ROOT}.{key}")
+                check_choice(kwargs[key], options, f"{ROOT}.{key}")
         hidden = kwargs.get("hidden_dim", cls.hidden_dim)
         heads = HeadsConfig.from_dict(values.get("output_heads"), hidden)
         if "task_weights" in values:
@@ -368,13 +247,13 @@ def _check_global_attention(kwargs: dict[str, Any], encoder_cls: type | None) ->
     """Rules between the global-attention and conditioning keys (errors name the key)."""
     engine = kwargs.get("global_attn_engine")
     attn_type = kwargs.get("global_attn_type", "multihead")
-    _choice(attn_type, GLOBAL_ATTN_TYPES, f"{ROOT}.global_attn_type")
-    _choice(
+    check_choice(attn_type, GLOBAL_ATTN_TYPES, f"{ROOT}.global_attn_type")
+    check_choice(
         kwargs.get("graph_attr_conditioning_mode", "concat_node"),
         CONDITIONING_MODES,
         f"{ROOT}.graph_attr_conditioning_mode",
     )
-    _positive(kwargs.get("pe_dim"), f"{ROOT}.pe_dim", allow_zero=True)
+    check_positive(kwargs.get("pe_dim"), f"{ROOT}.pe_dim", allow_zero=True)
     heads = kwargs.get("global_attn_heads", ModelConfig.global_attn_heads)
     hidden = kwargs.get("hidden_dim", ModelConfig.hidden_dim)
     if engine is not None and heads > 0 and hidden % heads:
@@ -390,7 +269,7 @@ def _check_global_attention(kwargs: dict[str, Any], encoder_cls: type | None) ->
         for key, default in (("global_attn_type", "multihead"), ("pe_dim", 0)):
             if kwargs.get(key, default) != default:
                 raise ModelConfigError(
-                    f"{ROOT}.{key}: only used with global_attn_engine \"GPS\" (found engine {engine!r})"
+                    f'{ROOT}.{key}: only used with global_attn_engine "GPS" (found engine {engine!r})'
                 )
     if kwargs.get("pe_dim") and kwargs.get("dynamic_graph"):
         raise ModelConfigError(
@@ -398,18 +277,16 @@ def _check_global_attention(kwargs: dict[str, Any], encoder_cls: type | None) ->
             "model builds other edges in forward (set dynamic_graph false or pe_dim 0)"
         )
     if engine != "EquivariantTransformer" and kwargs.get("global_attn_layers") is not None:
-        raise ModelConfigError(
-            f"{ROOT}.global_attn_layers: only used with global_attn_engine \"EquivariantTransformer\""
-        )
+        raise ModelConfigError(f'{ROOT}.global_attn_layers: only used with global_attn_engine "EquivariantTransformer"')
 
 
 def _task_weights(values: Any) -> tuple:
     where = f"{ROOT}.task_weights"
     if isinstance(values, Mapping):
-        out = tuple((_typed(k, "str", where), _typed(v, "float", f"{where}.{k}")) for k, v in values.items())
+        out = tuple((check_typed(k, "str", where), check_typed(v, "float", f"{where}.{k}")) for k, v in values.items())
         weights = [w for _, w in out]
     elif isinstance(values, list):
-        out = tuple(_typed(v, "float", f"{where}[{i}]") for i, v in enumerate(values))
+        out = tuple(check_typed(v, "float", f"{where}[{i}]") for i, v in enumerate(values))
         weights = list(out)
     else:
         raise ModelConfigError(
@@ -425,7 +302,7 @@ def _reference_energies(values: Any) -> tuple[tuple[int, float], ...] | None:
     if values is None:
         return None
     if isinstance(values, list):
-        return tuple((z, _typed(v, "float", f"{where}[{z}]")) for z, v in enumerate(values))
+        return tuple((z, check_typed(v, "float", f"{where}[{z}]")) for z, v in enumerate(values))
     if not isinstance(values, Mapping):
         raise ModelConfigError(
             f"{where}: expected an object {{atomic number: energy}} or a list indexed by atomic number, found {type(values).__name__}"
@@ -438,5 +315,5 @@ def _reference_energies(values: Any) -> tuple[tuple[int, float], ...] | None:
             raise ModelConfigError(f'{where}: keys must be atomic numbers (e.g. "29"), found {key!r}') from None
         if not 0 <= z < 1000:
             raise ModelConfigError(f"{where}: atomic number out of range: {key!r}")
-        out.append((z, _typed(value, "float", f"{where}.{key}")))
+        out.append((z, check_typed(value, "float", f"{where}.{key}")))
     return tuple(sorted(out))

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .config import EdgeHeadConfig, GraphHeadConfig, NodeHeadConfig
 from .encoders import GraphInputs
 from .encoders.basis import CosineCutoff
+from .heads_config import EdgeHeadConfig, GraphHeadConfig, NodeHeadConfig
 from .ops import POOLINGS, make_activation, mlp, scatter_sum
 
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .config import NodeHeadConfig
 from .encoders import GraphInputs
 from .errors import ModelError
 from .heads import NodeHead
+from .heads_config import NodeHeadConfig
 from .ops import accumulate_dtype, scatter_sum
 
 VOIGT_ROWS = (0, 1, 2, 1, 0, 0)
