@@ -18,13 +18,14 @@ from torch_geometric.data import Batch, Data
 
 from hydragnn.data import Schema
 
-from .config import SPECIES_INPUT_NAMES, ModelConfig
+from .config import ModelConfig
 from .encoders import EncoderDims, GraphInputs, NodeEmbedding, get_encoder
 from .errors import ModelConfigError, ModelError
 from .heads import EdgeHeads, GraphHeads, NodeHeads
 from .loss import compute_loss
 from .mlip import EnergyHead, apply_strain, derivatives, dynamic_edges, stress_from_virial
 from .ops import safe_norm
+from .schema_checks import check_conditioning, mlip_roles, num_species, task_weights
 
 ROOT = "NeuralNetwork.Architecture"
 
@@ -62,7 +63,7 @@ class HydraModel(nn.Module):
             raise ModelConfigError(
                 f"{ROOT}.mpnn_type: {config.mpnn_type} needs positions; the schema has no 'pos' input"
             )
-        special = self._check_mlip() if self.mlip else {}
+        special = mlip_roles(config, schema) if self.mlip else {}
         if schema.outputs_at("edge") and self.mlip and config.dynamic_graph:
             raise ModelConfigError(f"{ROOT}.dynamic_graph: edge outputs need the dataset's edges, not dynamic ones")
         if schema.feature_inputs("edge") and self.mlip and config.dynamic_graph:
@@ -77,10 +78,10 @@ class HydraModel(nn.Module):
             radius=config.radius,
             max_neighbours=config.max_neighbours,
             num_radial=config.num_radial,
-            num_species=self._num_species(),
+            num_species=num_species(config, schema),
             conv_checkpointing=config.conv_checkpointing,
         )
-        self._check_conditioning()
+        check_conditioning(config, schema, self.dims.graph_in, special)
         self.global_stage: nn.Module | None = None
         if config.global_attn_engine == "EquivariantTransformer":
             if not self.geometric:
@@ -135,74 +136,7 @@ class HydraModel(nn.Module):
             if self.mlip
             else None
         )
-        self.task_weights = self._task_weights()
-
-    # ------------------------------------------------------------------ validation
-    def _check_mlip(self) -> dict[str, str]:
-        c, s = self.config, self.schema
-        where = f"{ROOT}.enable_interatomic_potential"
-        if not self.geometric:
-            raise ModelConfigError(f"{where}: an interatomic potential needs a 'pos' input with role 'position'")
-        expect = {"energy": (c.energy_name, "graph", (1,))}
-        if c.compute_grad_energy:
-            expect["forces"] = (c.forces_name, "node", (3,))
-            expect["stress"] = (c.stress_name, "graph", (6, 9))
-        expect["atomic_energy"] = (c.atomic_energy_name, "node", (1,))
-        special: dict[str, str] = {}
-        for role, (name, level, dims) in expect.items():
-            if name not in s or s[name] not in s.outputs:
-                if role == "energy":
-                    raise ModelConfigError(
-                        f"{where}: the schema needs a graph output {name!r} (dim 1) for the energy "
-                        f"(set {ROOT}.energy_name to use another name)"
-                    )
-                continue
-            var = s[name]
-            if var.level != level or var.dim not in dims:
-                raise ModelConfigError(
-                    f"{where}: output {name!r} is the {role}; expected level {level!r} and dim in {list(dims)}, "
-                    f"found level {var.level!r} dim {var.dim}"
-                )
-            special[role] = name
-        return special
-
-    def _check_conditioning(self) -> None:
-        c, where = self.config, f"{ROOT}.use_graph_attr_conditioning"
-        if not c.use_graph_attr_conditioning:
-            return
-        if not self.dims.graph_in:
-            raise ModelConfigError(
-                f"{where}: conditioning needs graph inputs (a 'graph' level input variable, e.g. total "
-                "charge and spin) in the schema; it has none"
-            )
-        takes_graph = [v.name for v in self.schema.outputs_at("graph") if v.name not in self.special.values()]
-        if c.graph_attr_conditioning_mode == "fuse_pool" and not takes_graph:
-            raise ModelConfigError(
-                f"{ROOT}.graph_attr_conditioning_mode: fuse_pool conditions the graph heads and this model has "
-                "none (an MLIP energy is a sum of atomic energies): use concat_node or film"
-            )
-
-    def _num_species(self) -> int:
-        if self.config.num_species is not None:
-            return self.config.num_species
-        first = self.schema.feature_inputs("node")[0]
-        return 119 if first.name in SPECIES_INPUT_NAMES and first.dim == 1 else 0
-
-    def _task_weights(self) -> dict[str, float]:
-        names = [v.name for v in self.schema.outputs]
-        tw = self.config.task_weights
-        where = f"{ROOT}.task_weights"
-        if tw is None:
-            return {n: 1.0 for n in names}
-        if tw and isinstance(tw[0], tuple):
-            given = dict(tw)
-            unknown = sorted(set(given) - set(names))
-            if unknown:
-                raise ModelConfigError(f"{where}: unknown output(s) {unknown}; outputs are {names}")
-            return {n: float(given.get(n, 1.0)) for n in names}
-        if len(tw) != len(names):
-            raise ModelConfigError(f"{where}: expected {len(names)} weights (one per output: {names}), found {len(tw)}")
-        return {n: float(w) for n, w in zip(names, tw)}
+        self.task_weights = task_weights(config, schema)
 
     # ------------------------------------------------------------------ properties
     @property

@@ -1,0 +1,89 @@
+"""An ``Architecture`` section checked against the dataset ``Schema`` (errors name the key).
+
+Used by :class:`~hydragnn.models.model.HydraModel` when it is built: which outputs play the
+MLIP roles, the conditioning rules, the species-embedding size and the task weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hydragnn.data import Schema
+
+from .config import SPECIES_INPUT_NAMES, ModelConfig
+from .errors import ModelConfigError
+
+ROOT = "NeuralNetwork.Architecture"
+
+
+def mlip_roles(c: ModelConfig, s: Schema) -> dict[str, str]:
+    """``{role: output name}`` of an interatomic potential (energy, forces, stress, atomic_energy)."""
+    where = f"{ROOT}.enable_interatomic_potential"
+    if s.position is None:
+        raise ModelConfigError(f"{where}: an interatomic potential needs a 'pos' input with role 'position'")
+    expect = {"energy": (c.energy_name, "graph", (1,))}
+    if c.compute_grad_energy:
+        expect["forces"] = (c.forces_name, "node", (3,))
+        expect["stress"] = (c.stress_name, "graph", (6, 9))
+    expect["atomic_energy"] = (c.atomic_energy_name, "node", (1,))
+    special: dict[str, str] = {}
+    for role, (name, level, dims) in expect.items():
+        if name not in s or s[name] not in s.outputs:
+            if role == "energy":
+                raise ModelConfigError(
+                    f"{where}: the schema needs a graph output {name!r} (dim 1) for the energy "
+                    f"(set {ROOT}.energy_name to use another name)"
+                )
+            continue
+        var = s[name]
+        if var.level != level or var.dim not in dims:
+            raise ModelConfigError(
+                f"{where}: output {name!r} is the {role}; expected level {level!r} and dim in {list(dims)}, "
+                f"found level {var.level!r} dim {var.dim}"
+            )
+        special[role] = name
+    return special
+
+
+def check_conditioning(c: ModelConfig, s: Schema, graph_in: int, special: Mapping[str, str]) -> None:
+    """Graph-attribute conditioning needs graph inputs; ``fuse_pool`` needs a (non-MLIP) graph head."""
+    where = f"{ROOT}.use_graph_attr_conditioning"
+    if not c.use_graph_attr_conditioning:
+        return
+    if not graph_in:
+        raise ModelConfigError(
+            f"{where}: conditioning needs graph inputs (a 'graph' level input variable, e.g. total "
+            "charge and spin) in the schema; it has none"
+        )
+    takes_graph = [v.name for v in s.outputs_at("graph") if v.name not in special.values()]
+    if c.graph_attr_conditioning_mode == "fuse_pool" and not takes_graph:
+        raise ModelConfigError(
+            f"{ROOT}.graph_attr_conditioning_mode: fuse_pool conditions the graph heads and this model has "
+            "none (an MLIP energy is a sum of atomic energies): use concat_node or film"
+        )
+
+
+def num_species(c: ModelConfig, s: Schema) -> int:
+    """``num_species``, or 119 when the first node input is an atomic number, else 0."""
+    if c.num_species is not None:
+        return c.num_species
+    first = s.feature_inputs("node")[0]
+    return 119 if first.name in SPECIES_INPUT_NAMES and first.dim == 1 else 0
+
+
+def task_weights(c: ModelConfig, s: Schema) -> dict[str, float]:
+    """``{output: weight}`` from ``task_weights`` (a list in schema order or a mapping; default 1)."""
+    names = [v.name for v in s.outputs]
+    tw = c.task_weights
+    where = f"{ROOT}.task_weights"
+    if tw is None:
+        return {n: 1.0 for n in names}
+    if tw and isinstance(tw[0], tuple):
+        given = dict(tw)
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise ModelConfigError(f"{where}: unknown output(s) {unknown}; outputs are {names}")
+        return {n: float(given.get(n, 1.0)) for n in names}
+    if len(tw) != len(names):
+        raise ModelConfigError(f"{where}: expected {len(names)} weights (one per output: {names}), found {len(tw)}")
+    return {n: float(w) for n, w in zip(names, tw)}
