@@ -24,6 +24,7 @@ from hydragnn.models import (
     ModelError,
     build_model,
     load_artifact,
+    pad_with_sink,
     redraw_projections,
     save_artifact,
 )
@@ -61,6 +62,7 @@ GPS = {"mpnn_type": "SchNet", "hidden_dim": 16, "global_attn_engine": "GPS"}
         ({**GPS, "global_attn_features": 0}, r"global_attn_features: expected a value > 0"),
         ({**GPS, "global_attn_heads": 0}, r"global_attn_heads: expected a value > 0"),
         ({**GPS, "global_attn_engine": "Transformer"}, "global_attn_engine: expected one of"),
+        ({**GPS, "pe_dim": 2, "dynamic_graph": True}, "pe_dim: positional encodings come from the prepared"),
     ],
 )
 def test_config_errors_name_the_key(arch, match):
@@ -201,6 +203,11 @@ def test_positional_encodings_flow_into_the_model():
     assert not torch.allclose(model(moved)["energy"], out["energy"]), "lap_pe does not reach the model"
     with pytest.raises(ModelError, match="lap_pe"):
         model(collate(cluster_samples(CUTOFF)))
+    # padding by a sink graph keeps the encodings (zero rows for the sink) and the real outputs
+    padded = pad_with_sink(batch, extra_nodes=3, extra_edges=7)
+    assert padded.lap_pe.shape[0] == batch.num_nodes + 3 and not padded.lap_pe[-3:].any()
+    pad_out = model(padded)
+    torch.testing.assert_close(pad_out["energy"][: batch.num_graphs], out["energy"], rtol=1e-5, atol=1e-6)
 
 
 def test_laplacian_signs_are_flipped_per_graph_in_training_only():
