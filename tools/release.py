@@ -38,7 +38,7 @@ def current_version(root: pathlib.Path, dist: str) -> Version:
     text = _about_path(root, dist).read_text()
     match = re.search(r'^__version__\s*=\s*"([^"]+)"', text, re.M)
     if not match:
-        raise ReleaseError(f"{_about_path(root, dist)}: no __version__ = \"...\" line")
+        raise ReleaseError(f'{_about_path(root, dist)}: no __version__ = "..." line')
     return Version(match.group(1))
 
 
@@ -84,8 +84,15 @@ def _changelog_moved(text: str, version: Version, date: str, path: pathlib.Path)
     return text[: match.start()] + released + rest.lstrip("\n")
 
 
-def release(root: pathlib.Path, dist: str, new: str, *, update_siblings: bool = False, dry_run: bool = False,
-            date: str | None = None) -> str:
+def release(
+    root: pathlib.Path,
+    dist: str,
+    new: str,
+    *,
+    update_siblings: bool = False,
+    dry_run: bool = False,
+    date: str | None = None,
+) -> str:
     """Run every check, then write. Returns the tag."""
     if dist not in distributions(root):
         raise ReleaseError(f"unknown distribution {dist!r}; known: {distributions(root)}")
@@ -110,14 +117,17 @@ def release(root: pathlib.Path, dist: str, new: str, *, update_siblings: bool = 
         writes[path] = text.replace(f'"{raw}"', f'"{compatible_range(dist, version)}"')
     if broken:
         raise ReleaseError(
-            f"{dist} {version} is outside the range its siblings declare: " + "; ".join(broken)
+            f"{dist} {version} is outside the range its siblings declare: "
+            + "; ".join(broken)
             + ". Rerun with --update-siblings to move them to the compatible range, and release them too."
         )
 
     about = _about_path(root, dist)
     writes[about] = re.sub(r'^__version__\s*=\s*"[^"]+"', f'__version__ = "{version}"', about.read_text(), flags=re.M)
     changelog = root / "packages" / dist / "CHANGELOG.md"
-    writes[changelog] = _changelog_moved(changelog.read_text(), version, date or _dt.date.today().isoformat(), changelog)
+    writes[changelog] = _changelog_moved(
+        changelog.read_text(), version, date or _dt.date.today().isoformat(), changelog
+    )
 
     if not dry_run:
         for path, text in writes.items():
@@ -131,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dist", help="distribution name, e.g. hydra-data")
     parser.add_argument("version", help="the new version, e.g. 0.1.1")
-    parser.add_argument("--update-siblings", action="store_true", help="rewrite siblings' ranges that exclude the new version")
+    parser.add_argument(
+        "--update-siblings", action="store_true", help="rewrite siblings' ranges that exclude the new version"
+    )
     parser.add_argument("--dry-run", action="store_true", help="run every check, write nothing")
     parser.add_argument("--root", type=pathlib.Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

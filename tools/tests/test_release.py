@@ -82,7 +82,9 @@ def test_cli_prints_the_tag_and_fails_with_a_message(repo):
     old = release_mod.current_version(repo, "hydra-infer")
     new = f"{old.major}.{old.minor}.{old.micro + 1}"
     script = str(ROOT / "tools" / "release.py")
-    ok = subprocess.run([sys.executable, script, "hydra-infer", new, "--dry-run", "--root", str(repo)], capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, script, "hydra-infer", new, "--dry-run", "--root", str(repo)], capture_output=True, text=True
+    )
     assert ok.returncode == 0 and ok.stdout.strip() == f"hydra-infer-v{new}"
     assert release_mod.current_version(repo, "hydra-infer") == old  # dry run wrote nothing
     bad = subprocess.run([sys.executable, script, "hydra-nope", "1.0"], capture_output=True, text=True)

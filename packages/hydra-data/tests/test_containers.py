@@ -173,6 +173,27 @@ def test_adios_needs_uniform_keys_and_dtypes(tmp_path, samples):
 
 
 @needs_adios
+def test_adios_layout_is_columnar_with_offsets_and_attributes(tmp_path, samples):
+    """Read back with plain adios2 (no hydra-data): the schema and statistics are attributes,
+    each key is one flat column of every sample's values plus per-sample offsets."""
+    import numpy as np
+
+    path = write(tmp_path, samples, "adios", schema=SCHEMA, normalization=NORMALIZATION)
+    with adios2.FileReader(str(path)) as reader:
+        header = json.loads(reader.read_attribute_string("hydragnn"))
+        assert header["schema"] == SCHEMA.to_dict() and header["normalization"] == NORMALIZATION
+        j = [k["name"] for k in header["keys"]].index("pos")
+        variables = reader.available_variables()
+        assert {f"k{j}/data", f"k{j}/offsets", f"k{j}/shapes"} <= set(variables)
+        n_values = int(variables[f"k{j}/data"]["Shape"])
+        offsets = reader.read(f"k{j}/offsets", [0], [len(samples) + 1])
+        column = reader.read(f"k{j}/data", [0], [n_values])
+    sizes = [s.pos.numel() for s in samples]
+    assert offsets.tolist() == np.cumsum([0, *sizes]).tolist()  # variable-sized graphs
+    assert np.array_equal(column, torch.cat([s.pos.reshape(-1) for s in samples]).numpy())
+
+
+@needs_adios
 def test_adios_written_in_many_chunks(tmp_path, samples, monkeypatch):
     from hydragnn.data.containers import adios_format
 
@@ -266,7 +287,8 @@ def test_pickle_truncated_and_corrupted(tmp_path, samples):
     size = len(good)
     for cut in (5, 30, pc.HEADER_SIZE + 10, size // 2, size - 1):
         path.write_bytes(good[:cut])
-        with pytest.raises(ContainerError, match=str(path)):
+        what = "missing magic" if cut < 12 else "truncated"
+        with pytest.raises(ContainerError, match=rf"{path}: .*{what}"):
             open_dataset(path) if cut > 8 else PickleDataset(path)
     n, index_offset, meta_offset = struct.unpack_from("<QQQ", good, 12)
     for offset, what in (
@@ -318,21 +340,39 @@ class Evil:
         return (os.system, (f"touch {self.target}",))
 
 
-def test_malicious_pickle_does_not_execute(tmp_path):
-    side_effect = tmp_path / "pwned"
-    header = {"format": "pickle", "version": 1, "n_samples": 0, "schema": None, "normalization": None, "metadata": None}
-    payloads = [
-        pickle.dumps({"x": Evil(side_effect)}),
-        pickle.dumps(Evil(side_effect), protocol=2),
-        pickle.dumps(torch.zeros(2)),
+def _malicious_payloads(target) -> list[bytes]:
+    """Pickles that run ``touch target`` when loaded by a plain unpickler."""
+    return [
+        pickle.dumps({"x": Evil(target)}),  # protocol 5: STACK_GLOBAL inside a valid-looking record
+        pickle.dumps(Evil(target), protocol=2),  # GLOBAL opcode at top level
+        f"cposix\nsystem\n(S'touch {target}'\ntR.".encode(),  # hand-written protocol 0
+        f"cbuiltins\nexec\n(S'open({str(target)!r}, \"w\")'\ntR.".encode(),  # code, not a command
     ]
-    assert pickle.loads(pickle.dumps(0)) == 0  # sanity: the real unpickler would run os.system
+
+
+def test_malicious_pickle_does_not_execute(tmp_path):
+    # The payloads really are live: the standard unpickler runs each of them.
+    for i in range(len(_malicious_payloads(tmp_path))):
+        proof = tmp_path / f"proof{i}"
+        pickle.loads(_malicious_payloads(proof)[i])
+        assert proof.exists(), f"payload {i} is not live"
+    # A crafted container (valid header, index and CRCs) holding them: opening works, reading
+    # a sample is refused and nothing runs.
+    side_effect = tmp_path / "pwned"
+    payloads = _malicious_payloads(side_effect) + [pickle.dumps(torch.zeros(2))]  # torch needs globals too
+    header = {"format": "pickle", "version": 1, "n_samples": 0, "schema": None, "normalization": None, "metadata": None}
     path = tmp_path / "evil.pkl"
     pc.write_payloads(path, payloads, header)
-    ds = open_dataset(path)  # header and index are fine; the payloads are not
+    ds = open_dataset(path)
+    assert isinstance(ds, PickleDataset) and len(ds) == len(payloads)
     for i in range(len(payloads)):
         with pytest.raises(ContainerError, match=rf"sample {i}: refused to unpickle \(global '.*' is not allowed\)"):
             ds[i]
+    assert not side_effect.exists()
+    # the worker-process path (a pickled dataset) is just as safe
+    clone = pickle.loads(pickle.dumps(ds))
+    with pytest.raises(ContainerError, match="refused to unpickle"):
+        clone[0]
     assert not side_effect.exists()
 
 
@@ -417,6 +457,40 @@ def test_adios_truncated_garbled_and_newer(tmp_path, samples):
     (path / "hydragnn-integrity.json").write_text(json.dumps({**integrity, "version": 9}))
     with pytest.raises(ContainerError, match="version 9 is newer"):
         open_dataset(path)
+
+
+def _bytes_read_by_this_process() -> int:
+    """``rchar`` of /proc/self/io: every byte this process got from read()/pread() (all threads)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+@needs_adios
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="needs Linux /proc/self/io I/O accounting")
+def test_adios_reads_one_sample_without_reading_the_file(tmp_path):
+    """Measured by the kernel, not by our own bookkeeping: a sample costs its own bytes only."""
+    g = torch.Generator().manual_seed(0)
+    atoms = 200
+    samples = [
+        Data(pos=torch.randn(atoms, 3, generator=g, dtype=torch.float64), idx=torch.tensor([i])) for i in range(300)
+    ]
+    path = write(tmp_path, samples, "adios")
+    data_bytes = sum(f.stat().st_size for f in path.glob("data.*"))
+    sample_bytes = atoms * 3 * 8 + 8
+    assert data_bytes >= len(samples) * sample_bytes
+    before = _bytes_read_by_this_process()
+    ds = open_dataset(path)
+    opened = _bytes_read_by_this_process() - before
+    assert opened < data_bytes / 10, f"opening read {opened} of {data_bytes} data bytes"
+    for i in (150, 0, 299, 150):
+        before = _bytes_read_by_this_process()
+        sample = ds[i]
+        read = _bytes_read_by_this_process() - before
+        assert torch.equal(sample.pos, samples[i].pos) and int(sample.idx) == i
+        # at least the sample itself (so the reads are visible to the counter, not mmap'ed) ...
+        assert read >= sample_bytes, f"sample {i}: only {read} bytes counted"
+        # ... and nowhere near the file: a few times the sample at most
+        assert read <= 4 * sample_bytes + 4096, f"sample {i}: read {read} bytes for a {sample_bytes}-byte sample"
 
 
 def test_adios_reports_missing_package(tmp_path, samples, monkeypatch):

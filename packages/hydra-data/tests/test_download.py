@@ -19,6 +19,7 @@ SHA = hashlib.sha256(CONTENT).hexdigest()
 class _Server(http.server.ThreadingHTTPServer):
     files: dict[str, bytes]
     honour_range: bool
+    cut_after: int | None  # send only this many body bytes, then drop the connection
     requests: list[dict]
 
 
@@ -50,7 +51,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.send_response(200)
         payload = body[start:]
-        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Content-Length", str(len(payload)))  # the full length, even when cut
+        if self.server.cut_after is not None:
+            payload = payload[: self.server.cut_after]
+            self.close_connection = True
         record["sent"] = len(payload)  # before writing: the client may assert as soon as it has read
         self.end_headers()
         self.wfile.write(payload)
@@ -63,6 +67,7 @@ def server(monkeypatch):
     srv = _Server(("127.0.0.1", 0), _Handler)
     srv.files = {"/data/file.bin": CONTENT, "/other.bin": b"something else"}
     srv.honour_range = True
+    srv.cut_after = None
     srv.requests = []
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -114,6 +119,20 @@ def test_resume_sends_range_and_transfers_only_the_rest(server, tmp_path):
     assert path.read_bytes() == CONTENT and not part.exists()
     assert server.requests == [{"path": "/data/file.bin", "range": "bytes=4000-", "sent": len(CONTENT) - 4000}]
     assert seen[-1] == (len(CONTENT), len(CONTENT))
+
+
+def test_interrupted_transfer_keeps_the_part_and_the_next_call_resumes(server, tmp_path):
+    url = server.base + "/data/file.bin"
+    server.cut_after = 3000  # the connection drops after 3000 of the announced 10,244 bytes
+    with pytest.raises(DownloadError, match=r"interrupted after 3000 of 10244 bytes.*run again to resume"):
+        download(url, SHA, cache_dir=tmp_path)
+    assert _entry(tmp_path, "file.bin.part").read_bytes() == CONTENT[:3000]
+    assert not _entry(tmp_path).exists()  # nothing unverified is ever published
+    server.cut_after = None
+    server.requests.clear()
+    path = download(url, SHA, cache_dir=tmp_path)
+    assert path.read_bytes() == CONTENT and not _entry(tmp_path, "file.bin.part").exists()
+    assert server.requests == [{"path": "/data/file.bin", "range": "bytes=3000-", "sent": len(CONTENT) - 3000}]
 
 
 def test_server_ignoring_range_restarts_from_zero(server, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -105,13 +107,16 @@ def test_triclinic_unwrapped_positions(triclinic):
     assert bool((_edge_lengths(pos, ei, es) < 3.5).all())
 
 
-@pytest.mark.parametrize("cutoff", [1.4, 2.6, 5.5])  # > half, > one, > two cell lengths
-def test_small_cell_many_images(cutoff):
-    cell = torch.tensor([[2.5, 0.0, 0.0], [0.8, 2.4, 0.0], [0.3, -0.5, 2.7]], dtype=F64)
-    pos = torch.tensor([[0.1, 0.2, 0.3], [1.3, 1.1, 1.6]], dtype=F64)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("cutoff", [2.0, 2.6, 5.5])  # > half, > one, > two cell lengths (shortest 2.4)
+def test_small_cell_many_images(cutoff, dtype):
+    cell = torch.tensor([[2.5, 0.0, 0.0], [0.8, 2.4, 0.0], [0.3, -0.5, 2.7]], dtype=dtype)
+    pos = torch.tensor([[0.1, 0.2, 0.3], [1.3, 1.1, 1.6]], dtype=dtype)
     ei, es = _assert_same_as_brute_force(pos, cutoff, cell=cell)
     found = _triplets(ei, es, cell)
-    assert found == _ase_triplets(pos, cutoff, cell)
+    assert found == _ase_triplets(pos, cutoff, cell)  # ASE in float64 on the same numbers
+    pairs = Counter((i, j) for i, j, _ in found)
+    assert max(pairs.values()) >= 2  # one pair through several images: minimum image would miss it
     assert any(i == j for i, j, _ in found) == (cutoff > 2.5)  # an atom's own images are edges
     assert not any(i == j and s == (0, 0, 0) for i, j, s in found)
 
@@ -182,9 +187,24 @@ def test_buffer_growth_drops_nothing(fcc, monkeypatch):
     expected = brute_force_radius_graph(pos, 4.5, cell=cell)
     monkeypatch.setattr(nb, "_INITIAL_MAX_NEIGHBOURS", 2)
     ei, es = radius_graph(pos, 4.5, cell=cell)
-    assert nb._last_attempts == 2  # the 2-wide matrix overflowed (silently) and was regrown
-    assert torch.equal(ei, expected[0]) and torch.equal(es, expected[1])
-    assert ei.shape[1] > 2 * pos.shape[0]
+    assert torch.equal(ei, expected[0]) and torch.equal(es, expected[1])  # no pair dropped
+    assert ei.shape[1] > 2 * pos.shape[0]  # a 2-wide matrix could not have held them
+    assert nb._last_attempts == 2  # it overflowed (silently) and was regrown once
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_dense_cluster_in_a_large_cell_grows_the_buffer(dtype):
+    """The width estimate from the mean density is far too small for a clustered structure."""
+    g = torch.Generator().manual_seed(4)
+    cell = torch.eye(3, dtype=F64) * 30.0
+    cluster = torch.rand(60, 3, generator=g, dtype=F64) * 3.0 + 5.0  # 60 atoms in a 3 A cube
+    lone = torch.tensor([[20.0, 20.0, 20.0], [29.5, 0.2, 15.0]], dtype=F64)
+    pos = torch.cat([cluster, lone]).to(dtype)
+    ei, es = _assert_same_as_brute_force(pos, 4.0, cell=cell.to(dtype))
+    assert int(torch.bincount(ei[1]).max()) == 59  # every cluster atom sees the 59 others
+    assert nb._last_attempts == 2  # found by growing, without any testing hook
+    if dtype == F64:
+        assert _triplets(ei, es, cell) == _ase_triplets(pos, 4.0, cell)
 
 
 def test_float32_pairs_at_cutoff():

@@ -73,8 +73,17 @@ def test_pos_stays_out_of_x_and_keeps_autograd():
 
 
 def test_stale_derived_tensors_removed_and_sources_kept():
+    # every derived name present with wrong content, as a third-party dataset or an earlier
+    # preparation with another schema would leave them
     stale = make_sample(
-        x=torch.zeros(4, 9), y=torch.zeros(2), graph_attr=torch.zeros(1, 5), node_output=torch.zeros(4, 7)
+        x=torch.zeros(4, 9),
+        edge_attr=torch.zeros(5, 4),
+        graph_attr=torch.zeros(1, 5),
+        y=torch.zeros(2),
+        y_loc=torch.tensor([[0, 7, 9]]),
+        node_output=torch.zeros(4, 7),
+        edge_output=torch.zeros(5, 2),
+        graph_output=torch.zeros(1, 3),
     )
     schema = Schema.from_dict(
         {
@@ -83,12 +92,13 @@ def test_stale_derived_tensors_removed_and_sources_kept():
         }
     )
     d = prepare(stale, schema)
-    assert d.x.shape == (4, 1)
+    assert torch.equal(d.x, stale.atomic_number.float())
+    assert torch.equal(d.graph_output, stale.energy)
+    assert torch.equal(d.y, stale.energy) and d.y_loc.tolist() == [[0, 1]]
     for key in ("graph_attr", "node_output", "edge_attr", "edge_output"):
-        assert key not in d, key
-    assert d.y.shape == (1, 1)
-    for key in ("atomic_number", "spin", "forces", "bond", "edge_index", "pos"):
-        assert key in d, key
+        assert key not in d, key  # not declared by this schema: removed, not carried over
+    for key in ("atomic_number", "spin", "forces", "bond", "edge_index", "pos", "charge", "dipole"):
+        assert key in d and d[key] is stale[key], key  # named sources stay, untouched
 
 
 def test_preparing_twice_gives_the_same_result():
@@ -112,34 +122,88 @@ def test_graph_vector_given_flat_is_accepted():
     assert d.graph_output.shape == (1, 4)
 
 
+REAL = r"with a real dtype \(floating or integer\)"
+
+
 @pytest.mark.parametrize(
     ("overrides", "pattern"),
     [
-        ({"forces": torch.zeros(4, 2)}, r"sample 7: variable 'forces' \(node, dim 3\): expected shape \(N=4 from 'pos', 3\), found shape \(4, 2\) float32"),
-        ({"forces": torch.zeros(5, 3)}, r"'forces'.*expected shape \(N=4 from 'pos', 3\), found shape \(5, 3\)"),
-        ({"bond": torch.zeros(4)}, r"'bond' \(edge, dim 1\): expected shape \(E=5, 1\), found shape \(4,\)"),
-        ({"dipole": torch.zeros(2, 3)}, r"'dipole' \(graph, dim 3\): expected shape \(1, 3\), found shape \(2, 3\)"),
-        ({"energy": None}, r"'energy'.*attribute missing"),
-        ({"spin": [[0.0, 1.0]] * 4}, r"'spin'.*expected a torch.Tensor.*found a list"),
-        ({"spin": torch.zeros(4, 2, dtype=torch.complex64)}, r"'spin'.*real floating or integer dtype.*complex64"),
-        ({"spin": torch.zeros(4, 2, dtype=torch.bool)}, r"'spin'.*real floating or integer dtype.*bool"),
-        ({"pos": torch.zeros(4, 3, dtype=torch.int64)}, r"'pos'.*positions must be floating point.*int64"),
-        ({"pos": torch.zeros(3, 3)}, r"'atomic_number'.*expected shape \(N=3 from 'pos', 1\), found shape \(4, 1\)"),
-        ({"edge_index": torch.zeros(2, 5)}, r"'edge_index': expected dtype int64"),
+        (
+            {"forces": torch.zeros(4, 2)},
+            rf"sample 7: variable 'forces' \(node, dim 3\): wrong shape: expected shape \(N=4 from 'pos', 3\) {REAL}, "
+            r"found shape \(4, 2\) float32",
+        ),
+        (
+            {"forces": torch.zeros(5, 3, dtype=torch.float64)},
+            rf"'forces'.*expected shape \(N=4 from 'pos', 3\) {REAL}, found shape \(5, 3\) float64",
+        ),
+        (
+            {"bond": torch.zeros(4, dtype=torch.int32)},
+            rf"'bond' \(edge, dim 1\): wrong shape: expected shape \(E=5, 1\) {REAL}, found shape \(4,\) int32",
+        ),
+        (
+            {"dipole": torch.zeros(2, 3)},
+            rf"'dipole' \(graph, dim 3\): wrong shape: expected shape \(1, 3\) {REAL}, found shape \(2, 3\) float32",
+        ),
+        (
+            {"energy": None},
+            rf"'energy' \(graph, dim 1\): attribute missing; expected a tensor of shape \(1, 1\) {REAL}",
+        ),
+        (
+            {"spin": [[0.0, 1.0]] * 4},
+            rf"'spin'.*expected a torch.Tensor of shape \(N=4 from 'pos', 2\) {REAL}, found a list",
+        ),
+        (
+            {"spin": torch.zeros(4, 2, dtype=torch.complex64)},
+            rf"'spin'.*wrong dtype: expected shape \(N=4 from 'pos', 2\) {REAL}, found shape \(4, 2\) complex64",
+        ),
+        (
+            {"spin": torch.zeros(4, 2, dtype=torch.bool)},
+            rf"'spin'.*wrong dtype: expected .* {REAL}, found shape \(4, 2\) bool",
+        ),
+        (
+            {"pos": torch.zeros(4, 3, dtype=torch.int64)},
+            r"'pos' \(node, dim 3\): positions must be floating point: expected shape \(N=4, 3\) with a floating dtype, "
+            r"found shape \(4, 3\) int64",
+        ),
+        (
+            {"pos": torch.zeros(3, 3)},
+            rf"'atomic_number'.*expected shape \(N=3 from 'pos', 1\) {REAL}, found shape \(4, 1\) int64",
+        ),
+        ({"edge_index": torch.zeros(2, 5)}, r"'edge_index': expected dtype int64, found shape \(2, 5\) float32"),
         ({"edge_index": None}, r"'bond'.*edge-level variables need 'edge_index'"),
-        ({"cell": torch.eye(2)}, r"'cell': expected a floating tensor of shape \(3, 3\)"),
-        ({"edge_shift": torch.zeros(4, 3)}, r"'edge_shift': expected shape \(E=5, 3\)"),
+        ({"cell": torch.eye(2)}, r"'cell': expected a floating tensor of shape \(3, 3\).*found shape \(2, 2\) float32"),
+        ({"edge_shift": torch.zeros(4, 3)}, r"'edge_shift': expected shape \(E=5, 3\).*found shape \(4, 3\) float32"),
     ],
 )
 def test_errors_name_sample_variable_and_shapes(overrides, pattern):
-    with pytest.raises(SchemaError, match=pattern):
+    with pytest.raises(SchemaError, match=pattern) as err:
         prepare(make_sample(**overrides), SCHEMA, index=7)
+    assert str(err.value).startswith("sample 7: ")  # every message names the sample index
 
 
 def test_periodic_geometry_normalised_for_batching():
-    d = prepare(make_sample(cell=torch.eye(3) * 4.0, pbc=torch.tensor([True, True, False]), edge_shift=torch.zeros(5, 3)), SCHEMA)
+    d = prepare(
+        make_sample(cell=torch.eye(3) * 4.0, pbc=torch.tensor([True, True, False]), edge_shift=torch.zeros(5, 3)),
+        SCHEMA,
+    )
     assert d.cell.shape == (1, 3, 3) and d.pbc.shape == (1, 3) and d.pbc.dtype == torch.bool
-    b = Batch.from_data_list([d, prepare(make_sample(n=6, e=2, seed=1, cell=torch.eye(3), pbc=torch.ones(3, dtype=torch.bool), edge_shift=torch.ones(2, 3)), SCHEMA)])
+    b = Batch.from_data_list(
+        [
+            d,
+            prepare(
+                make_sample(
+                    n=6,
+                    e=2,
+                    seed=1,
+                    cell=torch.eye(3),
+                    pbc=torch.ones(3, dtype=torch.bool),
+                    edge_shift=torch.ones(2, 3),
+                ),
+                SCHEMA,
+            ),
+        ]
+    )
     assert b.cell.shape == (2, 3, 3) and b.pbc.shape == (2, 3) and b.edge_shift.shape == (7, 3)
 
 

@@ -32,3 +32,33 @@ def test_graph_task_fp64_and_resume(tmp_path):
     assert saved["NeuralNetwork"]["Architecture"]["precision"] == "fp64"
     assert set(second["test"]["mae"]) == {"energy_per_atom", "au_fraction"}
     assert (tmp_path / "parity_au_fraction.png").stat().st_size > 1000
+
+
+def test_pna_degree_histogram_filled_from_the_training_split(tmp_path):
+    """A PNA run without ``pna_deg`` gets the training split's in-degree histogram, and its artifact
+    rebuilds that model; a configured ``pna_deg`` is kept; other encoders are left alone."""
+    from train_helpers import samples
+
+    from hydragnn.train.pipeline import degree_histogram, fill_degree_histogram, load_config
+
+    data = samples("graph", n=6)
+    hist = degree_histogram(data)
+    degrees = torch.cat([torch.bincount(d.edge_index[1], minlength=d.num_nodes) for d in data])
+    assert hist == torch.bincount(degrees).tolist() and sum(hist) == sum(d.num_nodes for d in data)
+
+    cfg = config("graph", n=12, epochs=1)
+    cfg["NeuralNetwork"]["Architecture"]["mpnn_type"] = "PNA"
+    run_training(cfg, tmp_path)
+    model = load_artifact(tmp_path / "model.hydra")
+    run = load_config(cfg)
+    train_idx, _, _ = split_indices(12, run.dataset.split, run.dataset.seed)
+    prepared = [samples("graph", n=12)[i] for i in train_idx]
+    assert list(model.config.encoder.pna_deg) == degree_histogram(prepared)
+
+    given = load_config(cfg).model_config
+    fixed = fill_degree_histogram(
+        type(given).from_dict({**given.raw, "pna_deg": [0, 3, 5]}), prepared
+    )
+    assert list(fixed.encoder.pna_deg) == [0, 3, 5]
+    schnet = load_config(config("graph")).model_config
+    assert fill_degree_histogram(schnet, prepared) is schnet

@@ -9,6 +9,8 @@ Layout under the cache root (``$HYDRAGNN_CACHE``, else ``~/.cache/hydragnn``)::
 A cached file whose hash matches is returned without touching the network. Otherwise the
 content streams into ``.part``; an existing ``.part`` is resumed with an HTTP ``Range``
 request (a server that answers ``200`` instead of ``206`` restarts the transfer from byte 0).
+A transfer cut short (network error, timeout, or a body shorter than its ``Content-Length``)
+raises :class:`~hydragnn.data.errors.DownloadError` and keeps the ``.part`` for the next call.
 The hash is checked before the atomic rename; on mismatch the part is deleted and
 :class:`~hydragnn.data.errors.DownloadError` names the expected and actual hashes. Sources:
 ``http://``, ``https://``, ``file://`` URLs and plain local paths. Only the standard library
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import os
 import re
 import urllib.error
@@ -243,9 +246,15 @@ class DownloadCache:
                 total = int(length) if length and length.isdigit() else None
             try:
                 with open(part, "ab" if resume else "wb") as dst:
-                    _copy(response, dst, offset, total, progress)
-            except (urllib.error.URLError, OSError) as exc:
-                raise DownloadError(f"{url}: transfer interrupted ({exc}); run again to resume") from exc
+                    done = _copy(response, dst, offset, total, progress)
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+                raise DownloadError(f"{url}: transfer interrupted ({exc!r}); run again to resume") from exc
+        if total is not None and done < total:
+            # http.client ends a body cut short by the server without an error: keep the part
+            raise DownloadError(
+                f"{url}: transfer interrupted after {done} of {total} bytes; the partial file {part} "
+                "is kept, run again to resume"
+            )
         return resume
 
 

@@ -30,7 +30,11 @@ from torch_geometric.data import Data
 from .errors import SchemaError
 from .schema import LEVELS, RESERVED_NAMES, Schema, Variable
 
-_DERIVED_BY_LEVEL = {"node": ("x", "node_output"), "edge": ("edge_attr", "edge_output"), "graph": ("graph_attr", "graph_output")}
+_DERIVED_BY_LEVEL = {
+    "node": ("x", "node_output"),
+    "edge": ("edge_attr", "edge_output"),
+    "graph": ("graph_attr", "graph_output"),
+}
 
 
 def _where(index: int | None) -> str:
@@ -81,16 +85,17 @@ def _checked(sample: Data, var: Variable, counts: dict[str, Any], where: str) ->
     rows_text = {"node": f"N={rows}", "edge": f"E={rows}", "graph": "1"}[var.level]
     if var.level == "node" and var.name != counts["node_source"]:
         rows_text += f" from {counts['node_source']!r}"
-    expected = f"({rows_text}, {var.dim})"
+    kind = "a floating dtype" if var.is_position else "a real dtype (floating or integer)"
+    expected = f"shape ({rows_text}, {var.dim}) with {kind}"
     t = getattr(sample, var.name, None)
     if t is None:
-        raise SchemaError(f"{label}: attribute missing; expected a tensor of shape {expected}")
+        raise SchemaError(f"{label}: attribute missing; expected a tensor of {expected}")
     if not isinstance(t, torch.Tensor):
-        raise SchemaError(f"{label}: expected a torch.Tensor of shape {expected}, found {_describe(t)}")
+        raise SchemaError(f"{label}: expected a torch.Tensor of {expected}, found {_describe(t)}")
     if t.dtype == torch.bool or t.is_complex():
-        raise SchemaError(f"{label}: expected a real floating or integer dtype, found {_describe(t)}")
+        raise SchemaError(f"{label}: wrong dtype: expected {expected}, found {_describe(t)}")
     if var.is_position and not t.is_floating_point():
-        raise SchemaError(f"{label}: positions must be floating point, found {_describe(t)}")
+        raise SchemaError(f"{label}: positions must be floating point: expected {expected}, found {_describe(t)}")
     shape = tuple(t.shape)
     if shape == (rows, var.dim):
         return t
@@ -98,15 +103,21 @@ def _checked(sample: Data, var: Variable, counts: dict[str, Any], where: str) ->
         return t.reshape(rows, 1)
     if var.level == "graph" and (shape == (var.dim,) or (var.dim == 1 and shape == ())):
         return t.reshape(1, var.dim)
-    raise SchemaError(f"{label}: expected shape {expected}, found {_describe(t)}")
+    raise SchemaError(f"{label}: wrong shape: expected {expected}, found {_describe(t)}")
 
 
 def _check_geometry(data: Data, counts: dict[str, Any], where: str) -> None:
     """Normalise ``cell``/``pbc`` to ``(1, 3, 3)``/``(1, 3)`` and check ``edge_shift``."""
     cell = getattr(data, "cell", None)
     if cell is not None:
-        if not isinstance(cell, torch.Tensor) or tuple(cell.shape) not in ((3, 3), (1, 3, 3)) or not cell.is_floating_point():
-            raise SchemaError(f"{where}: 'cell': expected a floating tensor of shape (3, 3) or (1, 3, 3), found {_describe(cell)}")
+        if (
+            not isinstance(cell, torch.Tensor)
+            or tuple(cell.shape) not in ((3, 3), (1, 3, 3))
+            or not cell.is_floating_point()
+        ):
+            raise SchemaError(
+                f"{where}: 'cell': expected a floating tensor of shape (3, 3) or (1, 3, 3), found {_describe(cell)}"
+            )
         data.cell = cell.reshape(1, 3, 3)
     pbc = getattr(data, "pbc", None)
     if pbc is not None:
@@ -117,7 +128,9 @@ def _check_geometry(data: Data, counts: dict[str, Any], where: str) -> None:
     if shift is not None:
         rows = counts.get("edge")
         if not isinstance(shift, torch.Tensor) or rows is None or tuple(shift.shape) != (rows, 3):
-            raise SchemaError(f"{where}: 'edge_shift': expected shape (E={rows}, 3) next to edge_index, found {_describe(shift)}")
+            raise SchemaError(
+                f"{where}: 'edge_shift': expected shape (E={rows}, 3) next to edge_index, found {_describe(shift)}"
+            )
 
 
 def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:

@@ -134,8 +134,7 @@ class Schema:
                     )
         if not any(v.level == "node" and v.role is None for v in self.inputs):
             raise SchemaError(
-                "Variables.inputs: at least one ordinary node input (level 'node', no role) is "
-                "required to build x"
+                "Variables.inputs: at least one ordinary node input (level 'node', no role) is required to build x"
             )
         if not self.outputs:
             raise SchemaError("Variables.outputs: at least one output variable is required")
@@ -152,7 +151,9 @@ class Schema:
             SchemaError: on any rule violation; the message names the variable.
         """
         if not isinstance(variables, Mapping):
-            raise SchemaError(f"Variables: expected an object with 'inputs' and 'outputs', found {type(variables).__name__}")
+            raise SchemaError(
+                f"Variables: expected an object with 'inputs' and 'outputs', found {type(variables).__name__}"
+            )
         unknown = sorted(set(variables) - _SCHEMA_KEYS)
         if unknown:
             raise SchemaError(f"Variables: unknown key(s) {unknown}; allowed keys are {sorted(_SCHEMA_KEYS)}")
@@ -208,4 +209,3 @@ class Schema:
                 out[v.name] = slice(start, start + v.dim)
                 start += v.dim
         return out
-

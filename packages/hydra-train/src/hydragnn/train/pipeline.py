@@ -8,6 +8,7 @@ test errors per head in physical units), ``parity_<head>.png``, ``tensorboard/``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from hydragnn.data import (
     prepare,
     write_dataset,
 )
-from hydragnn.models import build_model, save_artifact
+from hydragnn.models import ModelConfig, build_model, save_artifact
 
 from .config import RunConfig, load_config
 from .evaluate import mae_report
@@ -36,7 +37,16 @@ from .plots import parity_plots
 from .progress import Progress
 from .strategies import build_optimizer_factory, make_strategy
 
-__all__ = ["build_scheduler", "cuau_samples", "load_samples", "prepare_samples", "run_training", "split_indices"]
+__all__ = [
+    "build_scheduler",
+    "cuau_samples",
+    "degree_histogram",
+    "fill_degree_histogram",
+    "load_samples",
+    "prepare_samples",
+    "run_training",
+    "split_indices",
+]
 
 
 # ----------------------------------------------------------------------------- data
@@ -89,6 +99,38 @@ def load_samples(cfg: RunConfig) -> list:
         container = open_dataset(ds.path)
         raw = [container[i] for i in range(len(container))]
     return prepare_samples(raw, cfg.schema, float(ds.cutoff), cfg.model_config.pe_dim)
+
+
+def degree_histogram(samples: Sequence) -> list[int]:
+    """In-degree histogram of prepared samples: ``hist[k]`` = number of nodes with ``k`` incoming edges."""
+    hist = torch.zeros(1, dtype=torch.long)
+    for i, data in enumerate(samples):
+        edge_index = getattr(data, "edge_index", None)
+        if edge_index is None:
+            raise ValueError(f"degree_histogram: sample {i} has no edge_index (prepare it with edges first)")
+        deg = torch.bincount(edge_index[1], minlength=int(data.num_nodes))
+        counts = torch.bincount(deg)
+        if counts.numel() > hist.numel():
+            hist = torch.cat([hist, hist.new_zeros(counts.numel() - hist.numel())])
+        hist[: counts.numel()] += counts
+    return hist.tolist()
+
+
+def fill_degree_histogram(model_config: ModelConfig, trainset: Sequence) -> ModelConfig:
+    """The model config with ``pna_deg`` set from the training set, for encoders that take one.
+
+    The PNA family (``PNA``, ``PNAPlus``) normalises its degree scalers by the in-degree
+    histogram of the training data. When the Architecture section leaves ``pna_deg`` unset, it
+    is computed here from the training split (the same on every rank: every rank prepares the
+    whole dataset) and written into the section, so the artifact rebuilds the same model.
+    Other encoders, and a ``pna_deg`` given in the config, are left alone.
+    """
+    encoder = model_config.encoder
+    if encoder is None or not dataclasses.is_dataclass(encoder):
+        return model_config
+    if "pna_deg" not in {f.name for f in dataclasses.fields(encoder)} or encoder.pna_deg is not None:
+        return model_config
+    return ModelConfig.from_dict({**model_config.raw, "pna_deg": degree_histogram(trainset)})
 
 
 def split_indices(n: int, fractions: Sequence[float], seed: int) -> tuple[list[int], list[int], list[int]]:
@@ -196,9 +238,10 @@ def run_training(
         train_loader, val_loader, test_loader = create_dataloaders(
             trainset, valset, testset, tr.batch_size, batching=tr.batching, seed=tr.seed
         )
+        model_config = fill_degree_histogram(cfg.model_config, trainset)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(tr.seed)
-            model = build_model(cfg.model_config, cfg.schema)
+            model = build_model(model_config, cfg.schema)
         n_params = sum(p.numel() for p in model.parameters())
         progress.log(
             1, f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}"

@@ -5,9 +5,10 @@ schema's edge inputs) as edge features, whose messages ``m_ij = pre_nn([x_i, x_j
 are weighted by the cutoff envelope ``env(r_ij)`` and aggregated with envelope weights (the
 aggregation of :class:`.pnaplus.GatedPNAConv`, without PNAPlus's learned radial gate
 ``W_g e_ij``). The degree scalers use the envelope-weighted degree ``sum_j env_ij`` and are
-normalised by a degree histogram given at construction (``pna_deg``, as HydraGNN's training
-pipeline fills it from the data; a default typical of atomistic neighbour counts otherwise),
-never computed in forward. Messages are aggregated in float32 when the model runs in bfloat16.
+normalised by a degree histogram given at construction (``pna_deg``; hydra-train's pipeline
+fills it from the training split's in-degrees when the config leaves it unset, see
+``hydragnn.train.pipeline.fill_degree_histogram``; a default typical of atomistic neighbour
+counts otherwise), never computed in forward. Messages are aggregated in float32 when the model runs in bfloat16.
 
 Why the envelope: with PyG's unweighted aggregators a neighbour's message does not vanish at the
 cutoff (the mean and the degree scalers count it fully until it leaves), so the energy jumps when
