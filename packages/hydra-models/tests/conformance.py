@@ -12,20 +12,22 @@ class may set ``conformance_config = {...}`` (extra ``Architecture`` keys used b
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from graphs import (
     CLUSTER_SCHEMA,
     SCHEMA,
+    assert_outputs_close,
     brute_force_edges,
     cluster_samples,
     collate,
+    default_dtype,
     periodic_samples,
+    random_rotation,
     supercell_sample,
     to_dtype,
+    voigt_to_matrix,
 )
-from torch.utils._python_dispatch import TorchDispatchMode
+from host_sync import HostSyncDetector
 
 from hydragnn.models import ENCODERS, build_model, load_artifact, pad_with_sink, save_artifact
 
@@ -85,76 +87,6 @@ def build(name: str, seed: int = 0, schema=SCHEMA, **overrides):
     """A seeded tiny model in eval mode."""
     torch.manual_seed(seed)
     return build_model(small_arch(name, **overrides), schema).eval()
-
-
-@contextlib.contextmanager
-def default_dtype(dtype: torch.dtype):
-    """Temporarily change torch's default dtype (restored even on failure)."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
-
-
-def assert_outputs_close(a: dict, b: dict, rtol: float = 1e-4, atol: float = 1e-5, keys=None) -> None:
-    for key in keys or sorted(a):
-        torch.testing.assert_close(a[key], b[key], rtol=rtol, atol=atol, msg=lambda m, k=key: f"output {k!r}: {m}")
-
-
-def random_rotation(seed: int, dtype=torch.float32) -> torch.Tensor:
-    """A proper rotation ``[3, 3]`` (det +1) from a seeded QR."""
-    g = torch.Generator().manual_seed(seed)
-    q, r = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
-    q = q * torch.sign(torch.diagonal(r))
-    if torch.det(q) < 0:
-        q[:, 0] = -q[:, 0]
-    return q.to(dtype)
-
-
-def voigt_to_matrix(v: torch.Tensor) -> torch.Tensor:
-    """``[B, 6]`` Voigt (xx, yy, zz, yz, xz, xy) -> ``[B, 3, 3]``."""
-    xx, yy, zz, yz, xz, xy = v.unbind(-1)
-    return torch.stack(
-        [torch.stack([xx, xy, xz], -1), torch.stack([xy, yy, yz], -1), torch.stack([xz, yz, zz], -1)], -2
-    )
-
-
-class HostSyncDetector(TorchDispatchMode):
-    """Records ops that synchronise with the host or have data-dependent output shapes."""
-
-    FORBIDDEN = frozenset(
-        {
-            "aten::_local_scalar_dense",
-            "aten::item",
-            "aten::is_nonzero",
-            "aten::equal",
-            "aten::nonzero",
-            "aten::masked_select",
-            "aten::_unique",
-            "aten::_unique2",
-            "aten::unique_dim",
-            "aten::unique_consecutive",
-        }
-    )
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.violations: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = func._schema.name
-        if name in self.FORBIDDEN:
-            self.violations.append(name)
-        elif name in ("aten::index", "aten::index_put", "aten::index_put_") and any(
-            isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in (args[1] if len(args) > 1 else ())
-        ):
-            self.violations.append(f"{name} with a boolean mask")
-        elif name == "aten::repeat_interleave" and kwargs.get("output_size") is None and len(args) < 3:
-            self.violations.append("aten::repeat_interleave without output_size")
-        return func(*args, **kwargs)
 
 
 # ----------------------------------------------------------------------------------- checks
@@ -262,6 +194,39 @@ def check_finite_differences(name: str, h: float = 1e-4) -> None:
                     values.append(_energy_fd(model, data, pos @ strain, cell @ strain))
                 stress[i, j] = stress[j, i] = (values[0] - values[1]) / ((2 if i == j else 4) * h * volume)
         torch.testing.assert_close(voigt_to_matrix(out["stress"])[0], stress, rtol=1e-5, atol=1e-8)
+
+
+def check_cutoff_continuity(name: str) -> None:
+    """The energy is continuous when an atom crosses the cutoff radius of another (fp64 model).
+
+    Atom 4 of a 5-atom cluster is put on a line through atom 0 at ``CUTOFF -+ delta`` (no other
+    pair near the cutoff). A continuous energy changes by O(delta): the jump at ``delta = 1e-6``
+    must be under 1% of the jump at ``delta = 1e-3`` (plus 1e-6 for float32 internals); a hard
+    neighbour count, mean or mask jumps by the same amount at both.
+    """
+    with default_dtype(torch.float64):
+        model = build(name, precision="fp64", schema=CLUSTER_SCHEMA)
+        data = to_dtype(cluster_samples(CUTOFF)[0], torch.float64)
+        anchor, others = data.pos[0], data.pos[1:4]
+        axes = torch.cat([torch.eye(3), -torch.eye(3)]).to(torch.float64)
+        direction = next(u for u in axes if ((others - (anchor + CUTOFF * u)).norm(dim=-1) - CUTOFF).abs().min() > 0.3)
+
+        def jump(delta: float) -> float:
+            energies = []
+            for sign in (-1.0, 1.0):
+                moved = data.clone()
+                moved.pos = data.pos.clone()
+                moved.pos[4] = anchor + (CUTOFF + sign * delta) * direction
+                moved.edge_index, moved.edge_shift = brute_force_edges(moved.pos, CUTOFF, None, None)
+                with torch.no_grad():
+                    out = model(collate([moved]), compute_forces=False, compute_stress=False)
+                energies.append(float(out["energy"].sum()))
+            return abs(energies[1] - energies[0])
+
+        large, small = jump(1e-3), jump(1e-6)
+        assert small <= 1e-2 * large + 1e-6, (
+            f"{name}: the energy jumps by {small:.3g} when an atom crosses the cutoff (by {large:.3g} over 2e-3 Å)"
+        )
 
 
 def check_batch_equals_single(name: str) -> None:
@@ -396,6 +361,9 @@ class ConformanceTests:
     def test_forces_stress_finite_differences(self, encoder_name):
         skip_by_design(encoder_name, "finite_differences")
         check_finite_differences(encoder_name)
+
+    def test_cutoff_continuity(self, encoder_name):
+        check_cutoff_continuity(encoder_name)
 
     def test_batch_equals_single(self, encoder_name):
         check_batch_equals_single(encoder_name)

@@ -7,6 +7,7 @@ Everything is deterministic and cached per process. Edges come from :func:`brute
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -141,3 +142,37 @@ def to_dtype(batch: Data, dtype: torch.dtype) -> Data:
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             out[key] = value.to(dtype)
     return out
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype):
+    """Temporarily change torch's default dtype (restored even on failure)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def assert_outputs_close(a: dict, b: dict, rtol: float = 1e-4, atol: float = 1e-5, keys=None) -> None:
+    for key in keys or sorted(a):
+        torch.testing.assert_close(a[key], b[key], rtol=rtol, atol=atol, msg=lambda m, k=key: f"output {k!r}: {m}")
+
+
+def random_rotation(seed: int, dtype=torch.float32) -> torch.Tensor:
+    """A proper rotation ``[3, 3]`` (det +1) from a seeded QR."""
+    g = torch.Generator().manual_seed(seed)
+    q, r = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
+    q = q * torch.sign(torch.diagonal(r))
+    if torch.det(q) < 0:
+        q[:, 0] = -q[:, 0]
+    return q.to(dtype)
+
+
+def voigt_to_matrix(v: torch.Tensor) -> torch.Tensor:
+    """``[B, 6]`` Voigt (xx, yy, zz, yz, xz, xy) -> ``[B, 3, 3]``."""
+    xx, yy, zz, yz, xz, xy = v.unbind(-1)
+    return torch.stack(
+        [torch.stack([xx, xy, xz], -1), torch.stack([xy, yy, yz], -1), torch.stack([xz, yz, zz], -1)], -2
+    )

@@ -14,8 +14,15 @@ encoder   energy MAE eV/atom  force MAE eV/Å    time   learning_config / recipe
 ========  ==================  ================  =====  ===========================================
 baseline  0.0210 (mean)       0.417 (zero)             energy < 0.0105, forces < 0.104
 UMA       0.0089              0.0407            62 s   lmax 1, hidden_dim 32, lr 5e-3
-AllScAIP  0.0180              0.0955            69 s   defaults; energy criterion xfail (strict)
+AllScAIP  0.0163              0.0869            69 s   defaults; energy criterion xfail (strict)
 ========  ==================  ================  =====  ===========================================
+
+AllScAIP before its bond-orientational order was made continuous at the cutoff: 0.0180 / 0.0955.
+Other AllScAIP settings (energy MAE, seed 0): lr 5e-3 0.0223, lr 3e-3 0.0195, 40 epochs 0.0233,
+hidden 32 / 2 heads 0.049 (diverges), use_node_path false 0.0222, normalization skip 0.0244,
+use_freq_mask false 0.0164, edge_direction_expansion_size 1 (rotation-invariant) 0.0182,
+node_direction_expansion_size 1 (no bond order) 0.0361, squared bond order 0.0254. Its predicted
+energies spread 1.3-1.5x wider than the EMT ones (regression slope of predicted on true).
 
 Other measured UMA settings (energy / forces): hidden 16 lr 1e-2 0.0152 / 0.0715, hidden 16
 lr 5e-3 0.0150 / 0.0374, lmax 2 0.0142 / 0.132, hidden 32 lr 1e-2 0.0130 / 0.0562.
@@ -41,6 +48,7 @@ from conformance import (
     check_finite_differences,
     check_padding,
     check_permutation,
+    check_rotation_translation,
     register_variant,
     small_arch,
     voigt_to_matrix,
@@ -104,6 +112,16 @@ def test_allscaip_is_not_rotation_invariant():
     moved.pos = clusters.pos @ q.T
     ref, out = model(clusters)["energy"], model(moved)["energy"]
     assert not torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+ALLSCAIP_INVARIANT = register_variant("AllScAIP-invariant", mpnn_type="AllScAIP", edge_direction_expansion_size=1)
+
+
+@needs_fairchem
+def test_allscaip_with_scalar_edge_harmonics_is_rotation_invariant():
+    """``edge_direction_expansion_size: 1`` leaves only l = 0 raw harmonics: direction then enters
+    through the frequency-masked attention (q.k sums over m: invariant) and the bond order."""
+    check_rotation_translation(ALLSCAIP_INVARIANT)
 
 
 @needs_fairchem
@@ -201,12 +219,12 @@ def test_missing_extra_names_the_install_command(name, module, monkeypatch):
 
 # ------------------------------------------------------------------ learning (EMT Cu-Au)
 # encoder -> (energy MAE eV/atom, force MAE eV/Å) thresholds, ~1.5x the measurements in the docstring.
-THRESHOLDS: dict[str, tuple[float, float]] = {"UMA": (0.0135, 0.061), "AllScAIP": (0.027, 0.143)}
+THRESHOLDS: dict[str, tuple[float, float]] = {"UMA": (0.0135, 0.061), "AllScAIP": (0.0245, 0.13)}
 # encoder -> recipe overrides of tests/test_learning.py (its RECIPES, set while training).
 LEARNING_RECIPES: dict[str, dict[str, float]] = {"UMA": {"lr": 5e-3}}
 ENERGY_XFAIL = (
-    "AllScAIP: energy 0.0180 eV/atom, above half the predict-the-mean error (0.0105); hidden 32 / 4 heads "
-    "diverges (0.034-0.039) and lr 3e-3 gives 0.0195"
+    "AllScAIP: energy 0.0163 eV/atom, above half the predict-the-mean error (0.0105); see the module docstring "
+    "for the settings tried (0.016-0.049)"
 )
 _TRAINED: dict[str, dict] = {}
 

@@ -4,7 +4,9 @@ all-to-all node attention within each graph). fairchem's preprocessing (its own 
 graph from ``pos`` and ``cell``) is replaced by a capture-safe conversion of HydraGNN's edges to
 its dense neighbour layout ``[N, max_neighbor_slots]``: a self-loop first (slot 0 is the node),
 then the neighbours nearest first; the envelope is ``envelope(d / radius)`` (no soft-kNN rank
-term) and the sinc distance kernel of node attention is off (it needs every pairwise
+term), the bond-orientational order weights neighbours by that envelope (fairchem counts every
+neighbour inside the radius, so its energy jumps when an atom crosses the cutoff: 6e-5 on the
+continuity check of the conformance suite, now continuous) and the sinc distance kernel of node attention is off (it needs every pairwise
 minimum-image distance, which a radius graph does not carry). It is invariant to translations
 and permutations but NOT to rotations (by design: its direction features are raw spherical
 harmonics). It computes in float32 whatever the model precision (fairchem's frequency features
@@ -25,6 +27,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..errors import ModelConfigError, ModelError
 from ._fairchem import ROOT, _call_in, _check_common, _import, _system_ints
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+
+BOND_ORDER_EPS = 1e-3
+"""``q_l = sqrt(s_l + eps^2) - eps``: smooth where fairchem's ``sqrt(max(s_l, eps^2))`` has a kink."""
 
 
 @dataclass(frozen=True)
@@ -177,16 +182,22 @@ class AllScAIPEncoder(Encoder):
         degree = [ell for ell in range(lmax + 1) for _ in range(2 * ell + 1)]
         self.register_buffer("sh_degree", torch.tensor(degree, dtype=torch.long), persistent=False)
 
-    def _bond_order(self, direction: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Bond-orientational order ``[N, lmax + 1]`` of each atom's neighbour directions ``[N, K, 3]``
-        (fairchem's ``get_node_direction_expansion_neighbor`` without its host synchronisation)."""
+    def _bond_order(self, direction: torch.Tensor, log_envelope: torch.Tensor) -> torch.Tensor:
+        """Bond-orientational order ``[N, lmax + 1]`` of each atom's neighbour directions ``[N, K, 3]``.
+
+        fairchem's ``get_node_direction_expansion_neighbor`` (Steinhardt ``q_l``) made smooth:
+        neighbours are weighted by their envelope ``exp(log_envelope)`` (1 for the self-loop, 0
+        at the cutoff) instead of counted, so ``q_l`` does not jump when an atom crosses the
+        radius, and ``q_l = sqrt(s_l + 1e-6) - 1e-3`` instead of ``sqrt(max(s_l, 1e-6))``, which
+        has a kink. No host synchronisation.
+        """
         lmax = self.config.node_direction_expansion_size - 1
         sh = self._prep._spherical_harmonics(lmax, direction[..., 0], direction[..., 1], direction[..., 2])
         sh = sh / torch.sqrt(2.0 * self.sh_degree + 1.0).to(sh.dtype)
-        weight = mask.to(sh.dtype).unsqueeze(-1)
-        mean = (sh * weight).sum(1) / weight.sum(1).clamp(min=1)
-        boo = mean.new_zeros(mean.shape[0], lmax + 1).index_add(1, self.sh_degree, mean.square())
-        return boo.clamp(min=1e-6).sqrt()
+        weight = torch.exp(log_envelope).to(sh.dtype).unsqueeze(-1)  # [N, K, 1], exp(-inf) = 0
+        mean = (sh * weight).sum(1) / weight.sum(1)  # the self-loop has weight 1
+        squared = mean.new_zeros(mean.shape[0], lmax + 1).index_add(1, self.sh_degree, mean.square())
+        return torch.sqrt(squared + BOND_ORDER_EPS**2) - BOND_ORDER_EPS
 
     def _neighbor_layout(self, inputs: GraphInputs) -> Any:
         """HydraGNN edges -> fairchem's ``GraphAttentionData`` (dense ``[N, K]`` neighbour slots).
@@ -242,7 +253,7 @@ class AllScAIPEncoder(Encoder):
             atomic_numbers=inputs.x[:, 0].long(),
             charge=_system_ints(inputs, self.config.charge_index),
             spin=_system_ints(inputs, self.config.spin_index),
-            node_direction_expansion=self._bond_order(direction, src_mask != -torch.inf),
+            node_direction_expansion=self._bond_order(direction, src_mask),
             edge_distance_expansion=_call_in(torch.float32, self.distance_expansion, "forward", distance).view(
                 n, k, gnn.edge_distance_expansion_size
             ),

@@ -1,0 +1,42 @@
+"""Host-synchronisation detector of the capture-safety checks (see ``encoders/base.py``)."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class HostSyncDetector(TorchDispatchMode):
+    """Records ops that synchronise with the host or have data-dependent output shapes."""
+
+    FORBIDDEN = frozenset(
+        {
+            "aten::_local_scalar_dense",
+            "aten::item",
+            "aten::is_nonzero",
+            "aten::equal",
+            "aten::nonzero",
+            "aten::masked_select",
+            "aten::_unique",
+            "aten::_unique2",
+            "aten::unique_dim",
+            "aten::unique_consecutive",
+        }
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.violations: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func._schema.name
+        if name in self.FORBIDDEN:
+            self.violations.append(name)
+        elif name in ("aten::index", "aten::index_put", "aten::index_put_") and any(
+            isinstance(t, torch.Tensor) and t.dtype == torch.bool for t in (args[1] if len(args) > 1 else ())
+        ):
+            self.violations.append(f"{name} with a boolean mask")
+        elif name == "aten::repeat_interleave" and kwargs.get("output_size") is None and len(args) < 3:
+            self.violations.append("aten::repeat_interleave without output_size")
+        return func(*args, **kwargs)
