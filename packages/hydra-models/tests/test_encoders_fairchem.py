@@ -60,7 +60,7 @@ from conformance import (
     small_arch,
     voigt_to_matrix,
 )
-from graphs import SCHEMA, VARIABLES, cluster_samples, collate, periodic_samples
+from graphs import SCHEMA, VARIABLES, brute_force_edges, cluster_samples, collate, periodic_samples
 from test_learning import BASELINE_FACTORS, RECIPES, emt_split, train_and_measure
 
 from hydragnn.models import ENCODERS, ModelConfigError, build_model
@@ -71,6 +71,7 @@ needs_fairchem = pytest.mark.skipif(
 )
 
 UMA_MOE = register_variant("UMA-MoE", mpnn_type="UMA", num_experts=2, use_composition_embedding=True)
+ALLSCAIP_SINC = register_variant("AllScAIP-sinc", mpnn_type="AllScAIP", use_sincx_mask=True)
 
 
 def _small(name: str) -> dict:
@@ -84,7 +85,7 @@ def _skip_by_design(name: str, check: str) -> None:
 
 
 @needs_fairchem
-@pytest.mark.parametrize("encoder_name", ["UMA", "AllScAIP"])
+@pytest.mark.parametrize("encoder_name", ["UMA", "AllScAIP", ALLSCAIP_SINC])
 class TestFairchemConformance(ConformanceTests):
     """The shared suite; checks an encoder cannot pass by design (``conformance_skips``) are
     skipped with the reason."""
@@ -208,6 +209,32 @@ def test_system_charge_reaches_the_encoder(name):
 def test_charge_index_out_of_range(name):
     with pytest.raises(ModelConfigError, match=r"NeuralNetwork\.Architecture\.charge_index"):
         build_model({**_small(name), "charge_index": 0}, SCHEMA)
+
+
+@needs_fairchem
+def test_allscaip_sinc_kernel_needs_the_node_path():
+    with pytest.raises(ModelConfigError, match=r"NeuralNetwork\.Architecture\.use_sincx_mask"):
+        build_model({**_small("AllScAIP"), "use_sincx_mask": True, "use_node_path": False}, SCHEMA)
+
+
+@needs_fairchem
+def test_allscaip_sinc_kernel_reads_pairwise_distances():
+    """With the kernel on, moving one atom far from the others (beyond the radius: no edge changes)
+    still changes the energy through node attention; without it the node path ignores geometry."""
+    clusters = collate(cluster_samples(CUTOFF)[:1])
+    moved = clusters.clone()
+    moved.pos = clusters.pos.clone()
+    far = moved.pos[:-1].mean(0) + torch.tensor([20.0, 0.0, 0.0])
+    moved.pos[-1] = far
+    moved.edge_index, moved.edge_shift = brute_force_edges(moved.pos, CUTOFF, None, None)
+    shifted = moved.clone()
+    shifted.pos = moved.pos.clone()
+    shifted.pos[-1] = far + torch.tensor([0.0, 3.0, 0.0])
+    assert torch.equal(brute_force_edges(shifted.pos, CUTOFF, None, None)[0], moved.edge_index)
+    for name, changes in (("AllScAIP-sinc", True), ("AllScAIP", False)):
+        model = build(name, schema=CLUSTER_SCHEMA)
+        a, b = model(moved)["energy"], model(shifted)["energy"]
+        assert (not torch.allclose(a, b, rtol=1e-6, atol=1e-7)) is changes, name
 
 
 # ------------------------------------------------------------------ without the extra

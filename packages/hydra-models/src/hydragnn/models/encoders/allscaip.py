@@ -6,10 +6,12 @@ its dense neighbour layout ``[N, max_neighbor_slots]``: a self-loop first (slot 
 then the neighbours nearest first; the envelope is ``envelope(d / radius)`` (no soft-kNN rank
 term), the bond-orientational order weights neighbours by that envelope (fairchem counts every
 neighbour inside the radius, so its energy jumps when an atom crosses the cutoff: 6e-5 on the
-continuity check of the conformance suite, now continuous) and the sinc distance kernel of node attention is off (it needs every pairwise
-minimum-image distance, which a radius graph does not carry). It is invariant to translations
-and permutations but NOT to rotations (by design: its direction features are raw spherical
-harmonics). It computes in float32 whatever the model precision (fairchem's frequency features
+continuity check of the conformance suite, now continuous). The sinc distance kernel of node
+attention (``use_sincx_mask``) reads every pairwise distance within a graph, at the minimum image
+in periodic cells, computed here from ``pos`` / ``cell`` (a radius graph does not carry them). It
+is invariant to translations and permutations but NOT to rotations (by design: its direction
+features are raw spherical harmonics; ``edge_direction_expansion_size: 1`` keeps only l = 0 and
+makes it rotation-invariant). It computes in float32 whatever the model precision (fairchem's frequency features
 are float32).
 
 Capture safety: its layers and this module's neighbour layout have no host synchronisation
@@ -18,6 +20,7 @@ Capture safety: its layers and this module's neighbour layout have no host synch
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -50,6 +53,10 @@ class AllScAIPConfig(EncoderConfig):
             bond-orientational and edge spherical-harmonic features.
         use_node_path: all-to-all node attention within each graph after every block.
         use_freq_mask: frequency features in neighbourhood attention.
+        use_sincx_mask: fairchem's sinc distance kernel in node attention (needs ``use_node_path``):
+            a learned bias from ``sin(w r_ij) / (w r_ij)`` of every pairwise distance in the graph
+            (minimum image in periodic cells), 32 frequencies ``w`` log-spaced over
+            ``[pi / 120, pi / 0.25]`` 1/Å. Costs ``[N, N, 32]`` per batch.
         activation: fairchem's activation name (``gelu``, ``squared_relu``, ...).
         normalization: ``rmsnorm``, ``layernorm`` or ``skip``.
         ffn_hidden_layer_multiplier: width multiplier of the feed-forward blocks.
@@ -64,6 +71,7 @@ class AllScAIPConfig(EncoderConfig):
     edge_direction_expansion_size: int = 3
     use_node_path: bool = True
     use_freq_mask: bool = True
+    use_sincx_mask: bool = False
     activation: str = "gelu"
     normalization: str = "rmsnorm"
     ffn_hidden_layer_multiplier: int = 2
@@ -78,6 +86,10 @@ class AllScAIPConfig(EncoderConfig):
         if self.edge_direction_expansion_size < 1:
             raise ModelConfigError(
                 f"{ROOT}.edge_direction_expansion_size: expected an int >= 1, found {self.edge_direction_expansion_size}"
+            )
+        if self.use_sincx_mask and not self.use_node_path:
+            raise ModelConfigError(
+                f"{ROOT}.use_sincx_mask: the sinc kernel biases node attention; it needs use_node_path true"
             )
         if self.normalization not in ("rmsnorm", "layernorm", "skip"):
             raise ModelConfigError(
@@ -165,7 +177,7 @@ class AllScAIPEncoder(Encoder):
                 edge_distance_expansion_size=dims.num_radial,
                 freequency_list=frequencies,
                 use_freq_mask=config.use_freq_mask,
-                use_sincx_mask=False,
+                use_sincx_mask=config.use_sincx_mask,
                 normalization=config.normalization,
                 ffn_hidden_layer_multiplier=config.ffn_hidden_layer_multiplier,
             )
@@ -181,6 +193,9 @@ class AllScAIPEncoder(Encoder):
         lmax = config.node_direction_expansion_size - 1
         degree = [ell for ell in range(lmax + 1) for _ in range(2 * ell + 1)]
         self.register_buffer("sh_degree", torch.tensor(degree, dtype=torch.long), persistent=False)
+        # fairchem's get_node_attention_mask frequencies (n_freq 32, r_min 0.25 Å, r_max 30 Å)
+        omega = torch.logspace(math.log10(math.pi / 120.0), math.log10(math.pi / 0.25), 32, dtype=torch.float32)
+        self.register_buffer("sinc_omega", omega, persistent=False)
 
     def _bond_order(self, direction: torch.Tensor, log_envelope: torch.Tensor) -> torch.Tensor:
         """Bond-orientational order ``[N, lmax + 1]`` of each atom's neighbour directions ``[N, K, 3]``.
@@ -198,6 +213,22 @@ class AllScAIPEncoder(Encoder):
         mean = (sh * weight).sum(1) / weight.sum(1)  # the self-loop has weight 1
         squared = mean.new_zeros(mean.shape[0], lmax + 1).index_add(1, self.sh_degree, mean.square())
         return torch.sqrt(squared + BOND_ORDER_EPS**2) - BOND_ORDER_EPS
+
+    def _sinc_kernel(self, inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """fairchem's node-attention sinc kernel ``[N, N, 32]`` and the same-graph mask ``[N, N]``.
+
+        Pairwise distances are taken at the minimum image of periodic cells (as fairchem's
+        ``min`` over images); ``sin(x) / x`` uses its Taylor series below ``x = 1e-4`` through
+        ``torch.where`` (fairchem indexes with a boolean mask, a host synchronisation).
+        """
+        from ..attention.equivariant_transformer import pair_geometry  # the attention package imports encoders
+
+        dist, _, same = pair_geometry(inputs.pos, inputs.batch, torch.float32, inputs.cell, inputs.pbc)
+        x = dist.unsqueeze(-1) * self.sinc_omega.to(dist.dtype)  # [N, N, K] (the buffer follows the model dtype)
+        small = x.abs() < 1e-4
+        safe = torch.where(small, torch.ones_like(x), x)
+        x2 = x * x
+        return torch.where(small, 1.0 - x2 / 6.0 + x2 * x2 / 120.0, torch.sin(safe) / safe), same
 
     def _neighbor_layout(self, inputs: GraphInputs) -> Any:
         """HydraGNN edges -> fairchem's ``GraphAttentionData`` (dense ``[N, K]`` neighbour slots).
@@ -249,6 +280,7 @@ class AllScAIPEncoder(Encoder):
             gnn.edge_direction_expansion_size - 1, direction[..., 0], direction[..., 1], direction[..., 2]
         )
         _, base_mask, _ = prep.get_node_attention_mask(inputs.batch, None, use_sincx_mask=False)
+        sincx, valid = self._sinc_kernel(inputs) if self.backbone.gnn_cfg.use_sincx_mask else (None, None)
         return self._types.GraphAttentionData(
             atomic_numbers=inputs.x[:, 0].long(),
             charge=_system_ints(inputs, self.config.charge_index),
@@ -265,8 +297,8 @@ class AllScAIPEncoder(Encoder):
             dst_index=dst_index,
             frequency_vectors=prep.get_frequency_vectors(glob, gnn, direction) if gnn.use_freq_mask else None,
             node_base_attn_mask=base_mask if glob.use_node_path else None,
-            node_sincx_matrix=None,
-            node_valid_mask=None,
+            node_sincx_matrix=sincx,
+            node_valid_mask=valid,
             neighbor_index=neighbor_index,
             node_batch=inputs.batch,
             node_padding_mask=torch.ones(n, device=device),
