@@ -25,7 +25,9 @@ edge_direction_expansion_size 1 (rotation-invariant) 0.0182; no bond order
 (node_direction_expansion_size 1) 0.0361; bond order sqrt(s + eps^2) - eps with eps 0.1 0.0116 /
 0.167 (seeds 1 / 2: 0.024 / 0.26, 0.021 / 0.27); squared bond order 0.0254 / 0.082; num_radial 64
 0.0162; with the EMT stress in the loss (weight 30) 0.0192, and 0.0119 with num_radial 64 (SchNet:
-0.0026). Diagnosis: along a path from the EMT-relaxed cell to a rattled one AllScAIP's energy
+0.0026); use_sincx_mask (fairchem's node-attention distance kernel) seeds 0-3: 0.0096 / 0.102,
+0.0265 / 0.166, 0.0207 / 0.125, 0.0095 / 0.086 (two of four initialisations pass: not robust,
+so it stays off by default here), with lr 5e-3 0.0237, 0.0122, 0.0204, 0.0160. Diagnosis: along a path from the EMT-relaxed cell to a rattled one AllScAIP's energy
 rises almost linearly (a cusp from the square-root bond order q_l, which is |.|-like where
 symmetry makes it vanish; squared q_l makes the path quadratic and matches EMT within 10%), and
 under uniform strain of a relaxed cell (+-3%) its energy is monotonic where EMT's has a minimum
