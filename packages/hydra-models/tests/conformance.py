@@ -166,33 +166,43 @@ def _energy_fd(model, data, pos, cell) -> float:
         return float(model(collate([moved]), compute_forces=False, compute_stress=False)["energy"].sum())
 
 
+def finite_difference_forces_stress(model, data, h: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Central differences of ``model``'s energy on periodic ``data`` (step ``h``, in ``data``'s dtype).
+
+    Returns ``forces [N, 3]`` (``-dE/dpos``) and ``stress [3, 3]`` (``dE/dstrain / volume`` under a
+    symmetric strain of positions and cell).
+    """
+    pos, cell = data.pos.clone(), data.cell.reshape(3, 3).clone()
+    forces = torch.zeros_like(pos)
+    for i in range(pos.shape[0]):
+        for k in range(3):
+            plus, minus = pos.clone(), pos.clone()
+            plus[i, k] += h
+            minus[i, k] -= h
+            forces[i, k] = -(_energy_fd(model, data, plus, cell) - _energy_fd(model, data, minus, cell)) / (2 * h)
+    volume = abs(float(torch.det(cell)))
+    stress = torch.zeros(3, 3, dtype=pos.dtype)
+    for i in range(3):
+        for j in range(i, 3):
+            values = []
+            for sign in (1.0, -1.0):
+                strain = torch.eye(3, dtype=pos.dtype)
+                strain[i, j] += sign * h
+                if i != j:
+                    strain[j, i] += sign * h
+                values.append(_energy_fd(model, data, pos @ strain, cell @ strain))
+            stress[i, j] = stress[j, i] = (values[0] - values[1]) / ((2 if i == j else 4) * h * volume)
+    return forces, stress
+
+
 def check_finite_differences(name: str, h: float = 1e-4) -> None:
     """Forces and stress against central differences of the energy, in float64."""
     with default_dtype(torch.float64):
         model = build(name, precision="fp64")
         data = to_dtype(periodic_samples(CUTOFF)[1], torch.float64)
         out = model(collate([data]))
-        pos, cell = data.pos.clone(), data.cell.reshape(3, 3).clone()
-        fd = torch.zeros_like(pos)
-        for i in range(pos.shape[0]):
-            for k in range(3):
-                plus, minus = pos.clone(), pos.clone()
-                plus[i, k] += h
-                minus[i, k] -= h
-                fd[i, k] = -(_energy_fd(model, data, plus, cell) - _energy_fd(model, data, minus, cell)) / (2 * h)
-        torch.testing.assert_close(out["forces"], fd, rtol=1e-5, atol=1e-7)
-        volume = abs(float(torch.det(cell)))
-        stress = torch.zeros(3, 3, dtype=torch.float64)
-        for i in range(3):
-            for j in range(i, 3):
-                values = []
-                for sign in (1.0, -1.0):
-                    strain = torch.eye(3, dtype=torch.float64)
-                    strain[i, j] += sign * h
-                    if i != j:
-                        strain[j, i] += sign * h
-                    values.append(_energy_fd(model, data, pos @ strain, cell @ strain))
-                stress[i, j] = stress[j, i] = (values[0] - values[1]) / ((2 if i == j else 4) * h * volume)
+        forces, stress = finite_difference_forces_stress(model, data, h)
+        torch.testing.assert_close(out["forces"], forces, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(voigt_to_matrix(out["stress"])[0], stress, rtol=1e-5, atol=1e-8)
 
 
