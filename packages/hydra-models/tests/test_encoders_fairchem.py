@@ -9,29 +9,42 @@ Learning (EMT Cu-Au, the recipe of tests/test_learning.py: 48 / 16 structures of
 epochs; torch 2.13 CPU, 1 thread, seed 0; times from one pytest run on a shared 2-core
 machine, up to 2.5x that under load):
 
-========  ==================  ================  =====  ===========================================
-encoder   energy MAE eV/atom  force MAE eV/Å    time   learning_config / recipe / status
-========  ==================  ================  =====  ===========================================
-baseline  0.0210 (mean)       0.417 (zero)             energy < 0.0105, forces < 0.104
-UMA       0.0089              0.0407            62 s   lmax 1, hidden_dim 32, lr 5e-3
-AllScAIP  0.0163              0.0869            69 s   defaults; energy criterion xfail (strict)
-========  ==================  ================  =====  ===========================================
+========  ==================  ================  ======  ============================================
+encoder   energy MAE eV/atom  force MAE eV/Å    time    learning_config / recipe
+========  ==================  ================  ======  ============================================
+baseline  0.0210 (mean)       0.417 (zero)              energy < 0.0105, forces < 0.104
+UMA       0.0089              0.0407            62 s    lmax 1, hidden_dim 32, lr 5e-3
+AllScAIP  0.0044              0.0509            ~3 min  24 slots; stress weight 300, 80 epochs, lr 3e-3
+========  ==================  ================  ======  ============================================
 
-AllScAIP before its bond-orientational order was made continuous at the cutoff: 0.0180 / 0.0955.
-Other AllScAIP settings (energy / force MAE, seed 0 unless noted): seeds 1 / 2 0.0139 / 0.101,
-0.0223 / 0.146; lr 5e-3 0.0223, lr 3e-3 0.0195, 40 epochs 0.0233; hidden 32 / 2 heads 0.049
-(diverges); use_node_path false 0.0222; normalization skip 0.0244; use_freq_mask false 0.0164;
-edge_direction_expansion_size 1 (rotation-invariant) 0.0182; no bond order
-(node_direction_expansion_size 1) 0.0361; bond order sqrt(s + eps^2) - eps with eps 0.1 0.0116 /
-0.167 (seeds 1 / 2: 0.024 / 0.26, 0.021 / 0.27); squared bond order 0.0254 / 0.082; num_radial 64
-0.0162; with the EMT stress in the loss (weight 30) 0.0192, and 0.0119 with num_radial 64 (SchNet:
-0.0026); use_sincx_mask (fairchem's node-attention distance kernel) seeds 0-3: 0.0096 / 0.102,
-0.0265 / 0.166, 0.0207 / 0.125, 0.0095 / 0.086 (two of four initialisations pass: not robust,
-so it stays off by default here), with lr 5e-3 0.0237, 0.0122, 0.0204, 0.0160. Diagnosis: along a path from the EMT-relaxed cell to a rattled one AllScAIP's energy
-rises almost linearly (a cusp from the square-root bond order q_l, which is |.|-like where
-symmetry makes it vanish; squared q_l makes the path quadratic and matches EMT within 10%), and
-under uniform strain of a relaxed cell (+-3%) its energy is monotonic where EMT's has a minimum
-(SchNet reproduces the minimum): it does not learn the energy-volume curve from 48 structures.
+AllScAIP also fits the stress: 0.0031 eV/Å³ on the test structures, against 0.0243 for predicting
+zero. Over initialisation seeds 0-3 it gives energy 0.0044 / 0.0026 / 0.0086 / 0.0034 eV/atom, forces 0.051 / 0.056 / 0.058 / 0.061 eV/Å and
+stress 0.0031 / 0.0033 / 0.0040 / 0.0041 eV/Å³. 24 neighbour slots (the data has at most 18 neighbours within 4 Å) give
+the same numbers as the default 48, at half the cost.
+
+Why AllScAIP trains on the stress. With the plain recipe (20 epochs, lr 1e-2, no stress) it
+reached 0.0163 eV/atom (seeds 1 / 2: 0.0139, 0.0223), train 0.0138: it under-fits. Its energy
+residuals are 93% explained by a fit in composition and volumetric strain (train and test): it
+learns the rattle and ordering energy and misses the energy-volume curve. Along a uniform +-3%
+strain of a relaxed cell its energy is monotonic where EMT's (and SchNet's) has a minimum. The
+forces of rattled cells do not pin that curve for attention that averages over neighbours, as a
+sum of pair terms does for SchNet; the stress, dE/dstrain of every structure, does. Control:
+100 epochs at lr 3e-3 without the stress fit the forces to 0.036 eV/Å but leave the energy at
+0.0203 eV/atom and the stress at 0.0263 eV/Å³, worse than predicting zero. With the stress
+(weight 300, seed 0): 50 epochs 0.0129 (lr 5e-3), 60 epochs 0.0101, 80 epochs 0.0044, 100
+epochs 0.0022 (seeds 1 / 2: 0.0026, 0.0041). Weight 30 at 20 epochs: 0.0192.
+
+Settings tried without the stress (energy / force MAE, seed 0, 20 epochs unless noted): lr 5e-3
+0.0223, lr 3e-3 0.0195, 40 epochs 0.0233, 60 epochs at lr 3e-3 0.0236 / 0.039, a linear warm-up
+of 3 epochs 0.0311; energy weight x10 0.0212 / 0.413 (collapses to the mean), x10 with 60 epochs
+at lr 3e-3 0.0082 / 0.094; hidden 32 / 2 heads 0.049 (diverges), hidden 32 at lr 3e-3 0.0200;
+a final RMSNorm on the output (as fairchem's heads) 0.0228 / 0.269; use_node_path false 0.0222;
+normalization skip 0.0244; use_freq_mask false 0.0164; edge_direction_expansion_size 1
+(rotation-invariant) 0.0182; no bond order (node_direction_expansion_size 1) 0.0361; bond order
+sqrt(s + eps^2) - eps with eps 0.1 0.0116 / 0.167 (seeds 1 / 2: 0.024, 0.021); squared bond order
+0.0254 (it removes a cusp along the rattle path, but not the volume error); num_radial 64 0.0162;
+use_sincx_mask seeds 0-3 0.0096 / 0.0265 / 0.0207 / 0.0095 (bimodal). Before the bond order was
+made continuous at the cutoff: 0.0180 / 0.0955.
 
 Other measured UMA settings (energy / forces): hidden 16 lr 1e-2 0.0152 / 0.0715, hidden 16
 lr 5e-3 0.0150 / 0.0374, lmax 2 0.0142 / 0.132, hidden 32 lr 1e-2 0.0130 / 0.0562.
@@ -239,13 +252,15 @@ def test_missing_extra_names_the_install_command(name, module, monkeypatch):
 
 # ------------------------------------------------------------------ learning (EMT Cu-Au)
 # encoder -> (energy MAE eV/atom, force MAE eV/Å) thresholds, ~1.5x the measurements in the docstring.
-THRESHOLDS: dict[str, tuple[float, float]] = {"UMA": (0.0135, 0.061), "AllScAIP": (0.0245, 0.13)}
-# encoder -> recipe overrides of tests/test_learning.py (its RECIPES, set while training).
-LEARNING_RECIPES: dict[str, dict[str, float]] = {"UMA": {"lr": 5e-3}}
-ENERGY_XFAIL = (
-    "AllScAIP: energy 0.0163 eV/atom, above half the predict-the-mean error (0.0105); see the module docstring "
-    "for the settings tried (0.016-0.049)"
-)
+THRESHOLDS: dict[str, tuple[float, float]] = {"UMA": (0.0135, 0.061), "AllScAIP": (0.0066, 0.077)}
+STRESS_THRESHOLD = 0.0047  # AllScAIP, eV/Å³
+# encoder -> recipe overrides of tests/test_learning.py (its RECIPES, set while training). AllScAIP
+# trains on the EMT stress too (weight 300 on its MSE in eV/Å³), for 80 epochs at lr 3e-3: its
+# forces do not pin the energy-volume curve (see the module docstring).
+LEARNING_RECIPES: dict[str, dict[str, float]] = {
+    "UMA": {"lr": 5e-3},
+    "AllScAIP": {"lr": 3e-3, "epochs": 80, "stress": 300.0},
+}
 _TRAINED: dict[str, dict] = {}
 
 
@@ -281,13 +296,20 @@ def test_learns_emt_energy_and_forces(encoder_name, cuau):
 
 
 @needs_fairchem
-@pytest.mark.parametrize(
-    "encoder_name", ["UMA", pytest.param("AllScAIP", marks=pytest.mark.xfail(strict=True, reason=ENERGY_XFAIL))]
-)
+@pytest.mark.parametrize("encoder_name", ["UMA", "AllScAIP"])
 def test_energy_beats_half_the_mean_baseline(encoder_name, cuau):
     """tests/test_learning.py's energy criterion: half the predict-the-mean error."""
     r = _trained(encoder_name, cuau)
     assert r["energy_mae"] < BASELINE_FACTORS[0] * r["base_energy"]
+
+
+@needs_fairchem
+def test_allscaip_learns_the_stress(cuau):
+    """AllScAIP's recipe trains on the stress: the test stress beats a quarter of predicting zero."""
+    r = _trained("AllScAIP", cuau)
+    print(f"AllScAIP: stress MAE {r['stress_mae']:.4f} eV/Å³ (zero baseline {r['base_stress']:.4f})")
+    assert r["stress_mae"] < BASELINE_FACTORS[1] * r["base_stress"]
+    assert r["stress_mae"] < STRESS_THRESHOLD, f"AllScAIP: stress MAE {r['stress_mae']:.4f} eV/Å³ >= {STRESS_THRESHOLD}"
 
 
 @needs_fairchem

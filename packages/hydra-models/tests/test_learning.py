@@ -37,8 +37,10 @@ setting (60 epochs) gives 0.0090 / 0.0104 / 0.0104 / 0.0086 for initialisation s
 Thresholds below sit about 1.5x above the measurement; every encoder must also beat half the
 predict-the-mean energy error and a quarter of the predict-zero force error. An encoder class may
 set ``learning_config = {...}`` (``Architecture`` keys overriding this recipe, after its
-``conformance_config``) and :data:`RECIPES` may override ``epochs`` / ``lr``; record its
-measurement and thresholds here. Encoders in :data:`XFAIL` do not reach the baseline criteria
+``conformance_config``) and :data:`RECIPES` may override ``epochs`` / ``lr`` and add ``stress``
+(the weight of the EMT stress MSE, eV/Å³, in the loss: the structures carry it, and it is what
+pins the energy-volume curve for an encoder whose forces do not); record its measurement and
+thresholds here. Encoders in :data:`XFAIL` do not reach the baseline criteria
 with this recipe: they are strict xfails (an unexpected pass fails, so the entry gets removed).
 """
 
@@ -81,10 +83,22 @@ RECIPES: dict[str, dict[str, float]] = {"PNAPlus": {"lr": 5e-3}, "PNA": {"epochs
 XFAIL: dict[str, str] = {}
 
 
+STRESS_VARIABLES = {
+    **CUAU_VARIABLES,
+    "outputs": [*CUAU_VARIABLES["outputs"], {"name": "stress", "level": "graph", "dim": 6}],
+}
+"""The recipe's variables with the EMT stress (Voigt, eV/Å³) as a fourth output."""
+
+
 def emt_split() -> tuple:
-    """The recipe's data: (schema, 48 training, 16 test) EMT Cu-Au structures with edges."""
+    """The recipe's data: (schema, 48 training, 16 test) EMT Cu-Au structures with edges.
+
+    The samples carry the EMT stress too (a recipe with ``stress`` trains on it; the others'
+    models do not declare it and ignore it).
+    """
     schema = Schema.from_dict(CUAU_VARIABLES)
-    data = [with_edges(prepare(s, schema, index=i), RADIUS) for i, s in enumerate(generate_cuau(64, seed=0))]
+    stress_schema = Schema.from_dict(STRESS_VARIABLES)
+    data = [with_edges(prepare(s, stress_schema, index=i), RADIUS) for i, s in enumerate(generate_cuau(64, seed=0))]
     return schema, data[:48], data[48:]
 
 
@@ -114,9 +128,14 @@ def train_and_measure(encoder_name: str, train, test, arch_overrides: dict | Non
     """Train ``encoder_name`` with the recipe (+ its ``learning_config`` and :data:`RECIPES` entry).
 
     Returns the trained model, first/last training loss, test energy MAE (eV/atom), force MAE (eV/Å) and the
-    predict-the-mean / predict-zero baselines.
+    predict-the-mean / predict-zero baselines; with a ``stress`` recipe also the test stress MAE
+    and the predict-zero stress error (eV/Å³).
     """
     recipe = {"epochs": EPOCHS, "lr": LR, **RECIPES.get(encoder_name, {})}
+    unknown = set(recipe) - {"epochs", "lr", "stress"}
+    if unknown:
+        raise ValueError(f"RECIPES[{encoder_name!r}]: unknown keys {sorted(unknown)} (epochs, lr, stress)")
+    stress_weight = recipe.get("stress")
     # per-species reference energies from a least-squares fit on the training set
     energies = torch.tensor([float(d.energy) for d in train], dtype=torch.float64)
     ref = torch.linalg.lstsq(_composition(train), energies.unsqueeze(-1)).solution.squeeze(-1)
@@ -129,14 +148,14 @@ def train_and_measure(encoder_name: str, train, test, arch_overrides: dict | Non
         "enable_interatomic_potential": True,
         "reference_energies": {"29": float(ref[0]), "79": float(ref[1])},
         "output_heads": {"node": {"num_headlayers": 1}},
-        "task_weights": [3.0 / N_ATOMS**2, 0.0, 1.0],
+        "task_weights": [3.0 / N_ATOMS**2, 0.0, 1.0] + ([float(stress_weight)] if stress_weight else []),
         "loss_function_type": "mse",
     }
     arch.update(getattr(ENCODERS[encoder_name], "conformance_config", {}))
     arch.update(getattr(ENCODERS[encoder_name], "learning_config", {}))
     arch.update(arch_overrides or {})
     torch.manual_seed(0)
-    model = build_model(arch, Schema.from_dict(CUAU_VARIABLES))
+    model = build_model(arch, Schema.from_dict(STRESS_VARIABLES if stress_weight else CUAU_VARIABLES))
     optimizer = torch.optim.Adam(model.parameters(), lr=recipe["lr"])
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, recipe["epochs"])
     generator = torch.Generator().manual_seed(0)
@@ -157,7 +176,14 @@ def train_and_measure(encoder_name: str, train, test, arch_overrides: dict | Non
     test_batch = collate(test)
     mean_energy = float(torch.tensor([float(d.energy) for d in train]).mean()) / N_ATOMS
     energy_mae, force_mae = _errors(model, test)
+    stress = {}
+    if stress_weight:
+        model.eval()
+        predicted = model(test_batch)["stress"].detach()
+        target = test_batch.stress.view(-1, 6)
+        stress = {"stress_mae": float((predicted - target).abs().mean()), "base_stress": float(target.abs().mean())}
     return {
+        **stress,
         "model": model,
         "first_loss": first,
         "last_loss": last,
