@@ -1,9 +1,10 @@
 """UMA and AllScAIP: fairchem-core's backbones behind the ``hydra-models[fairchem]`` extra.
 
 Everything but the missing-extra test needs fairchem-core (skipped without it). Conformance: the
-shared suite, with two honest exceptions for AllScAIP (``conformance_skips`` on its class): it is
-not rotation-invariant by design (translation is checked instead) and it computes in float32,
-so forces / stress are checked against finite differences in float32 with matching tolerances.
+shared suite, rotation invariance included (AllScAIP's default ``edge_direction_expansion_size: 1``;
+fairchem's raw l >= 1 edge harmonics are tested to break it), with one honest exception for
+AllScAIP (``conformance_skips`` on its class): it computes in float32, so forces / stress are
+checked against finite differences in float32 with matching tolerances.
 
 Learning (EMT Cu-Au, the recipe of tests/test_learning.py: 48 / 16 structures of 32 atoms, 20
 epochs; torch 2.13 CPU, 1 thread, seed 0; times from one pytest run on a shared 2-core
@@ -14,13 +15,17 @@ encoder   energy MAE eV/atom  force MAE eV/Å    time    learning_config / recip
 ========  ==================  ================  ======  ============================================
 baseline  0.0210 (mean)       0.417 (zero)              energy < 0.0105, forces < 0.104
 UMA       0.0089              0.0407            62 s    lmax 1, hidden_dim 32, lr 5e-3
-AllScAIP  0.0044              0.0509            ~3 min  24 slots; stress weight 300, 80 epochs, lr 3e-3
+AllScAIP  0.0045              0.0456            ~3 min  24 slots; stress weight 300, 80 epochs, lr 3e-3
 ========  ==================  ================  ======  ============================================
 
-AllScAIP also fits the stress: 0.0031 eV/Å³ on the test structures, against 0.0243 for predicting
-zero. Over initialisation seeds 0-3 it gives energy 0.0044 / 0.0026 / 0.0086 / 0.0034 eV/atom, forces 0.051 / 0.056 / 0.058 / 0.061 eV/Å and
-stress 0.0031 / 0.0033 / 0.0040 / 0.0041 eV/Å³. 24 neighbour slots (the data has at most 18 neighbours within 4 Å) give
-the same numbers as the default 48, at half the cost.
+AllScAIP also fits the stress: 0.0024 eV/Å³ on the test structures, against 0.0243 for predicting
+zero. Over initialisation seeds 0-3 it gives energy 0.0045 / 0.0084 / 0.0024 / 0.0038 eV/atom,
+forces 0.046 / 0.057 / 0.045 / 0.049 eV/Å and stress 0.0024 / 0.0041 / 0.0027 / 0.0026 eV/Å³.
+With fairchem's raw edge harmonics (edge_direction_expansion_size 3, not rotation-invariant; the
+default until the invariant 1 replaced it) the same recipe gives 0.0044 / 0.0026 / 0.0086 /
+0.0034 eV/atom, forces 0.051-0.061 eV/Å, stress 0.0031-0.0041 eV/Å³. 24 neighbour slots (the
+data has at most 18 neighbours within 4 Å) give the same numbers as the default 48, at half the
+cost. The measurements below were made with edge_direction_expansion_size 3.
 
 Why AllScAIP trains on the stress. With the plain recipe (20 epochs, lr 1e-2, no stress) it
 reached 0.0163 eV/atom (seeds 1 / 2: 0.0139, 0.0223), train 0.0138: it under-fits. Its energy
@@ -69,7 +74,6 @@ from conformance import (
     check_finite_differences,
     check_padding,
     check_permutation,
-    check_rotation_translation,
     finite_difference_forces_stress,
     register_variant,
     small_arch,
@@ -106,11 +110,14 @@ class TestFairchemConformance(ConformanceTests):
     skipped with the reason."""
 
 
+ALLSCAIP_RAW = register_variant("AllScAIP-raw-harmonics", mpnn_type="AllScAIP", edge_direction_expansion_size=3)
+
+
 @needs_fairchem
-def test_allscaip_translation_invariance():
-    """What AllScAIP does guarantee: translation invariance (periodic and clusters)."""
+def test_allscaip_with_raw_edge_harmonics_is_translation_invariant():
+    """fairchem's raw l >= 1 edge harmonics keep translation invariance (periodic and clusters)."""
     shift = torch.tensor([0.3, -1.7, 2.2])
-    model = build("AllScAIP")
+    model = build(ALLSCAIP_RAW)
     batch = collate(periodic_samples(CUTOFF)[:3])
     moved = batch.clone()
     moved.pos = batch.pos + shift
@@ -118,7 +125,7 @@ def test_allscaip_translation_invariance():
     assert_outputs_close(out, ref, keys=SCALAR_OUTPUTS)
     torch.testing.assert_close(out["forces"], ref["forces"], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out["stress"], ref["stress"], rtol=1e-4, atol=1e-6)
-    cmodel = build("AllScAIP", schema=CLUSTER_SCHEMA)
+    cmodel = build(ALLSCAIP_RAW, schema=CLUSTER_SCHEMA)
     clusters = collate(cluster_samples(CUTOFF))
     moved = clusters.clone()
     moved.pos = clusters.pos - shift
@@ -126,25 +133,17 @@ def test_allscaip_translation_invariance():
 
 
 @needs_fairchem
-def test_allscaip_is_not_rotation_invariant():
-    """The documented limitation is real (if fairchem changes it, the skip above must go)."""
-    model = build("AllScAIP", schema=CLUSTER_SCHEMA)
+def test_allscaip_with_raw_edge_harmonics_is_not_rotation_invariant():
+    """``edge_direction_expansion_size > 1`` (fairchem's choice) feeds raw l >= 1 harmonics to the
+    edge features: the energy depends on the orientation, as documented. (The default, 1, passes
+    the shared rotation check in :class:`TestFairchemConformance`.)"""
+    model = build(ALLSCAIP_RAW, schema=CLUSTER_SCHEMA)
     clusters = collate(cluster_samples(CUTOFF))
     q = torch.linalg.qr(torch.randn(3, 3, generator=torch.Generator().manual_seed(0)))[0]
     moved = clusters.clone()
     moved.pos = clusters.pos @ q.T
     ref, out = model(clusters)["energy"], model(moved)["energy"]
     assert not torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
-
-
-ALLSCAIP_INVARIANT = register_variant("AllScAIP-invariant", mpnn_type="AllScAIP", edge_direction_expansion_size=1)
-
-
-@needs_fairchem
-def test_allscaip_with_scalar_edge_harmonics_is_rotation_invariant():
-    """``edge_direction_expansion_size: 1`` leaves only l = 0 raw harmonics: direction then enters
-    through the frequency-masked attention (q.k sums over m: invariant) and the bond order."""
-    check_rotation_translation(ALLSCAIP_INVARIANT)
 
 
 @needs_fairchem
@@ -252,8 +251,8 @@ def test_missing_extra_names_the_install_command(name, module, monkeypatch):
 
 # ------------------------------------------------------------------ learning (EMT Cu-Au)
 # encoder -> (energy MAE eV/atom, force MAE eV/Å) thresholds, ~1.5x the measurements in the docstring.
-THRESHOLDS: dict[str, tuple[float, float]] = {"UMA": (0.0135, 0.061), "AllScAIP": (0.0066, 0.077)}
-STRESS_THRESHOLD = 0.0047  # AllScAIP, eV/Å³
+THRESHOLDS: dict[str, tuple[float, float]] = {"UMA": (0.0135, 0.061), "AllScAIP": (0.0068, 0.069)}
+STRESS_THRESHOLD = 0.0036  # AllScAIP, eV/Å³
 # encoder -> recipe overrides of tests/test_learning.py (its RECIPES, set while training). AllScAIP
 # trains on the EMT stress too (weight 300 on its MSE in eV/Å³), for 80 epochs at lr 3e-3: its
 # forces do not pin the energy-volume curve (see the module docstring).

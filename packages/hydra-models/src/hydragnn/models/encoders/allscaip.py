@@ -9,10 +9,12 @@ neighbour inside the radius, so its energy jumps when an atom crosses the cutoff
 continuity check of the conformance suite, now continuous). The sinc distance kernel of node
 attention (``use_sincx_mask``) reads every pairwise distance within a graph, at the minimum image
 in periodic cells, computed here from ``pos`` / ``cell`` (a radius graph does not carry them). It
-is invariant to translations and permutations but NOT to rotations (by design: its direction
-features are raw spherical harmonics; ``edge_direction_expansion_size: 1`` keeps only l = 0 and
-makes it rotation-invariant). It computes in float32 whatever the model precision (fairchem's frequency features
-are float32).
+is rotation-, translation- and permutation-invariant with the default
+``edge_direction_expansion_size: 1``: the raw edge harmonics then carry only l = 0, and direction
+enters through the frequency-masked attention (``q . k`` sums over m) and the bond-orientational
+order. Larger values (fairchem's choice: 6, with rotation augmentation in training) add raw
+l >= 1 harmonics to the edge features and break rotation invariance. It computes in float32
+whatever the model precision (fairchem's frequency features are float32).
 
 Capture safety: its layers and this module's neighbour layout have no host synchronisation
 (the conformance check passes).
@@ -50,7 +52,9 @@ class AllScAIPConfig(EncoderConfig):
         max_neighbor_slots: neighbour slots per atom, its self-loop included (nearest kept; the
             rest are dropped). ``max_neighbours`` + 1 when that common key is set.
         node_direction_expansion_size / edge_direction_expansion_size: ``lmax + 1`` of the
-            bond-orientational and edge spherical-harmonic features.
+            bond-orientational and edge spherical-harmonic features. Edge harmonics beyond l = 0
+            (``edge_direction_expansion_size > 1``, fairchem's default 6) make the energy depend
+            on the orientation; 1 (the default here) keeps it rotation-invariant.
         use_node_path: all-to-all node attention within each graph after every block.
         use_freq_mask: frequency features in neighbourhood attention.
         use_sincx_mask: fairchem's sinc distance kernel in node attention (needs ``use_node_path``):
@@ -68,7 +72,7 @@ class AllScAIPConfig(EncoderConfig):
     frequency_list: tuple[int, ...] | None = None
     max_neighbor_slots: int = 48
     node_direction_expansion_size: int = 4
-    edge_direction_expansion_size: int = 3
+    edge_direction_expansion_size: int = 1
     use_node_path: bool = True
     use_freq_mask: bool = True
     use_sincx_mask: bool = False
@@ -136,8 +140,6 @@ class AllScAIPEncoder(Encoder):
     learning_config: ClassVar[dict] = {"max_neighbor_slots": 24}
     #: Shared conformance checks this encoder cannot pass by design (check -> reason).
     conformance_skips: ClassVar[dict[str, str]] = {
-        "rotation_translation": "not rotation-invariant by design (raw spherical-harmonic direction features); "
-        "translation invariance is tested instead",
         "finite_differences": "computes in float32 (fairchem's frequency features are float32): the float64 check "
         "cannot hold; a float32 finite-difference check replaces it",
     }
