@@ -14,13 +14,23 @@ from conformance import (
     register_variant,
     small_arch,
 )
-from graphs import CLUSTER_SCHEMA, SCHEMA, cluster_samples, collate, periodic_samples, with_edges
+from graphs import (
+    CLUSTER_SCHEMA,
+    SCHEMA,
+    cluster_samples,
+    collate,
+    default_dtype,
+    periodic_samples,
+    to_dtype,
+    with_edges,
+)
 
 from hydragnn.data import Schema
 from hydragnn.models import ModelConfig, ModelConfigError, build_model
 from hydragnn.models.attention.equivariant_transformer import (
     EquivariantAttentionLayer,
     EquivariantTransformer,
+    graph_layout,
     minimum_image,
     pair_geometry,
 )
@@ -152,6 +162,28 @@ def test_graphs_do_not_attend_to_each_other():
     torch.testing.assert_close(out["forces"][~first], ref["forces"][~first], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", VARIANTS)
+def test_training_layout_equals_the_capture_layout(name):
+    """Training lays the batch out per graph ([B, n_max] blocks), eval as one masked [N, N] block
+    (capture-safe): the same function, in float64 to 1e-10, on periodic cells and on clusters of
+    different sizes."""
+    with default_dtype(torch.float64):
+        for schema, samples in ((SCHEMA, periodic_samples(CUTOFF)), (CLUSTER_SCHEMA, cluster_samples(CUTOFF))):
+            model = build(name, schema=schema, precision="fp64")
+            batch = collate([to_dtype(d, torch.float64) for d in samples])
+            assert len(set(torch.bincount(batch.batch).tolist())) > 1 or schema is SCHEMA
+            captured = model.eval()(batch)
+            trained = model.train()(batch)
+            for key in ("energy", "forces") + (("stress",) if schema is SCHEMA else ()):
+                torch.testing.assert_close(trained[key], captured[key], rtol=1e-10, atol=1e-10)
+
+
+def test_graph_layout_keeps_node_order_within_each_graph():
+    """Slots of an unsorted batch: each node's rank within its graph, and the largest graph."""
+    slot, width = graph_layout(torch.tensor([1, 0, 1, 2, 0, 1]), 4)
+    assert slot.tolist() == [0, 0, 1, 0, 1, 2] and width == 3
+
+
 # ----------------------------------------------------------------------------- geometry
 def test_pair_geometry_is_safe_for_coincident_atoms():
     """Coincident atoms (the padding sink) give zero direction, finite first and second derivatives."""
@@ -183,9 +215,16 @@ def test_layer_is_exactly_equivariant_in_float64():
     rbf, local_rbf, env = GaussianRBF(8.0, 6).double(), GaussianRBF(4.0, 6).double(), CosineCutoff(4.0)
     dist, unit, same = pair_geometry(pos, batch, torch.float64)
     assert 0 < float(env(dist).mean()) < 1  # some pairs inside the filter range, some beyond
-    s1, v1 = layer(s, v, rbf(dist), local_rbf(dist), env(dist), unit, same)
+
+    def run(vectors, dist, unit, same):  # the layer takes [B, n, ...] blocks: one block of n here
+        out = layer(
+            s[None], vectors[None], rbf(dist)[None], local_rbf(dist)[None], env(dist)[None], unit[None], same[None]
+        )
+        return out[0][0], out[1][0]
+
+    s1, v1 = run(v, dist, unit, same)
     dist, unit, same = pair_geometry(pos @ rot.T + 1.5, batch, torch.float64)
-    s2, v2 = layer(s, torch.einsum("ij,njc->nic", rot, v), rbf(dist), local_rbf(dist), env(dist), unit, same)
+    s2, v2 = run(torch.einsum("ij,njc->nic", rot, v), dist, unit, same)
     torch.testing.assert_close(s2, s1, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(v2, torch.einsum("ij,njc->nic", rot, v1), rtol=1e-12, atol=1e-12)
     assert v1.abs().max() > 1e-3  # the vectors are not trivially zero
@@ -264,7 +303,8 @@ def test_value_filters_are_local():
     def run(x_far: float, x_near: float):
         pos = torch.tensor([[0.0, 0.0, 0.0], [x_near, 0.5, 0.0], [x_far, 0.0, 1.0]], dtype=torch.float64)
         dist, unit, same = pair_geometry(pos, batch, torch.float64)
-        return layer(s, v, rbf(dist), local_rbf(dist), env(dist), unit, same)
+        out = layer(s[None], v[None], rbf(dist)[None], local_rbf(dist)[None], env(dist)[None], unit[None], same[None])
+        return out[0][0], out[1][0]
 
     ref = run(6.0, 1.5)  # atom 2 is > 4 Å from atoms 0 and 1
     far = run(8.0, 1.5)

@@ -42,10 +42,12 @@ the half-cell boundary (round(frac) changes); the value filters vanish beyond ``
 only the attention bias carries such a jump when the cell is wider than ``2 * radius``.
 Without a cell (molecules, or ``cell`` None) the raw ``pos_j - pos_i`` is used.
 
-Cost: the batch is attended as one ``[heads, N, N]`` matrix masked per graph (no data-dependent
-shapes, so it is capture-safe), i.e. quadratic in the atoms of the whole batch (the bases are
-``[N, N, R]``, the filters ``[N, N, 3H]``). Keep batches of many small graphs modest, or use GPS with the performer for
-large systems.
+Layout and cost. In training mode the batch is laid out per graph, ``[B, n_max]`` blocks with
+``n_max`` the largest graph (read on the host: a synchronisation, harmless in eager training),
+so the pair work is ``B * n_max^2``. In eval mode (inference, CUDA-graph capture) the batch is
+one ``[N, N]`` block masked per graph: no data-dependent shape, capture-safe, but quadratic in
+the atoms of the whole batch, which suits the one-structure batches of MD. Both layouts compute
+the same function (tested). Use GPS with the performer for large systems.
 """
 
 from __future__ import annotations
@@ -105,6 +107,17 @@ def minimum_image(rel: torch.Tensor, batch: torch.Tensor, cell: torch.Tensor, pb
     return rel - torch.einsum("ijk,ikc->ijc", shift, cell[batch])
 
 
+def _geometry(
+    rel: torch.Tensor, rows: torch.Tensor, dtype: torch.dtype, cell: torch.Tensor | None, pbc: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``dist`` and smooth ``unit`` of raw pair vectors ``rel [M, n, 3]`` whose row i belongs to graph ``rows[i]``."""
+    if cell is not None:
+        rel = minimum_image(rel, rows, cell.to(rel.dtype), pbc)
+    dist = safe_norm(rel)
+    unit = rel / torch.sqrt((rel * rel).sum(dim=-1, keepdim=True) + DIRECTION_SMOOTHING**2)
+    return dist.to(dtype), unit.to(dtype)
+
+
 def pair_geometry(
     pos: torch.Tensor,
     batch: torch.Tensor,
@@ -127,15 +140,41 @@ def pair_geometry(
         ``same [N, N]`` bool (i and j in the same graph), with ``r_ij = pos_j - pos_i`` taken at
         the minimum image when ``cell`` is given (see :func:`minimum_image`).
     """
-    acc = accumulate_dtype(pos.dtype)
-    pos = pos.to(acc)
+    pos = pos.to(accumulate_dtype(pos.dtype))
     rel = pos.unsqueeze(0) - pos.unsqueeze(1)  # [i, j, 3] = pos_j - pos_i
-    if cell is not None:
-        rel = minimum_image(rel, batch, cell.to(acc), pbc)
-    dist = safe_norm(rel)
-    unit = rel / torch.sqrt((rel * rel).sum(dim=-1, keepdim=True) + DIRECTION_SMOOTHING**2)
-    same = batch.unsqueeze(0) == batch.unsqueeze(1)
-    return dist.to(dtype), unit.to(dtype), same
+    dist, unit = _geometry(rel, batch, dtype, cell, pbc)
+    return dist, unit, batch.unsqueeze(0) == batch.unsqueeze(1)
+
+
+def graph_layout(batch: torch.Tensor, num_graphs: int) -> tuple[torch.Tensor, int]:
+    """Slot of every node in a per-graph ``[B, n_max]`` layout, and ``n_max``.
+
+    Nodes keep their order within their graph (``batch`` need not be sorted). Reads ``n_max`` on
+    the host: a synchronisation, so only for eager training, never for capture.
+    """
+    counts = torch.bincount(batch, minlength=num_graphs)
+    order = torch.sort(batch, stable=True).indices
+    first = torch.cumsum(counts, 0) - counts
+    slot = torch.empty_like(batch)
+    slot[order] = torch.arange(batch.shape[0], device=batch.device) - first[batch[order]]
+    return slot, int(counts.max()) if batch.numel() else 0
+
+
+def dense_pair_geometry(
+    pos: torch.Tensor,
+    valid: torch.Tensor,
+    dtype: torch.dtype,
+    cell: torch.Tensor | None = None,
+    pbc: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`pair_geometry` on a per-graph layout: ``pos [B, n, 3]``, ``valid [B, n]`` ->
+    ``dist [B, n, n]``, ``unit [B, n, n, 3]`` and ``same [B, n, n]`` (both slots real)."""
+    b, n, _ = pos.shape
+    pos = pos.to(accumulate_dtype(pos.dtype))
+    rel = (pos.unsqueeze(1) - pos.unsqueeze(2)).reshape(b * n, n, 3)  # [b, i, j] = pos_j - pos_i
+    rows = torch.arange(b, device=pos.device).repeat_interleave(n)
+    dist, unit = _geometry(rel, rows, dtype, cell, pbc)
+    return dist.view(b, n, n), unit.view(b, n, n, 3), valid.unsqueeze(2) & valid.unsqueeze(1)
 
 
 class EquivariantAttentionLayer(nn.Module):
@@ -171,40 +210,42 @@ class EquivariantAttentionLayer(nn.Module):
         unit: torch.Tensor,
         same: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Update the node features.
+        """Update the node features of ``B`` blocks of ``n`` nodes (attention within a block only
+        where ``same`` holds).
 
         Args:
-            s: ``[N, H]`` scalars.
-            v: ``[N, 3, H]`` vectors.
-            rbf: ``[N, N, R]`` distance basis of the attention bias (over ``[0, RANGE_FACTOR * radius]``).
-            filter_rbf: ``[N, N, R]`` distance basis of the value filters (over ``[0, radius]``).
-            envelope: ``[N, N]`` smooth cutoff of the value filters (1 at 0, 0 beyond ``radius``).
-            unit: ``[N, N, 3]`` smooth directions ``u_ij``.
-            same: ``[N, N]`` bool same-graph mask.
+            s: ``[B, n, H]`` scalars.
+            v: ``[B, n, 3, H]`` vectors.
+            rbf: ``[B, n, n, R]`` distance basis of the attention bias (over ``[0, RANGE_FACTOR * radius]``).
+            filter_rbf: ``[B, n, n, R]`` distance basis of the value filters (over ``[0, radius]``).
+            envelope: ``[B, n, n]`` smooth cutoff of the value filters (1 at 0, 0 beyond ``radius``).
+            unit: ``[B, n, n, 3]`` smooth directions ``u_ij``.
+            same: ``[B, n, n]`` bool same-graph mask.
 
         Returns:
-            ``(s [N, H], v [N, 3, H])``.
+            ``(s [B, n, H], v [B, n, 3, H])``.
         """
-        n, heads, d = s.shape[0], self.heads, self.head_dim
+        b, n, heads, d = s.shape[0], s.shape[1], self.heads, self.head_dim
         x = self.norm(s)
-        q, k, val = self.qkv(x).view(n, 3, heads, d).unbind(dim=1)  # [N, heads, d] each
-        bias = self.bias(rbf).permute(2, 0, 1)  # [heads, N, N]
-        scores = torch.einsum("ihd,jhd->hij", q, k) * (1.0 / math.sqrt(d)) + bias
+        q, k, val = self.qkv(x).view(b, n, 3, heads, d).unbind(dim=2)  # [B, n, heads, d] each
+        bias = self.bias(rbf).permute(0, 3, 1, 2)  # [B, heads, n, n]
+        scores = torch.einsum("bihd,bjhd->bhij", q, k) * (1.0 / math.sqrt(d)) + bias
         scores = scores.to(accumulate_dtype(scores.dtype))  # softmax in float32 for 16-bit models
-        scores = torch.where(same, scores, torch.full_like(scores, torch.finfo(scores.dtype).min))
-        attn = torch.softmax(scores, dim=-1).to(s.dtype)  # [heads, N, N], rows sum to 1 within a graph
-        size = same.sum(dim=-1, keepdim=True).to(s.dtype)  # [N, 1] atoms in i's graph
-        filters = self.filters(filter_rbf) * (envelope * size).unsqueeze(-1)  # [N, N, 3H], local part
+        scores = torch.where(same.unsqueeze(1), scores, torch.full_like(scores, torch.finfo(scores.dtype).min))
+        attn = torch.softmax(scores, dim=-1).to(s.dtype)  # [B, heads, n, n], rows sum to 1 within a graph
+        size = same.sum(dim=-1, keepdim=True).to(s.dtype)  # [B, n, 1] atoms in i's graph
+        filters = self.filters(filter_rbf) * (envelope * size).unsqueeze(-1)  # [B, n, n, 3H], local part
         const = torch.cat([self.filter_const, self.filter_const.new_zeros(self.hidden)])
-        weights = attn.permute(1, 2, 0)[:, :, None, :, None] * (filters + const).view(n, n, 3, heads, d)
-        w_s, w_v, w_u = weights.unbind(dim=2)  # [i, j, heads, d]: a_ij^h * filter_ij
-        ds = torch.einsum("ijhd,jhd->ihd", w_s, val).reshape(n, self.hidden)
-        vv = self.vec_value(v).view(n, 3, heads, d)
-        src = self.source(x).view(n, heads, d)
-        dv = torch.einsum("ijhd,jchd->ichd", w_v, vv) + torch.einsum("ijhd,ijc,jhd->ichd", w_u, unit, src)
+        weights = attn.permute(0, 2, 3, 1)[..., None, :, None] * (filters + const).view(b, n, n, 3, heads, d)
+        w_s, w_v, w_u = weights.unbind(dim=3)  # [B, i, j, heads, d]: a_ij^h * filter_ij
+        ds = torch.einsum("bijhd,bjhd->bihd", w_s, val).reshape(b, n, self.hidden)
+        vv = self.vec_value(v).view(b, n, 3, heads, d)
+        src = self.source(x).view(b, n, heads, d)
+        dv = torch.einsum("bijhd,bjchd->bichd", w_v, vv) + torch.einsum("bijhd,bijc,bjhd->bichd", w_u, unit, src)
         s = s + self.out_scalar(ds)
-        v = v + self.out_vector(dv.reshape(n, 3, self.hidden))
-        return self.update(s, v)
+        v = v + self.out_vector(dv.reshape(b, n, 3, self.hidden))
+        s, v = self.update(s.reshape(b * n, self.hidden), v.reshape(b * n, 3, self.hidden))
+        return s.view(b, n, self.hidden), v.view(b, n, 3, self.hidden)
 
 
 class EquivariantTransformer(nn.Module):
@@ -282,10 +323,24 @@ class EquivariantTransformer(nn.Module):
                 v = self.vector_in(local.vector.to(s.dtype))
             else:
                 v = s.new_zeros((s.shape[0], 3, s.shape[1]))
-        dist, unit, same = pair_geometry(inputs.pos, inputs.batch, s.dtype, inputs.cell, inputs.pbc)
-        rbf = self.rbf(dist)  # [N, N, R]
-        envelope = self.envelope(dist)  # [N, N]
-        filter_rbf = self.filter_rbf(dist)  # [N, N, R]
+        if self.training:  # per graph: [B, n_max] blocks (a host sync; training is never captured)
+            slot, width = graph_layout(inputs.batch, inputs.num_graphs)
+            where = (inputs.batch, slot)
+            valid = torch.zeros(inputs.num_graphs, width, dtype=torch.bool, device=s.device).index_put(
+                where, torch.ones_like(slot, dtype=torch.bool)
+            )
+            pos = inputs.pos.new_zeros(inputs.num_graphs, width, 3).index_put(where, inputs.pos)
+            dist, unit, same = dense_pair_geometry(pos, valid, s.dtype, inputs.cell, inputs.pbc)
+            s = s.new_zeros(inputs.num_graphs, width, s.shape[-1]).index_put(where, s)
+            v = v.new_zeros(inputs.num_graphs, width, 3, v.shape[-1]).index_put(where, v)
+        else:  # one masked [N, N] block: no data-dependent shape, capture-safe
+            dist, unit, same = pair_geometry(inputs.pos, inputs.batch, s.dtype, inputs.cell, inputs.pbc)
+            dist, unit, same, s, v = dist[None], unit[None], same[None], s[None], v[None]
+        rbf = self.rbf(dist)  # [B, n, n, R]
+        envelope = self.envelope(dist)  # [B, n, n]
+        filter_rbf = self.filter_rbf(dist)  # [B, n, n, R]
         for layer in self.layers:
             s, v = call_layer(layer, self.checkpointing, s, v, rbf, filter_rbf, envelope, unit, same)
-        return NodeEmbedding(scalar=s, vector=v)
+        if self.training:
+            return NodeEmbedding(scalar=s[where], vector=v[where])
+        return NodeEmbedding(scalar=s[0], vector=v[0])
