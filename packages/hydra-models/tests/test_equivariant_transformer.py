@@ -27,9 +27,11 @@ from graphs import (
 
 from hydragnn.data import Schema
 from hydragnn.models import ModelConfig, ModelConfigError, build_model
+from hydragnn.models.attention import equivariant_transformer
 from hydragnn.models.attention.equivariant_transformer import (
     EquivariantAttentionLayer,
     EquivariantTransformer,
+    dense_pair_geometry,
     graph_layout,
     minimum_image,
     pair_geometry,
@@ -163,17 +165,28 @@ def test_graphs_do_not_attend_to_each_other():
 
 
 @pytest.mark.parametrize("name", VARIANTS)
-def test_training_layout_equals_the_capture_layout(name):
+def test_training_layout_equals_the_capture_layout(name, monkeypatch):
     """Training lays the batch out per graph ([B, n_max] blocks), eval as one masked [N, N] block
     (capture-safe): the same function, in float64 to 1e-10, on periodic cells and on clusters of
-    different sizes."""
+    different sizes; the per-graph geometry is built in training only, at [B, n_max, n_max]."""
+    shapes = []
+
+    def spy(pos, *args):
+        shapes.append(tuple(pos.shape))
+        return dense_pair_geometry(pos, *args)
+
+    monkeypatch.setattr(equivariant_transformer, "dense_pair_geometry", spy)
     with default_dtype(torch.float64):
         for schema, samples in ((SCHEMA, periodic_samples(CUTOFF)), (CLUSTER_SCHEMA, cluster_samples(CUTOFF))):
             model = build(name, schema=schema, precision="fp64")
             batch = collate([to_dtype(d, torch.float64) for d in samples])
-            assert len(set(torch.bincount(batch.batch).tolist())) > 1 or schema is SCHEMA
+            counts = torch.bincount(batch.batch)
+            assert len(set(counts.tolist())) > 1 or schema is SCHEMA
             captured = model.eval()(batch)
+            assert not shapes
             trained = model.train()(batch)
+            assert shapes == [(len(samples), int(counts.max()), 3)]
+            shapes.clear()
             for key in ("energy", "forces") + (("stress",) if schema is SCHEMA else ()):
                 torch.testing.assert_close(trained[key], captured[key], rtol=1e-10, atol=1e-10)
 

@@ -80,6 +80,20 @@ def safe_norm(vec: torch.Tensor) -> torch.Tensor:
     return torch.where(nonzero, safe.sqrt(), torch.zeros_like(sq))
 
 
+def rank_in_group(group: torch.Tensor, key: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Rank ``[M]`` of each item within its ``group`` (ascending ``key``, ties in input order).
+
+    No host synchronisation (sorts and scatters only). ``group`` need not be sorted.
+    """
+    order = torch.sort(key, stable=True).indices
+    order = order[torch.sort(group[order], stable=True).indices]
+    ones = torch.ones_like(group)
+    count = torch.zeros(num_groups, dtype=group.dtype, device=group.device).index_add(0, group, ones)
+    first = torch.cumsum(count, 0) - count
+    sorted_rank = torch.arange(group.shape[0], device=group.device) - first[group[order]]
+    return torch.empty_like(group).index_put((order,), sorted_rank)
+
+
 class ShiftedSoftplus(nn.Module):
     """``softplus(x) - log(2)``: smooth, zero at zero (SchNet's activation)."""
 

@@ -62,7 +62,7 @@ from ..encoders import Encoder, EncoderDims, GraphInputs, NodeEmbedding
 from ..encoders.basis import CosineCutoff, GaussianRBF
 from ..encoders.equivariant_utils import AtomEmbedding, PaiNNUpdate, call_layer, check_dims
 from ..errors import ModelConfigError, ModelError
-from ..ops import accumulate_dtype, safe_norm
+from ..ops import accumulate_dtype, rank_in_group, safe_norm
 
 ROOT = "NeuralNetwork.Architecture"
 DIRECTION_SMOOTHING = 1e-2
@@ -152,12 +152,8 @@ def graph_layout(batch: torch.Tensor, num_graphs: int) -> tuple[torch.Tensor, in
     Nodes keep their order within their graph (``batch`` need not be sorted). Reads ``n_max`` on
     the host: a synchronisation, so only for eager training, never for capture.
     """
-    counts = torch.bincount(batch, minlength=num_graphs)
-    order = torch.sort(batch, stable=True).indices
-    first = torch.cumsum(counts, 0) - counts
-    slot = torch.empty_like(batch)
-    slot[order] = torch.arange(batch.shape[0], device=batch.device) - first[batch[order]]
-    return slot, int(counts.max()) if batch.numel() else 0
+    slot = rank_in_group(batch, torch.arange(batch.shape[0], device=batch.device), num_graphs)
+    return slot, int(torch.bincount(batch, minlength=num_graphs).max()) if batch.numel() else 0
 
 
 def dense_pair_geometry(

@@ -30,6 +30,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import ModelConfigError, ModelError
+from ..ops import rank_in_group
 from ._fairchem import ROOT, _call_in, _check_common, _import, _system_ints
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 
@@ -111,17 +112,6 @@ def _frequency_list(config: AllScAIPConfig, head_dim: int) -> list[int]:
         return list(config.frequency_list)
     quarter = head_dim // 4
     return [head_dim - 2 * quarter, quarter, quarter]
-
-
-def _rank_in_group(group: torch.Tensor, key: torch.Tensor, num_groups: int) -> torch.Tensor:
-    """Rank ``[M]`` of each item within its ``group`` (ascending ``key``, ties in input order)."""
-    order = torch.sort(key, stable=True).indices
-    order = order[torch.sort(group[order], stable=True).indices]
-    ones = torch.ones_like(group)
-    count = torch.zeros(num_groups, dtype=group.dtype, device=group.device).index_add(0, group, ones)
-    first = torch.cumsum(count, 0) - count
-    sorted_rank = torch.arange(group.shape[0], device=group.device) - first[group[order]]
-    return torch.empty_like(group).index_put((order,), sorted_rank)
 
 
 @register_encoder("AllScAIP")
@@ -250,8 +240,8 @@ class AllScAIPEncoder(Encoder):
         vec = inputs.edge_vec.float()
         disp = torch.cat([vec.new_zeros(n, 3), vec])
         dist = disp.square().sum(-1).clamp_min(1e-24).sqrt().detach()  # ranking only
-        rank1 = _rank_in_group(centre, dist, n)  # slot in the centre's (source) layout
-        rank2 = _rank_in_group(neigh, dist, n)  # slot in the neighbour's (destination) layout
+        rank1 = rank_in_group(centre, dist, n)  # slot in the centre's (source) layout
+        rank2 = rank_in_group(neigh, dist, n)  # slot in the neighbour's (destination) layout
         keep = (rank1 < k) & (rank2 < k)
         r1, r2 = rank1.clamp(max=k), rank2.clamp(max=k)  # slot k collects the overflow, then is cut
         env = torch.where(keep, graph.safe_norm(disp) / float(self.dims.radius), torch.full_like(dist, torch.inf))
