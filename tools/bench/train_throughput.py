@@ -50,7 +50,7 @@ def architecture(encoder: str, hidden: int) -> dict:
         "num_radial": 8,
         "enable_interatomic_potential": True,
         "output_heads": {"node": {"num_headlayers": 1}},
-        "task_weights": [3.0 / 32**2, 0.0, 1.0],
+        "task_weights": [3.0, 0.0, 1.0],  # per-atom energy MSE x 3, forces x 1
         "loss_function_type": "mse",
         **ENCODERS[encoder],
     }

@@ -63,7 +63,7 @@ def _train_emt_model() -> torch.nn.Module:
         num_radial=16,
         precision="fp32",
         reference_energies={"29": float(ref[0]), "79": float(ref[1])},
-        task_weights=[3.0 / 32**2, 0.0, 1.0],
+        task_weights=[3.0, 0.0, 1.0],  # per-atom energy MSE x 3 (energy_loss "per_atom"), forces x 1
         loss_function_type="mse",
     )
     torch.manual_seed(0)

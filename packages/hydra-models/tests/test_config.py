@@ -37,7 +37,7 @@ def test_defaults_and_common_keys():
                 "node": {"num_headlayers": 1, "dim_headlayers": [5], "type": "conv"},
             },
             task_weights={"energy": 2.0},
-            reference_energies={"29": -3.5, "79": -3.0},
+            reference_energies={"Au": -3.0, "29": -3.5},
             num_filters=16,
             activation_function="tanh",
         )
@@ -83,7 +83,12 @@ def test_defaults_and_common_keys():
         (_arch(output_heads={"edge": {"dim_headlayers": [4, "a"]}}), r"edge\.dim_headlayers\[1\]: expected int"),
         (_arch(task_weights="1"), r"task_weights: expected a list"),
         (_arch(task_weights=[1.0, -1.0]), r"task_weights: weights must be >= 0"),
-        (_arch(reference_energies={"Cu": 1.0}), r"reference_energies: keys must be atomic numbers"),
+        (_arch(reference_energies={"Xy": 1.0}), r"reference_energies: 'Xy' is neither a chemical symbol"),
+        (_arch(reference_energies={"Cu": 1.0, "29": 2.0}), r"reference_energies: Cu \(Z=29\) is given twice"),
+        (_arch(reference_energies={"200": 1.0}), r"reference_energies: '200' is not an atomic number"),
+        (_arch(energy_loss="mean"), r"energy_loss: expected one of \['per_atom', 'total'\]"),
+        (_arch(forces_weight=-1.0), r"forces_weight: expected a value >= 0"),
+        (_arch(forces_weight=10.0), r"forces_weight: only for interatomic potentials"),
         (_arch(reference_energies={"29": "x"}), r"reference_energies\.29: expected float"),
         (_arch(activation="relu", activation_function="relu"), r"either 'activation_function' or 'activation'"),
         ([1, 2], r"NeuralNetwork\.Architecture: expected an object"),
@@ -147,6 +152,16 @@ def _schema(outputs=None, inputs=None):
             _schema(outputs=MLIP_VARS["outputs"] + [{"name": "bond", "level": "edge", "dim": 1}]),
             r"dynamic_graph: edge outputs need the dataset's edges",
         ),
+        (
+            _arch(enable_interatomic_potential=True, forces_weight=10.0, task_weights=[1.0, 2.0]),
+            _schema(),
+            r"forces_weight: output 'forces' is also weighted by .*task_weights; give its weight in one place",
+        ),
+        (
+            _arch(enable_interatomic_potential=True, stress_weight=10.0),
+            _schema(),
+            r"stress_weight: the schema has no stress output to weigh",
+        ),
     ],
 )
 def test_config_against_schema(arch, schema, pattern):
@@ -161,6 +176,15 @@ def test_energy_name_and_task_weights_by_name():
     )
     assert model.special == {"energy": "E", "forces": "F"}
     assert model.task_weights == {"E": 1.0, "F": 5.0}
+    # MACE-style role weights land on the outputs playing those roles, next to task_weights for others
+    model = build_model(
+        _arch(enable_interatomic_potential=True, energy_name="E", forces_name="F", forces_weight=50.0, energy_weight=2.0),
+        schema,
+    )
+    assert model.task_weights == {"E": 2.0, "F": 50.0}
+    three = _schema(outputs=[*MLIP_VARS["outputs"], {"name": "charge", "level": "node", "dim": 1}])
+    model = build_model(_arch(enable_interatomic_potential=True, forces_weight=7.0, task_weights={"charge": 0.5}), three)
+    assert model.task_weights == {"energy": 1.0, "forces": 7.0, "charge": 0.5}
 
 
 def test_num_species_auto():

@@ -219,15 +219,25 @@ def test_compute_loss_types_and_weights(loss_type):
         "smooth_l1": lambda p, t: torch.nn.functional.smooth_l1_loss(p, t, beta=0.5),
     }[loss_type]
     slices = SCHEMA.output_slices()
+    natoms = (batch.ptr[1:] - batch.ptr[:-1]).reshape(-1, 1).float()
+    assert len(set(natoms.flatten().tolist())) > 1  # structures of different sizes
     expected = 0.0
     for var, w in zip(SCHEMA.outputs, [2.0, 0.0, 1.0, 3.0, 1.0, 0.5]):
         target = getattr(batch, f"{var.level}_output")[:, slices[var.name]]
-        value = fn(out[var.name], target)
+        pred = out[var.name]
+        if var.name == "energy":  # energy_loss "per_atom" (the MLIP default): E / N against E_ref / N
+            pred, target = pred / natoms, target / natoms
+        value = fn(pred, target)
         torch.testing.assert_close(parts[var.name], value)
         expected = expected + w * value
     torch.testing.assert_close(total, expected)
-    same, _ = compute_loss(out, batch, SCHEMA, task_weights=model.task_weights, loss_type=loss_type, huber_delta=0.5)
+    same, _ = compute_loss(
+        out, batch, SCHEMA, task_weights=model.task_weights, loss_type=loss_type, huber_delta=0.5, per_atom=("energy",)
+    )
     torch.testing.assert_close(same, total)
+    model_total = build("SchNet", loss_function_type=loss_type, huber_delta=0.5, energy_loss="total")
+    _, parts_total = model_total.loss(out, batch)
+    torch.testing.assert_close(parts_total["energy"], fn(out["energy"], batch.graph_output[:, slices["energy"]]))
 
 
 def test_compute_loss_errors():

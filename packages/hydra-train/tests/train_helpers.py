@@ -40,7 +40,7 @@ MLIP_ARCH = {
     "enable_interatomic_potential": True,
     "reference_energies": {"29": 0.0568, "79": 0.0587},
     "output_heads": {"node": {"num_headlayers": 1}},
-    "task_weights": [0.003, 1.0, 1.0],
+    "task_weights": [3.0, 1.0, 1.0],
 }
 
 

@@ -42,7 +42,8 @@ def arch(precision: str = "fp32", hidden: int = 8, mlip: bool = True, **extra: A
         "num_radial": 8,
         "enable_interatomic_potential": mlip,
         "output_heads": {"node": {"num_headlayers": 1}},
-        "task_weights": [3.0 / N_ATOMS**2, 0.0, 1.0],
+        # per-atom energy MSE x 3 (MLIP energy_loss "per_atom"), the same as total x 3/N² for the plain heads
+        "task_weights": [3.0 if mlip else 3.0 / N_ATOMS**2, 0.0, 1.0],
         "loss_function_type": "mse",
         "precision": precision,
         **extra,

@@ -1,13 +1,15 @@
 """hydra-data: the data layer of HydraGNN.
 
 Schema and sample preparation (Contract 1 of DESIGN.md), dataset containers, neighbor lists,
-loaders with cost-aware batching, normalization, ASE conversion, reference data from EMT, and
-a checksum-verified download cache. Heavy optional parts import lazily: ``adios2`` (the
+loaders with cost-aware batching, normalization, ASE conversion (any file ASE reads, converted
+once into a cached prepared container), per-species reference energies, reference data from
+EMT, and a checksum-verified download cache. Heavy optional parts import lazily: ``adios2`` (the
 ``hydra-data[adios]`` extra) and nvalchemi-toolkit-ops (first neighbor-list call).
 """
 
 from .__about__ import __version__
 from .ase_io import atoms_to_sample, sample_to_atoms
+from .ase_source import AseSource
 from .batching import BatchingConfig, CostAwareBatchSampler, FixedBatchSampler, sample_costs
 from .containers import (
     FORMATS,
@@ -18,6 +20,7 @@ from .containers import (
     open_dataset,
     write_dataset,
 )
+from .conversion import ConvertedSource, convert_source
 from .download import DownloadCache, download
 from .errors import ContainerError, DataError, DownloadError, NeighborListError, SchemaError
 from .loaders import create_dataloaders, set_epoch
@@ -34,9 +37,11 @@ __all__ = [
     "LEVELS",
     "RESERVED_NAMES",
     "AdiosDataset",
+    "AseSource",
     "BatchingConfig",
     "ContainerDataset",
     "ContainerError",
+    "ConvertedSource",
     "CostAwareBatchSampler",
     "DataError",
     "DownloadCache",
@@ -54,6 +59,7 @@ __all__ = [
     "add_positional_encodings",
     "atoms_to_sample",
     "brute_force_radius_graph",
+    "convert_source",
     "create_dataloaders",
     "download",
     "generate_bulk",

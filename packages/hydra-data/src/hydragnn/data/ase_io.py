@@ -41,7 +41,7 @@ from torch_geometric.data import Data
 
 from .errors import SchemaError
 
-__all__ = ["atoms_to_sample", "sample_to_atoms"]
+__all__ = ["STRUCTURE_KEYS", "atoms_to_sample", "sample_to_atoms", "stress_voigt", "structure_sample"]
 
 
 def _labels(atoms: Atoms) -> dict[str, Any]:
@@ -66,13 +66,44 @@ def _labels(atoms: Atoms) -> dict[str, Any]:
     return results
 
 
-def _stress_voigt(stress: Any) -> np.ndarray:
+def stress_voigt(stress: Any) -> np.ndarray:
+    """A stress as Voigt 6 ``(xx, yy, zz, yz, xz, xy)`` from Voigt 6 or a full ``(3, 3)`` (float64)."""
     arr = np.asarray(stress, dtype=np.float64)
     if arr.shape == (3, 3):
         return full_3x3_to_voigt_6_stress(arr)
     if arr.shape == (6,):
         return arr
     raise SchemaError(f"stress: expected shape (6,) Voigt or (3, 3), found {arr.shape}")
+
+
+STRUCTURE_KEYS: tuple[str, ...] = ("atomic_number", "pos", "cell", "pbc", "natoms")
+"""Attributes :func:`structure_sample` sets (never label names)."""
+
+
+def structure_sample(atoms: Atoms, *, dtype: torch.dtype = torch.float64) -> Data:
+    """The geometry of one ASE structure as a sample, without any label.
+
+    Returns:
+        A ``Data`` with ``atomic_number [N, 1]`` int64, ``pos [N, 3]``, ``pbc [1, 3]`` bool,
+        ``natoms [1]`` int64 and ``cell [1, 3, 3]`` when the atoms have a cell (any periodic
+        direction or a nonzero cell); floating tensors in ``dtype``.
+
+    Raises:
+        SchemaError: when ``dtype`` is not floating point.
+    """
+    if not dtype.is_floating_point:
+        raise SchemaError(f"atoms_to_sample: dtype must be floating point, found {dtype}")
+    n = len(atoms)
+    data = Data()
+    data.atomic_number = torch.as_tensor(atoms.numbers.astype(np.int64)).reshape(n, 1)
+    data.pos = torch.as_tensor(np.asarray(atoms.positions, dtype=np.float64)).to(dtype).reshape(n, 3)
+    pbc = np.asarray(atoms.pbc, dtype=bool)
+    cell = np.asarray(atoms.cell.array, dtype=np.float64)
+    if pbc.any() or cell.any():
+        data.cell = torch.as_tensor(cell).to(dtype).reshape(1, 3, 3)
+    data.pbc = torch.as_tensor(pbc).reshape(1, 3)
+    data.natoms = torch.tensor([n], dtype=torch.long)
+    return data
 
 
 def atoms_to_sample(atoms: Atoms, *, dtype: torch.dtype = torch.float64) -> Data:
@@ -91,22 +122,11 @@ def atoms_to_sample(atoms: Atoms, *, dtype: torch.dtype = torch.float64) -> Data
     Raises:
         SchemaError: when ``dtype`` is not floating point or a stored label has a wrong shape.
     """
-    if not dtype.is_floating_point:
-        raise SchemaError(f"atoms_to_sample: dtype must be floating point, found {dtype}")
+    data = structure_sample(atoms, dtype=dtype)
     n = len(atoms)
 
     def f(value: Any) -> torch.Tensor:
         return torch.as_tensor(np.asarray(value, dtype=np.float64)).to(dtype)
-
-    data = Data()
-    data.atomic_number = torch.as_tensor(atoms.numbers.astype(np.int64)).reshape(n, 1)
-    data.pos = f(atoms.positions).reshape(n, 3)
-    pbc = np.asarray(atoms.pbc, dtype=bool)
-    cell = np.asarray(atoms.cell.array, dtype=np.float64)
-    if pbc.any() or cell.any():
-        data.cell = f(cell).reshape(1, 3, 3)
-    data.pbc = torch.as_tensor(pbc).reshape(1, 3)
-    data.natoms = torch.tensor([n], dtype=torch.long)
 
     results = _labels(atoms)
     if results.get("energy") is not None:
@@ -121,7 +141,7 @@ def atoms_to_sample(atoms: Atoms, *, dtype: torch.dtype = torch.float64) -> Data
             raise SchemaError(f"{key}: expected {n * width} values for {n} atoms, found shape {arr.shape}")
         data[name] = f(arr).reshape(n, width)
     if results.get("stress") is not None:
-        data.stress = f(_stress_voigt(results["stress"])).reshape(1, 6)
+        data.stress = f(stress_voigt(results["stress"])).reshape(1, 6)
     return data
 
 

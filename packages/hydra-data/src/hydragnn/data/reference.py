@@ -8,6 +8,9 @@ returns the same numbers bit for bit.
   sites, the Vegard lattice constant between EMT's Cu and Au, a random symmetric strain of a
   few percent and a Gaussian rattle of the positions.
 * :func:`generate_bulk` — the same recipe in cells of about 1,000 atoms, for scale tests.
+* :func:`write_extxyz` — structures written as a user's extxyz file would be (labels under
+  ``REF_energy`` / ``REF_forces`` / ``REF_stress``, a ``config_type``), with EMT's free-atom
+  energies as ``IsolatedAtom`` frames from :func:`isolated_atom_frames`.
 
 Labels come from :class:`ase.calculators.emt.EMT`: total energy, energy per atom, per-atom
 energies (which sum to the total), forces and stress. Samples have the layout of
@@ -18,7 +21,9 @@ energies (which sum to the total), forces and stress. Samples have the layout of
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +47,8 @@ __all__ = [
     "generate_bulk_atoms",
     "generate_cuau",
     "generate_cuau_atoms",
+    "isolated_atom_frames",
+    "write_extxyz",
 ]
 
 A_CU = 3.59
@@ -261,3 +268,59 @@ def generate_bulk(
         n_structures, n_atoms, seed, compositions=compositions, max_strain=max_strain, rattle=rattle
     )
     return [atoms_to_sample(a, dtype=dtype) for a in atoms]
+
+
+def isolated_atom_frames(symbols: Sequence[str], prefix: str = "REF_") -> list[Atoms]:
+    """One EMT free atom per symbol in a 20 Å non-periodic box, labelled ``<prefix>energy`` with
+    ``config_type`` ``IsolatedAtom`` (MACE's convention for reference energies)."""
+    frames = []
+    for symbol in symbols:
+        atoms = Atoms(symbol, positions=[[10.0, 10.0, 10.0]], cell=[20.0, 20.0, 20.0], pbc=False)
+        atoms.calc = EMT()
+        energy = float(atoms.get_potential_energy())
+        atoms.calc = None
+        atoms.info[f"{prefix}energy"] = energy
+        atoms.info["config_type"] = "IsolatedAtom"
+        frames.append(atoms)
+    return frames
+
+
+def write_extxyz(
+    path: str | Path,
+    structures: Sequence[Atoms],
+    *,
+    prefix: str = "REF_",
+    config_type: str | None = None,
+    extra_frames: Sequence[Atoms] = (),
+) -> Path:
+    """Write labelled structures as an extxyz file the way DFT datasets usually are.
+
+    Each structure's calculator results go to ``info[<prefix>energy]``,
+    ``arrays[<prefix>forces]`` and ``info[<prefix>stress]`` (Voigt, eV/Å³, when present); the
+    calculator itself is not written. ``extra_frames`` (isolated atoms, say) come first, as given.
+    The file is replaced atomically.
+
+    Returns:
+        The path written.
+    """
+    import ase.io
+
+    frames = list(extra_frames)
+    for atoms in structures:
+        plain = atoms.copy()
+        results = atoms.calc.results if atoms.calc is not None else {}
+        if "energy" in results:
+            plain.info[f"{prefix}energy"] = float(results["energy"])
+        if "forces" in results:
+            plain.arrays[f"{prefix}forces"] = np.array(results["forces"], dtype=np.float64)
+        if "stress" in results and atoms.pbc.all():
+            plain.info[f"{prefix}stress"] = np.array(results["stress"], dtype=np.float64)
+        if config_type is not None:
+            plain.info["config_type"] = config_type
+        frames.append(plain)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    ase.io.write(str(tmp), frames, format="extxyz")
+    os.replace(tmp, path)
+    return path

@@ -24,6 +24,9 @@ from typing import Any
 
 import torch
 
+from hydragnn.data import DataError
+from hydragnn.data.atomic_references import parse_reference_energies
+
 from .config_values import check_choice, check_positive, check_typed
 from .encoders import EncoderConfig, get_encoder
 from .errors import ModelConfigError
@@ -43,6 +46,9 @@ PRECISIONS: dict[str, torch.dtype] = {
 """``precision`` names and their dtypes."""
 
 LOSS_TYPES: tuple[str, ...] = ("mse", "mae", "huber", "smooth_l1")
+ENERGY_LOSSES: tuple[str, ...] = ("per_atom", "total")
+ROLE_WEIGHTS: dict[str, str] = {"energy_weight": "energy", "forces_weight": "forces", "stress_weight": "stress"}
+"""MLIP loss-weight keys and the role whose output they weigh."""
 GLOBAL_ATTN_ENGINES: tuple[str, ...] = ("GPS", "EquivariantTransformer")
 GLOBAL_ATTN_TYPES: tuple[str, ...] = ("multihead", "performer")
 CONDITIONING_MODES: tuple[str, ...] = ("concat_node", "film", "fuse_pool")
@@ -73,6 +79,10 @@ _SCALARS: dict[str, tuple[str, bool]] = {
     "trainable_reference_energies": ("bool", False),
     "loss_function_type": ("str", False),
     "huber_delta": ("float", False),
+    "energy_loss": ("str", False),
+    "energy_weight": ("float", True),
+    "forces_weight": ("float", True),
+    "stress_weight": ("float", True),
     "global_attn_engine": ("str", True),
     "global_attn_type": ("str", False),
     "global_attn_heads": ("int", False),
@@ -109,10 +119,17 @@ class ModelConfig:
         dynamic_graph [false]: MLIP builds its edges from ``pos`` inside ``forward``.
         energy_name ["energy"], forces_name ["forces"], atomic_energy_name ["atomic_energy"],
             stress_name ["stress"]: output names the MLIP fills.
-        reference_energies [null]: per-species reference energy ``{"29": -3.5, ...}`` or a list
-            indexed by atomic number; trainable_reference_energies [false].
+        reference_energies [null]: per-species reference energy (eV) keyed by symbol or atomic
+            number (``{"Cu": -3.5, "79": -3.0}``), or a list indexed by atomic number;
+            trainable_reference_energies [false]. (hydra-train also takes ``"average"`` and
+            ``"isolated_atoms"`` and fits the values from the data.)
         output_heads: :class:`HeadsConfig`.
         task_weights [1 each]: list (schema output order) or ``{name: weight}``.
+        energy_weight, forces_weight, stress_weight [null: 1]: MLIP only, the weights of the
+            energy, forces and stress outputs (MACE's names); not together with a
+            ``task_weights`` entry for the same output.
+        energy_loss ["per_atom"]: MLIP only, the energy term compares ``E / N`` (eV/atom, so
+            structures of every size weigh alike) or the ``total`` energy.
         loss_function_type ["mse"]: mse, mae, huber, smooth_l1; huber_delta [1.0].
         global_attn_engine [null]: ``GPS`` (global attention mixed into every conv layer of
             the encoder) or ``EquivariantTransformer`` (all-to-all equivariant attention layers
@@ -154,6 +171,10 @@ class ModelConfig:
     task_weights: tuple[float, ...] | tuple[tuple[str, float], ...] | None = None
     loss_function_type: str = "mse"
     huber_delta: float = 1.0
+    energy_loss: str = "per_atom"
+    energy_weight: float | None = None
+    forces_weight: float | None = None
+    stress_weight: float | None = None
     global_attn_engine: str | None = None
     global_attn_type: str = "multihead"
     global_attn_heads: int = 4
@@ -215,11 +236,18 @@ class ModelConfig:
         ):
             check_positive(kwargs.get(key), f"{ROOT}.{key}")
         check_positive(kwargs.get("num_species"), f"{ROOT}.num_species", allow_zero=True)
+        for key in ROLE_WEIGHTS:
+            check_positive(kwargs.get(key), f"{ROOT}.{key}", allow_zero=True)
+            if kwargs.get(key) is not None and not kwargs.get("enable_interatomic_potential", False):
+                raise ModelConfigError(
+                    f"{ROOT}.{key}: only for interatomic potentials (enable_interatomic_potential); use task_weights"
+                )
         for key, options in (
             ("activation", ACTIVATIONS),
             ("graph_pooling", POOLINGS),
             ("precision", PRECISIONS),
             ("loss_function_type", LOSS_TYPES),
+            ("energy_loss", ENERGY_LOSSES),
         ):
             if key in kwargs:
                 check_choice(kwargs[key], options, f"{ROOT}.{key}")
@@ -305,15 +333,13 @@ def _reference_energies(values: Any) -> tuple[tuple[int, float], ...] | None:
         return tuple((z, check_typed(v, "float", f"{where}[{z}]")) for z, v in enumerate(values))
     if not isinstance(values, Mapping):
         raise ModelConfigError(
-            f"{where}: expected an object {{atomic number: energy}} or a list indexed by atomic number, found {type(values).__name__}"
+            f"{where}: expected an object {{symbol or atomic number: energy}} or a list indexed by atomic number, "
+            f"found {type(values).__name__}"
         )
-    out = []
     for key, value in values.items():
-        try:
-            z = int(key)
-        except (TypeError, ValueError):
-            raise ModelConfigError(f'{where}: keys must be atomic numbers (e.g. "29"), found {key!r}') from None
-        if not 0 <= z < 1000:
-            raise ModelConfigError(f"{where}: atomic number out of range: {key!r}")
-        out.append((z, check_typed(value, "float", f"{where}.{key}")))
-    return tuple(sorted(out))
+        check_typed(value, "float", f"{where}.{key}")
+    try:
+        table = parse_reference_energies(values, where)
+    except DataError as exc:
+        raise ModelConfigError(f"{exc} (keys are chemical symbols such as \"Cu\" or atomic numbers such as \"29\")") from None
+    return tuple(table.items())

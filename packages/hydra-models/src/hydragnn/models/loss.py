@@ -6,7 +6,7 @@ Targets come from the prepared batch: ``graph_output [B, Og]``, ``node_output [N
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import torch
 from torch.nn import functional as F
@@ -25,6 +25,14 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
 """``loss_function_type`` -> ``f(prediction, target, delta)`` (mean over elements)."""
 
 _TARGETS = {"graph": "graph_output", "node": "node_output", "edge": "edge_output"}
+
+
+def atom_counts(batch: Data) -> torch.Tensor:
+    """Atoms per graph ``[B]`` (int64): from ``ptr`` in a collated batch, else ``num_nodes``."""
+    ptr = getattr(batch, "ptr", None)
+    if ptr is not None:
+        return ptr[1:] - ptr[:-1]
+    return torch.tensor([batch.num_nodes], dtype=torch.long, device=batch.pos.device if "pos" in batch else None)
 
 
 def targets(batch: Data, schema: Schema) -> dict[str, torch.Tensor]:
@@ -52,6 +60,7 @@ def compute_loss(
     task_weights: Mapping[str, float] | Sequence[float] | None = None,
     loss_type: str = "mse",
     huber_delta: float = 1.0,
+    per_atom: Collection[str] = (),
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Weighted sum of per-output losses.
 
@@ -62,6 +71,8 @@ def compute_loss(
         task_weights: ``{name: weight}`` or one weight per output in schema order (default 1).
         loss_type: ``mse``, ``mae``, ``huber`` or ``smooth_l1``.
         huber_delta: ``delta`` of the Huber loss and ``beta`` of smooth L1.
+        per_atom: graph outputs compared divided by each graph's atom count (an energy in
+            eV/atom, so that large and small structures weigh alike).
 
     Returns:
         ``(total, {name: loss})``: scalar tensors in at least float32; the per-output values
@@ -86,6 +97,7 @@ def compute_loss(
         weights = {n: float(w) for n, w in zip(names, task_weights)}
     fn = LOSSES[loss_type]
     wanted = targets(batch, schema)
+    atoms = atom_counts(batch) if per_atom else None
     per_head: dict[str, torch.Tensor] = {}
     total: torch.Tensor | None = None
     for name in names:
@@ -97,7 +109,11 @@ def compute_loss(
                 f"output {name!r}: prediction shape {tuple(pred.shape)} != target shape {tuple(target.shape)}"
             )
         dtype = torch.promote_types(torch.promote_types(pred.dtype, target.dtype), torch.float32)
-        value = fn(pred.to(dtype), target.to(dtype), huber_delta)
+        pred, target = pred.to(dtype), target.to(dtype)
+        if name in per_atom:
+            scale = atoms.to(device=pred.device, dtype=dtype).reshape(-1, 1)
+            pred, target = pred / scale, target / scale
+        value = fn(pred, target, huber_delta)
         per_head[name] = value
         term = weights[name] * value
         total = term if total is None else total + term

@@ -136,7 +136,7 @@ class HydraModel(nn.Module):
             if self.mlip
             else None
         )
-        self.task_weights = task_weights(config, schema)
+        self.task_weights = task_weights(config, schema, special)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -318,7 +318,9 @@ class HydraModel(nn.Module):
         return out
 
     def loss(self, outputs: Mapping[str, torch.Tensor], batch: Data) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Weighted loss of ``outputs`` against the batch targets (see :func:`compute_loss`)."""
+        """Weighted loss of ``outputs`` against the batch targets (see :func:`compute_loss`); an
+        interatomic potential's energy term is per atom unless ``energy_loss`` is ``"total"``."""
+        per_atom = (self.special["energy"],) if self.mlip and self.config.energy_loss == "per_atom" else ()
         return compute_loss(
             outputs,
             batch,
@@ -326,6 +328,7 @@ class HydraModel(nn.Module):
             task_weights=self.task_weights,
             loss_type=self.config.loss_function_type,
             huber_delta=self.config.huber_delta,
+            per_atom=per_atom,
         )
 
 

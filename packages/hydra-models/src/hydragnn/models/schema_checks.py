@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from hydragnn.data import Schema
 
-from .config import SPECIES_INPUT_NAMES, ModelConfig
+from .config import ROLE_WEIGHTS, SPECIES_INPUT_NAMES, ModelConfig
 from .errors import ModelConfigError
 
 ROOT = "NeuralNetwork.Architecture"
@@ -71,19 +71,38 @@ def num_species(c: ModelConfig, s: Schema) -> int:
     return 119 if first.name in SPECIES_INPUT_NAMES and first.dim == 1 else 0
 
 
-def task_weights(c: ModelConfig, s: Schema) -> dict[str, float]:
-    """``{output: weight}`` from ``task_weights`` (a list in schema order or a mapping; default 1)."""
+def task_weights(c: ModelConfig, s: Schema, special: Mapping[str, str] | None = None) -> dict[str, float]:
+    """``{output: weight}`` from ``task_weights`` (a list in schema order or a mapping; default 1)
+    and, for an interatomic potential, ``energy_weight`` / ``forces_weight`` / ``stress_weight``
+    on the outputs playing those roles (``special``: role -> output name)."""
     names = [v.name for v in s.outputs]
     tw = c.task_weights
     where = f"{ROOT}.task_weights"
     if tw is None:
-        return {n: 1.0 for n in names}
-    if tw and isinstance(tw[0], tuple):
-        given = dict(tw)
-        unknown = sorted(set(given) - set(names))
+        weights = {n: 1.0 for n in names}
+        given: set[str] = set()
+    elif tw and isinstance(tw[0], tuple):
+        mapping = dict(tw)
+        unknown = sorted(set(mapping) - set(names))
         if unknown:
             raise ModelConfigError(f"{where}: unknown output(s) {unknown}; outputs are {names}")
-        return {n: float(given.get(n, 1.0)) for n in names}
-    if len(tw) != len(names):
-        raise ModelConfigError(f"{where}: expected {len(names)} weights (one per output: {names}), found {len(tw)}")
-    return {n: float(w) for n, w in zip(names, tw)}
+        weights = {n: float(mapping.get(n, 1.0)) for n in names}
+        given = set(mapping)
+    else:
+        if len(tw) != len(names):
+            raise ModelConfigError(f"{where}: expected {len(names)} weights (one per output: {names}), found {len(tw)}")
+        weights = {n: float(w) for n, w in zip(names, tw)}
+        given = set(names)
+    for key, role in ROLE_WEIGHTS.items():
+        value = getattr(c, key)
+        if value is None:
+            continue
+        name = (special or {}).get(role)
+        if name is None:
+            raise ModelConfigError(f"{ROOT}.{key}: the schema has no {role} output to weigh")
+        if name in given:
+            raise ModelConfigError(
+                f"{ROOT}.{key}: output {name!r} is also weighted by {where}; give its weight in one place"
+            )
+        weights[name] = float(value)
+    return weights

@@ -1,0 +1,351 @@
+"""Convert a file ASE reads into a prepared dataset container once, and reuse it while valid.
+
+:func:`convert_source` streams the frames of an :class:`~hydragnn.data.ase_source.AseSource`,
+prepares each against the schema (given or inferred), builds its edges at ``cutoff`` and writes
+them to a container (``.pt`` directory or ADIOS2) in a cache folder, next to a record of the
+*fingerprint* that decided them: the file's size and SHA-256, the frame selection, the label
+keys, the schema, the cutoff and the converter version. The next call with the same
+fingerprint opens the container and rebuilds nothing; any change builds a new entry and says
+what changed. Entries made from an older content of the same file are removed.
+
+Cache layout (default ``<file's folder>/.hydragnn_cache``, else ``$XDG_CACHE_HOME/hydragnn``
+when that folder is not writable)::
+
+    <cache>/<file name>.<digest16>/data.pt|data.bp    the prepared samples (with edges)
+    <cache>/<file name>.<digest16>/record.json        fingerprint, schema, isolated atoms, counts
+
+``record.json`` is written last and atomically: an entry without it (an interrupted conversion)
+is rebuilt. Hashing is skipped when the file's size and modification time match a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch_geometric.data import Data
+
+from .ase_source import AseSource, Frame, FrameLabels, iter_frames, labelled_sample, resolve_outputs
+from .containers import ContainerDataset, open_dataset, write_dataset
+from .errors import ContainerError, DataError, SchemaError
+from .neighbors import add_edges
+from .prepare import prepare
+from .schema import Schema
+
+__all__ = ["CONVERTER_VERSION", "ConvertedSource", "convert_source", "default_cache_dir", "file_sha256"]
+
+CONVERTER_VERSION = 1
+"""Bumped whenever the samples a conversion writes change meaning; old entries are rebuilt."""
+_SUFFIX = {"pt": "pt", "adios": "bp"}
+_RECORD = "record.json"
+_HASH_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ConvertedSource:
+    """The prepared container of a source.
+
+    Attributes:
+        dataset: the opened container (prepared samples with ``edge_index``).
+        schema: the schema of the samples (the given one, or the one inferred).
+        isolated_atoms: ``(Z, energy)`` of every ``IsolatedAtom`` frame.
+        record: the entry's record (fingerprint, counts, skipped config types, timings).
+        cached: whether the container was reused.
+        seconds: wall time of this call.
+        entry: the cache entry folder.
+    """
+
+    dataset: ContainerDataset
+    schema: Schema
+    isolated_atoms: tuple[tuple[int, float], ...]
+    record: dict[str, Any]
+    cached: bool
+    seconds: float
+    entry: Path
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def default_cache_dir(path: Path) -> Path:
+    """``<folder of path>/.hydragnn_cache`` when writable, else ``$XDG_CACHE_HOME/hydragnn`` (``~/.cache``)."""
+    beside = path.resolve().parent / ".hydragnn_cache"
+    if _writable(beside):
+        return beside
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hydragnn"
+
+
+def _records(cache: Path, name: str) -> list[tuple[Path, dict[str, Any]]]:
+    """Readable records of the entries of file ``name``, newest first."""
+    out = []
+    for entry in cache.glob(f"{name}.*"):
+        try:
+            record = json.loads((entry / _RECORD).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("fingerprint"), dict):
+            out.append((entry, record))
+    return sorted(out, key=lambda er: er[1].get("created", 0.0), reverse=True)
+
+
+def _file_identity(path: Path, known: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    st = path.stat()
+    for _, record in known:
+        f = record["fingerprint"].get("file", {})
+        if f.get("size") == st.st_size and record.get("mtime_ns") == st.st_mtime_ns and f.get("sha256"):
+            return {"name": path.name, "size": st.st_size, "sha256": f["sha256"], "mtime_ns": st.st_mtime_ns}
+    return {"name": path.name, "size": st.st_size, "sha256": file_sha256(path), "mtime_ns": st.st_mtime_ns}
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two fingerprints, in words."""
+    out = []
+    if old.get("file", {}).get("sha256") != new["file"]["sha256"]:
+        out.append("the file changed")
+    if old.get("cutoff") != new["cutoff"]:
+        out.append(f"cutoff {old.get('cutoff')} -> {new['cutoff']}")
+    labels = {"source": "frame selection or label keys", "schema": "schema", "container": "container format"}
+    for key, words in labels.items():
+        if old.get(key) != new[key]:
+            out.append(f"{words} changed")
+    if old.get("converter") != new["converter"]:
+        out.append(f"converter version {old.get('converter')} -> {new['converter']}")
+    return out or ["unknown change"]
+
+
+def _atomic_json(path: Path, value: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as fh:
+        json.dump(value, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+class _Progress:
+    """Frames converted: a tqdm bar on a terminal, a line every ``every_s`` seconds otherwise."""
+
+    def __init__(self, desc: str, log: Callable[[str], None] | None, every_s: float = 30.0) -> None:
+        self.log, self.every_s, self.count = log, every_s, 0
+        self.t0 = self.last = time.perf_counter()
+        self.bar = None
+        if log is not None and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc=desc, unit="frame", leave=False, dynamic_ncols=True)
+        self.desc = desc
+
+    def step(self) -> None:
+        self.count += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.log is not None and time.perf_counter() - self.last >= self.every_s:
+            self.last = time.perf_counter()
+            rate = self.count / max(self.last - self.t0, 1e-9)
+            self.log(f"{self.desc}: {self.count} frames ({rate:.0f}/s)")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def convert_source(
+    source: AseSource,
+    *,
+    cutoff: float,
+    schema: Schema | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    container_format: str = "pt",
+    log: Callable[[str], None] | None = None,
+) -> ConvertedSource:
+    """The prepared container of ``source`` (built now, or reused from the cache).
+
+    Args:
+        source: the file, frame selection and label keys.
+        cutoff: radius of the edges built for every sample, Å.
+        schema: the schema to prepare against; ``None`` infers it from the first sample frame
+            (see :mod:`hydragnn.data.ase_source`).
+        cache_dir: the cache folder (default :func:`default_cache_dir`).
+        container_format: ``"pt"`` or ``"adios"`` (needs ``hydra-data[adios]``).
+        log: receives one line per event (cache hit, rebuild and why, conversion summary,
+            progress on long conversions); ``None`` is silent.
+
+    Returns:
+        A :class:`ConvertedSource`.
+
+    Raises:
+        ContainerError: unreadable file or frame, unwritable cache.
+        SchemaError: missing or malformed labels (naming the file, the frame and the labels it has).
+        DataError: no frame selected.
+    """
+    t0 = time.perf_counter()
+    if container_format not in _SUFFIX:
+        raise ContainerError(f"container_format: expected one of {sorted(_SUFFIX)}, found {container_format!r}")
+    if not (isinstance(cutoff, (int, float)) and cutoff > 0):
+        raise DataError(f"cutoff: expected a number > 0, found {cutoff!r}")
+    path = source.path
+    if not path.is_file():
+        raise ContainerError(f"{path}: no such file")
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(path)
+    known = _records(cache, path.name)
+    identity = _file_identity(path, known)
+    fingerprint = {
+        "converter": CONVERTER_VERSION,
+        "file": {k: identity[k] for k in ("name", "size", "sha256")},
+        "source": source.fingerprint(),
+        "schema": schema.to_dict() if schema is not None else None,
+        "cutoff": float(cutoff),
+        "container": container_format,
+    }
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+    entry = cache / f"{path.name}.{digest[:16]}"
+    data_path = entry / f"data.{_SUFFIX[container_format]}"
+    record = next((r for e, r in known if e == entry and r.get("digest") == digest), None)
+    if record is not None and data_path.exists():
+        dataset = open_dataset(data_path)
+        if record.get("mtime_ns") != identity["mtime_ns"]:
+            _atomic_json(entry / _RECORD, {**record, "mtime_ns": identity["mtime_ns"]})
+        seconds = time.perf_counter() - t0
+        if log is not None:
+            log(f"{path}: {len(dataset)} prepared samples from the cache {entry} ({seconds:.2f} s)")
+        return ConvertedSource(
+            dataset=dataset,
+            schema=Schema.from_dict(record["schema"]),
+            isolated_atoms=tuple((int(z), float(e)) for z, e in record["isolated_atoms"]),
+            record=record,
+            cached=True,
+            seconds=seconds,
+            entry=entry,
+        )
+
+    if log is not None:
+        previous = [r for _, r in known if r.get("digest") != digest]
+        why = f"rebuilding ({'; '.join(_changes(previous[0]['fingerprint'], fingerprint))})" if previous else "converting"
+        log(f"{path}: {why} into {entry}")
+    if not _writable(cache):
+        raise ContainerError(f"{cache}: the cache folder is not writable (set the cache folder to a writable place)")
+    shutil.rmtree(entry, ignore_errors=True)
+    entry.mkdir(parents=True)
+    isolated: list[tuple[int, float]] = []
+    skipped: dict[str, int] = {}
+    counts = {"frames": 0, "samples": 0}
+    frames = iter_frames(source, skipped)
+    progress = _Progress(f"converting {path.name}", log)
+
+    def samples_of(first: Frame | None, resolved: Schema, outputs) -> Iterator[Data]:
+        frame = first
+        while frame is not None:
+            data = labelled_sample(frame.atoms, outputs, frame.where)
+            try:
+                prepared = prepare(data, resolved, index=counts["samples"])
+            except SchemaError as exc:
+                raise SchemaError(f"{frame.where}: {exc}") from None
+            counts["samples"] += 1
+            progress.step()
+            yield add_edges(prepared, float(cutoff))
+            frame = _next_sample(frames, source, isolated, counts)
+
+    try:
+        first = _next_sample(frames, source, isolated, counts)
+        if first is None:
+            raise DataError(
+                f"{path}: no frame selected (index {source.index!r}, config_types {source.config_types}, "
+                f"skipped by config type: {skipped or 'none'}, isolated atoms: {len(isolated)})"
+            )
+        resolved, outputs = resolve_outputs(source, first.atoms, schema, first.where)
+        write_dataset(
+            data_path,
+            samples_of(first, resolved, outputs),
+            container_format,
+            schema=resolved,
+            metadata={"source": str(path), "digest": digest},
+        )
+    except BaseException:
+        shutil.rmtree(entry, ignore_errors=True)
+        raise
+    finally:
+        progress.close()
+    seconds = time.perf_counter() - t0
+    record = {
+        "digest": digest,
+        "fingerprint": fingerprint,
+        "mtime_ns": identity["mtime_ns"],
+        "created": time.time(),
+        "schema": resolved.to_dict(),
+        "isolated_atoms": [[z, e] for z, e in isolated],
+        "frames": counts["frames"],
+        "samples": counts["samples"],
+        "skipped_config_types": skipped,
+        "seconds": seconds,
+    }
+    _atomic_json(entry / _RECORD, record)
+    for old_entry, old in known:
+        if old_entry != entry and old["fingerprint"].get("file", {}).get("sha256") != identity["sha256"]:
+            shutil.rmtree(old_entry, ignore_errors=True)  # made from another content of the file
+    if log is not None:
+        log(
+            f"{path}: {counts['samples']} samples prepared in {seconds:.1f} s "
+            f"({1000 * seconds / max(counts['samples'], 1):.1f} ms per structure)"
+            + (f", {len(isolated)} isolated atoms" if isolated else "")
+            + (f", skipped by config type: {skipped}" if skipped else "")
+        )
+    return ConvertedSource(
+        dataset=open_dataset(data_path),
+        schema=resolved,
+        isolated_atoms=tuple(isolated),
+        record=record,
+        cached=False,
+        seconds=seconds,
+        entry=entry,
+    )
+
+
+def _next_sample(
+    frames: Iterator[Frame], source: AseSource, isolated: list[tuple[int, float]], counts: dict[str, int]
+) -> Frame | None:
+    """The next frame that is a sample; isolated-atom frames on the way go to ``isolated``."""
+    for frame in frames:
+        counts["frames"] += 1
+        if not frame.isolated:
+            return frame
+        atoms = frame.atoms
+        if len(atoms) != 1:
+            raise SchemaError(f"{frame.where}: an IsolatedAtom frame must hold one atom, found {len(atoms)}")
+        key = source.energy_key
+        if key is None:
+            continue
+        labels = FrameLabels.of(atoms)
+        if key not in labels.values:
+            raise SchemaError(f"{frame.where}: IsolatedAtom frame without label {key!r}; it has {labels.describe()}")
+        try:
+            energy = float(np.asarray(labels.values[key][1], dtype=np.float64).reshape(()))
+        except (TypeError, ValueError):
+            raise SchemaError(f"{frame.where}: label {key!r} of an IsolatedAtom frame is not one number") from None
+        isolated.append((int(atoms.numbers[0]), energy))
+    return None
