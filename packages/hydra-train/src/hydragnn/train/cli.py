@@ -18,11 +18,14 @@ def train_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from <run-dir>/checkpoint.pt")
     parser.add_argument("--verbosity", type=int, default=None, choices=range(5), help="override Verbosity.level")
     args = parser.parse_args(argv)
+    from hydragnn.data import DataError
+    from hydragnn.models import ModelError
+
     from .pipeline import run_training
 
     try:
         metrics = run_training(args.config, args.run_dir, resume=args.resume, verbosity=args.verbosity)
-    except TrainError as exc:
+    except (TrainError, DataError, ModelError) as exc:
         print(f"hydragnn-train: error: {exc}", file=sys.stderr)
         return 2
     paths = metrics.get("paths", {})

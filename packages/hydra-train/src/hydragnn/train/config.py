@@ -20,6 +20,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from hydragnn.data import BatchingConfig, DataError, Schema, SchemaError
 from hydragnn.models import ModelConfig, ModelConfigError
 from hydragnn.models.config import COMMON_KEYS as ARCH_COMMON_KEYS
 
+from .config_dataset import DatasetConfig, GeneratorConfig
 from .config_sections import (
     CheckpointConfig,
     EarlyStoppingConfig,
@@ -53,6 +55,7 @@ __all__ = [
     "CheckpointConfig",
     "DatasetConfig",
     "EarlyStoppingConfig",
+    "GeneratorConfig",
     "LocalSGDConfig",
     "OptimizerConfig",
     "ParallelismConfig",
@@ -66,10 +69,17 @@ __all__ = [
 NN = "NeuralNetwork"
 TRAINING = f"{NN}.Training"
 ARCH = f"{NN}.Architecture"
-FORMATS = ("pickle", "pt", "adios")
-GENERATORS = ("cuau",)
 NAN_POLICIES = ("error", "skip")
-MODEL_KEYS_IN_TRAINING = ("loss_function_type", "compute_grad_energy", "precision", "conv_checkpointing")
+MODEL_KEYS_IN_TRAINING = (
+    "loss_function_type",
+    "compute_grad_energy",
+    "precision",
+    "conv_checkpointing",
+    "energy_loss",
+    "energy_weight",
+    "forces_weight",
+    "stress_weight",
+)
 """Keys that belong to the model but may be given under ``Training``; copied into ``Architecture``."""
 
 
@@ -203,69 +213,11 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
 _BATCHING_KEYS = {"mode", "max_nodes", "max_edges", "max_graphs", "oversized_sample", "seed", "drop_last"}
 
 
-# ------------------------------------------------------------------------- Dataset / Verbosity
-@dataclass(frozen=True)
-class GeneratorConfig:
-    """``Dataset.generator``: name ["cuau"], n_structures [200], seed [0]."""
-
-    name: str = "cuau"
-    n_structures: int = 200
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class DatasetConfig:
-    """``Dataset``: name, and either ``path`` (a container, ``format`` pickle / pt / adios,
-    detected when omitted) or ``generator``; split [0.8, 0.1, 0.1]; seed [0]; cutoff [radius]."""
-
-    name: str = "dataset"
-    path: str | None = None
-    format: str | None = None
-    generator: GeneratorConfig | None = None
-    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
-    seed: int = 0
-    cutoff: float | None = None
-
-    @classmethod
-    def from_dict(cls, values: Any, where: str = "Dataset") -> DatasetConfig:
-        v = section(values, where, {"name", "path", "format", "generator", "split", "seed", "cutoff"})
-        kw: dict[str, Any] = {}
-        if "name" in v:
-            kw["name"] = typed(v["name"], "str", f"{where}.name")
-        if v.get("path") is not None:
-            kw["path"] = typed(v["path"], "str", f"{where}.path")
-        if v.get("format") is not None:
-            kw["format"] = choice(v["format"], FORMATS, f"{where}.format")
-        if v.get("generator") is not None:
-            g = section(v["generator"], f"{where}.generator", {"name", "n_structures", "seed"})
-            gkw: dict[str, Any] = {}
-            if "name" in g:
-                gkw["name"] = choice(g["name"], GENERATORS, f"{where}.generator.name")
-            for key in ("n_structures", "seed"):
-                if key in g:
-                    gkw[key] = typed(g[key], "int", f"{where}.generator.{key}")
-                    at_least(gkw[key], 1 if key == "n_structures" else 0, f"{where}.generator.{key}")
-            kw["generator"] = GeneratorConfig(**gkw)
-        if ("path" in kw) == ("generator" in kw):
-            raise ConfigError(f"{where}: give exactly one of 'path' (a dataset container) or 'generator'")
-        if "split" in v:
-            split = v["split"]
-            if not isinstance(split, list) or len(split) != 3:
-                raise ConfigError(f"{where}.split: expected [train, val, test] fractions, found {split!r}")
-            fr = tuple(typed(s, "float", f"{where}.split[{i}]") for i, s in enumerate(split))
-            if any(f < 0 for f in fr) or fr[0] <= 0 or abs(sum(fr) - 1.0) > 1e-6:
-                raise ConfigError(f"{where}.split: expected fractions >= 0 (train > 0) summing to 1, found {split!r}")
-            kw["split"] = fr
-        if "seed" in v:
-            kw["seed"] = typed(v["seed"], "int", f"{where}.seed")
-            at_least(kw["seed"], 0, f"{where}.seed")
-        if v.get("cutoff") is not None:
-            kw["cutoff"] = typed(v["cutoff"], "float", f"{where}.cutoff")
-            at_least(kw["cutoff"], 0.0, f"{where}.cutoff", strict=True)
-        return cls(**kw)
-
-
 # ------------------------------------------------------------------------- RunConfig
+REFERENCE_MODES = ("average", "isolated_atoms")
+"""``Architecture.reference_energies`` given as a word: fitted from the data by hydra-train."""
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """The whole validated config.
@@ -273,29 +225,34 @@ class RunConfig:
     Attributes:
         verbosity: 0 (silent) to 4 (every batch).
         dataset: :class:`DatasetConfig` (cutoff filled from the model radius).
-        schema: the ``Variables`` as a :class:`hydragnn.data.Schema`.
+        schema: the ``Variables`` as a :class:`hydragnn.data.Schema`, or ``None`` when the
+            section is left out: the schema then comes from the data (inferred from the label
+            keys of a file ASE reads, stored with a container, the reference set's for a
+            generator) and is filled in by the pipeline.
         architecture: the completed ``Architecture`` dict (Training's model keys copied in,
             common defaults filled); ``model_config`` is its parsed :class:`ModelConfig`.
         training: :class:`TrainingConfig`.
+        reference_energies: how the MLIP reference energies are found: ``"given"`` (values in
+            the Architecture), ``"average"`` (least squares on the training split),
+            ``"isolated_atoms"`` (the data's ``IsolatedAtom`` frames), ``"none"`` (null), or
+            ``"auto"`` (not given: isolated atoms when every species has one, else average).
     """
 
     verbosity: int
     dataset: DatasetConfig
-    schema: Schema
+    schema: Schema | None
     architecture: dict[str, Any]
     model_config: ModelConfig
     training: TrainingConfig
+    reference_energies: str = "auto"
 
     def to_dict(self) -> dict[str, Any]:
         """The completed config as JSON (defaults filled); ``load_config`` reads it back."""
-        ds = plain(self.dataset)
-        ds["split"] = list(self.dataset.split)
-        return {
-            "Verbosity": {"level": self.verbosity},
-            "Dataset": ds,
-            "Variables": self.schema.to_dict(),
-            NN: {"Architecture": copy.deepcopy(self.architecture), "Training": self.training.to_dict()},
-        }
+        out: dict[str, Any] = {"Verbosity": {"level": self.verbosity}, "Dataset": self.dataset.to_dict()}
+        if self.schema is not None:
+            out["Variables"] = self.schema.to_dict()
+        out[NN] = {"Architecture": copy.deepcopy(self.architecture), "Training": self.training.to_dict()}
+        return out
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_dict` as JSON (atomically)."""
@@ -311,7 +268,7 @@ class RunConfig:
         return self.to_dict()[NN]
 
 
-def _architecture(arch: Any, training: TrainingConfig) -> tuple[dict[str, Any], ModelConfig]:
+def _architecture(arch: Any, training: TrainingConfig) -> tuple[dict[str, Any], ModelConfig, str]:
     if not isinstance(arch, Mapping):
         raise ConfigError(f"{ARCH}: expected an object, found {type(arch).__name__}")
     arch = copy.deepcopy(dict(arch))
@@ -321,28 +278,43 @@ def _architecture(arch: Any, training: TrainingConfig) -> tuple[dict[str, Any], 
                 f"{TRAINING}.{key}: {value!r} conflicts with {ARCH}.{key} = {arch[key]!r}; give it in one place"
             )
         arch[key] = value
+    parsed = dict(arch)
+    if "reference_energies" not in arch:
+        mode = "auto"
+    elif isinstance(arch["reference_energies"], str):
+        mode = choice(arch["reference_energies"], REFERENCE_MODES, f"{ARCH}.reference_energies")
+        del parsed["reference_energies"]
+    else:
+        mode = "none" if arch["reference_energies"] is None else "given"
     try:
-        mc = ModelConfig.from_dict(arch)
+        mc = ModelConfig.from_dict(parsed)
     except ModelConfigError as exc:
         raise ConfigError(str(exc)) from exc
+    if mode in REFERENCE_MODES and not mc.enable_interatomic_potential:
+        raise ConfigError(f"{ARCH}.reference_energies: {mode!r} is for interatomic potentials (enable_interatomic_potential)")
     for key in sorted(ARCH_COMMON_KEYS):
         if key not in arch and key not in ("task_weights", "reference_energies", "output_heads"):
             value = getattr(mc, key)
             if isinstance(value, (bool, int, float, str)) or value is None:
                 arch[key] = value
-    return arch, mc
+    return arch, mc, mode
 
 
 def load_config(source: str | os.PathLike | Mapping[str, Any] | RunConfig) -> RunConfig:
     """Parse and validate a run config from a JSON file path or a dict.
+
+    Relative paths in ``Dataset`` are resolved against the config file's folder (the working
+    folder for a dict).
 
     Raises:
         ConfigError: naming the JSON path of the first problem and what was expected.
     """
     if isinstance(source, RunConfig):
         return source
+    base = None
     if not isinstance(source, Mapping):
         path = Path(source)
+        base = path.resolve().parent
         try:
             source = json.loads(path.read_text())
         except OSError as exc:
@@ -350,30 +322,37 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | RunConfig) -> Ru
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
     top = section(source, "config", {"Verbosity", "Dataset", "Variables", NN})
-    for key in ("Variables", NN):
+    for key in ("Dataset", NN):
         if key not in top:
-            raise ConfigError(f"{key}: required section missing")
+            raise ConfigError(
+                f"{key}: required section missing"
+                + (" (a 'path' or 'train_file' of structures, or a 'generator')" if key == "Dataset" else "")
+            )
     verb = section(top.get("Verbosity"), "Verbosity", {"level"})
     level = typed(verb.get("level", 2), "int", "Verbosity.level")
     if not 0 <= level <= 4:
         raise ConfigError(f"Verbosity.level: expected 0 to 4, found {level}")
-    try:
-        schema = Schema.from_dict(top["Variables"])
-    except SchemaError as exc:
-        msg = str(exc)
-        raise ConfigError(msg if msg.startswith("Variables") else f"Variables: {msg}") from exc
+    schema = None
+    if top.get("Variables") is not None:
+        try:
+            schema = Schema.from_dict(top["Variables"])
+        except SchemaError as exc:
+            msg = str(exc)
+            raise ConfigError(msg if msg.startswith("Variables") else f"Variables: {msg}") from exc
     nn = section(top[NN], NN, {"Architecture", "Training"})
     if "Architecture" not in nn:
         raise ConfigError(f"{ARCH}: required section missing")
     training = parse_training(nn.get("Training"))
-    arch, mc = _architecture(nn["Architecture"], training)
-    dataset = DatasetConfig.from_dict(top.get("Dataset") or {"generator": {}}) if "Dataset" in top else None
-    if dataset is None:
-        raise ConfigError("Dataset: required section missing (a 'path' to a container or a 'generator')")
+    arch, mc, mode = _architecture(nn["Architecture"], training)
+    dataset = DatasetConfig.from_dict(top["Dataset"], base=base)
     if dataset.cutoff is None:
-        dataset = DatasetConfig(
-            **{**{k: getattr(dataset, k) for k in dataset.__dataclass_fields__}, "cutoff": mc.radius}
-        )
+        dataset = dataclasses.replace(dataset, cutoff=mc.radius)
     return RunConfig(
-        verbosity=level, dataset=dataset, schema=schema, architecture=arch, model_config=mc, training=training
+        verbosity=level,
+        dataset=dataset,
+        schema=schema,
+        architecture=arch,
+        model_config=mc,
+        training=training,
+        reference_energies=mode,
     )

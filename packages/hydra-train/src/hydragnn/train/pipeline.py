@@ -19,22 +19,16 @@ from typing import Any
 
 import torch
 
-from hydragnn.data import (
-    Schema,
-    add_edges,
-    add_positional_encodings,
-    create_dataloaders,
-    open_dataset,
-    prepare,
-    write_dataset,
-)
+from hydragnn.data import create_dataloaders, open_dataset, write_dataset
 from hydragnn.models import ModelConfig, build_model, save_artifact
 
 from .config import RunConfig, load_config
+from .data import cuau_samples, load_run_data, prepare_samples, split_indices
 from .evaluate import mae_report
 from .loop import train_validate_test
 from .plots import parity_plots
 from .progress import Progress
+from .references import resolve_reference_energies
 from .strategies import build_optimizer_factory, make_strategy
 
 __all__ = [
@@ -42,7 +36,6 @@ __all__ = [
     "cuau_samples",
     "degree_histogram",
     "fill_degree_histogram",
-    "load_samples",
     "prepare_samples",
     "run_training",
     "split_indices",
@@ -50,57 +43,6 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- data
-def cuau_samples(n_structures: int, seed: int) -> list:
-    """The EMT ``CuAu_32atoms`` reference set, with derived graph targets added:
-    ``au_fraction [1, 1]`` (fraction of Au atoms), ``volume_per_atom [1, 1]`` (Å³) and
-    ``pressure [1, 1]`` (``-trace(stress) / 3`` in eV/Å³)."""
-    from hydragnn.data.reference import generate_cuau
-
-    samples = generate_cuau(n_structures=n_structures, seed=seed)
-    for s in samples:
-        n = int(s.atomic_number.shape[0])
-        s.au_fraction = (s.atomic_number == 79).sum().reshape(1, 1).to(s.pos.dtype) / n
-        s.volume_per_atom = torch.linalg.det(s.cell.reshape(3, 3).double()).abs().reshape(1, 1).to(s.pos.dtype) / n
-        s.pressure = -s.stress.reshape(-1)[:3].mean().reshape(1, 1)
-    return samples
-
-
-def _has_pe(data, pe_dim: int) -> bool:
-    lap, rw = getattr(data, "lap_pe", None), getattr(data, "rw_pe", None)
-    n = data.num_nodes
-    return all(t is not None and tuple(t.shape) == (n, pe_dim) for t in (lap, rw))
-
-
-def prepare_samples(raw: Sequence, schema: Schema, cutoff: float, pe_dim: int = 0) -> list:
-    """Prepare against ``schema`` and build edges at ``cutoff`` where a sample has none.
-
-    With ``pe_dim > 0`` (``Architecture.pe_dim``, GPS) every sample also gets the positional
-    encodings ``lap_pe`` / ``rw_pe [N, pe_dim]`` of its edges
-    (:func:`hydragnn.data.add_positional_encodings`), unless it already carries them with that
-    width (a stored prepared dataset: nothing is recomputed).
-    """
-    out = []
-    for i, sample in enumerate(raw):
-        data = prepare(sample, schema, index=i)
-        if getattr(data, "edge_index", None) is None:
-            data = add_edges(data, cutoff)
-        if pe_dim > 0 and not _has_pe(data, pe_dim):
-            data = add_positional_encodings(data, pe_dim)
-        out.append(data)
-    return out
-
-
-def load_samples(cfg: RunConfig) -> list:
-    """The dataset of ``cfg.dataset`` (container or generator), prepared, with edges."""
-    ds = cfg.dataset
-    if ds.generator is not None:
-        raw = cuau_samples(ds.generator.n_structures, ds.generator.seed)
-    else:
-        container = open_dataset(ds.path)
-        raw = [container[i] for i in range(len(container))]
-    return prepare_samples(raw, cfg.schema, float(ds.cutoff), cfg.model_config.pe_dim)
-
-
 def degree_histogram(samples: Sequence) -> list[int]:
     """In-degree histogram of prepared samples: ``hist[k]`` = number of nodes with ``k`` incoming edges."""
     hist = torch.zeros(1, dtype=torch.long)
@@ -131,21 +73,6 @@ def fill_degree_histogram(model_config: ModelConfig, trainset: Sequence) -> Mode
     if "pna_deg" not in {f.name for f in dataclasses.fields(encoder)} or encoder.pna_deg is not None:
         return model_config
     return ModelConfig.from_dict({**model_config.raw, "pna_deg": degree_histogram(trainset)})
-
-
-def split_indices(n: int, fractions: Sequence[float], seed: int) -> tuple[list[int], list[int], list[int]]:
-    """A deterministic shuffled split of ``range(n)`` into train / val / test by fractions."""
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    n_val = int(round(fractions[1] * n))
-    n_test = int(round(fractions[2] * n))
-    if fractions[1] > 0:
-        n_val = max(n_val, 1)
-    if fractions[2] > 0:
-        n_test = max(n_test, 1)
-    n_train = n - n_val - n_test
-    if n_train < 1:
-        raise ValueError(f"Dataset.split: {n} samples leave no training sample for fractions {list(fractions)}")
-    return perm[:n_train], perm[n_train : n_train + n_val], perm[n_train + n_val :]
 
 
 # ----------------------------------------------------------------------------- training pieces
@@ -220,25 +147,29 @@ def run_training(
     strategy = make_strategy(training_dict)  # may initialise the process group (before the loaders)
     progress = Progress(level, strategy.is_main)
     try:
+        t0 = time.perf_counter()
+        data = load_run_data(
+            cfg, is_main=strategy.is_main, barrier=strategy.barrier, log=lambda line: progress.log(1, line)
+        )
+        if cfg.schema is None:
+            cfg = dataclasses.replace(cfg, schema=data.schema)
+        trainset, valset, testset = data.train, data.val, data.test
+        progress.log(
+            1,
+            f"dataset {cfg.dataset.name}: {len(trainset)} train, {len(valset or ())} val, {len(testset or ())} test "
+            f"samples ready in {time.perf_counter() - t0:.1f} s",
+        )
         if strategy.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             cfg.save(run_dir / "config.json")
-        t0 = time.perf_counter()
-        samples = load_samples(cfg)
-        train_idx, val_idx, test_idx = split_indices(len(samples), cfg.dataset.split, cfg.dataset.seed)
-        trainset = [samples[i] for i in train_idx]
-        valset = [samples[i] for i in val_idx] or None
-        testset = [samples[i] for i in test_idx] or None
-        progress.log(
-            1,
-            f"dataset {cfg.dataset.name}: {len(samples)} samples ({len(trainset)} train, {len(val_idx)} val, "
-            f"{len(test_idx)} test) prepared in {time.perf_counter() - t0:.1f} s",
-        )
         tr = cfg.training
         train_loader, val_loader, test_loader = create_dataloaders(
             trainset, valset, testset, tr.batch_size, batching=tr.batching, seed=tr.seed
         )
         model_config = fill_degree_histogram(cfg.model_config, trainset)
+        model_config, references = resolve_reference_energies(
+            cfg, model_config, data, lambda line: progress.log(1, line)
+        )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(tr.seed)
             model = build_model(model_config, cfg.schema)
@@ -282,6 +213,8 @@ def run_training(
             "history": summary["history"],
             "num_parameters": n_params,
             "world_size": strategy.world_size,
+            "reference_energies": references,
+            "data_files": data.files,
         }
         paths: dict[str, Any] = {}
         if strategy.is_main:
@@ -290,12 +223,13 @@ def run_training(
                 save_artifact(
                     plain,
                     run_dir / "model.hydra",
-                    species=_species(samples),
+                    species=data.species,
                     extra={
                         "best_epoch": summary["best_epoch"],
                         "best_val_loss": _jsonable(summary["best_val_loss"]),
                         "dataset": cfg.dataset.name,
                         "config": cfg.to_dict(),
+                        "reference_energies": references,
                     },
                 )
             )
@@ -321,13 +255,6 @@ def run_training(
         return metrics
     finally:
         strategy.teardown()
-
-
-def _species(samples: Sequence) -> list[int] | None:
-    z = getattr(samples[0], "atomic_number", None) if samples else None
-    if z is None:
-        return None
-    return sorted({int(v) for s in samples for v in s.atomic_number.reshape(-1).tolist()})
 
 
 def predict(

@@ -1,0 +1,239 @@
+"""The data of a run: the ``Dataset`` section turned into prepared train / validation / test splits.
+
+* A ``generator`` (EMT reference set) is generated and prepared against the schema.
+* A ``path`` to a prepared container is used as stored: a container with a schema whose samples
+  are prepared is authoritative (nothing is re-prepared; only missing edges are built), and a
+  ``Variables`` section that disagrees with the stored schema is an error. A container of raw
+  samples is prepared against ``Variables`` (or its stored schema).
+* A ``path`` or ``train_file`` / ``valid_file`` / ``test_file`` that ASE reads is converted once
+  into a cached prepared container (:func:`hydragnn.data.convert_source`); the validation and
+  test files are read with the training file's schema. Under torchrun rank 0 converts first, the
+  other ranks then read the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch_geometric.data import Data
+
+from hydragnn.data import (
+    AseSource,
+    DataError,
+    Schema,
+    add_edges,
+    add_positional_encodings,
+    convert_source,
+    open_dataset,
+    prepare,
+)
+from hydragnn.data.containers.api import detect_format
+from hydragnn.data.reference import CUAU_VARIABLES
+
+from .config import RunConfig
+from .config_dataset import DatasetConfig
+from .errors import ConfigError
+
+__all__ = ["RunData", "cuau_samples", "load_run_data", "prepare_samples", "split_indices"]
+
+_DERIVED = ("x", "y", "y_loc")
+
+
+@dataclass
+class RunData:
+    """Prepared splits of a run.
+
+    Attributes:
+        schema: the schema of every sample (the config's, the container's or the one inferred).
+        train, val, test: prepared samples with edges (``val`` / ``test`` ``None`` when empty).
+        isolated_atoms: ``(Z, energy)`` of the training file's ``IsolatedAtom`` frames.
+        files: one dict per converted file: ``path``, ``samples``, ``cached``, ``seconds``, ``entry``.
+    """
+
+    schema: Schema
+    train: list[Data]
+    val: list[Data] | None
+    test: list[Data] | None
+    isolated_atoms: tuple[tuple[int, float], ...] = ()
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def species(self) -> list[int] | None:
+        """Sorted atomic numbers of every split (``None`` without atomic numbers)."""
+        parts = [s for split in (self.train, self.val, self.test) if split for s in split]
+        if not parts or getattr(parts[0], "atomic_number", None) is None:
+            return None
+        return sorted({int(v) for s in parts for v in s.atomic_number.reshape(-1).tolist()})
+
+
+def cuau_samples(n_structures: int, seed: int) -> list:
+    """The EMT ``CuAu_32atoms`` reference set, with derived graph targets added:
+    ``au_fraction [1, 1]`` (fraction of Au atoms), ``volume_per_atom [1, 1]`` (Å³) and
+    ``pressure [1, 1]`` (``-trace(stress) / 3`` in eV/Å³)."""
+    from hydragnn.data.reference import generate_cuau
+
+    samples = generate_cuau(n_structures=n_structures, seed=seed)
+    for s in samples:
+        n = int(s.atomic_number.shape[0])
+        s.au_fraction = (s.atomic_number == 79).sum().reshape(1, 1).to(s.pos.dtype) / n
+        s.volume_per_atom = torch.linalg.det(s.cell.reshape(3, 3).double()).abs().reshape(1, 1).to(s.pos.dtype) / n
+        s.pressure = -s.stress.reshape(-1)[:3].mean().reshape(1, 1)
+    return samples
+
+
+def _has_pe(data, pe_dim: int) -> bool:
+    lap, rw = getattr(data, "lap_pe", None), getattr(data, "rw_pe", None)
+    n = data.num_nodes
+    return all(t is not None and tuple(t.shape) == (n, pe_dim) for t in (lap, rw))
+
+
+def _complete(data: Data, cutoff: float, pe_dim: int) -> Data:
+    """Edges where missing, positional encodings where the model needs them and they are missing."""
+    if getattr(data, "edge_index", None) is None:
+        data = add_edges(data, cutoff)
+    if pe_dim > 0 and not _has_pe(data, pe_dim):
+        data = add_positional_encodings(data, pe_dim)
+    return data
+
+
+def prepare_samples(raw: Sequence, schema: Schema, cutoff: float, pe_dim: int = 0) -> list:
+    """Prepare raw samples against ``schema`` and build edges at ``cutoff`` where a sample has none.
+
+    With ``pe_dim > 0`` (``Architecture.pe_dim``, GPS) every sample also gets the positional
+    encodings ``lap_pe`` / ``rw_pe [N, pe_dim]`` of its edges
+    (:func:`hydragnn.data.add_positional_encodings`), unless it already carries them with that width.
+    """
+    return [_complete(prepare(sample, schema, index=i), cutoff, pe_dim) for i, sample in enumerate(raw)]
+
+
+def split_indices(n: int, fractions: Sequence[float], seed: int) -> tuple[list[int], list[int], list[int]]:
+    """A deterministic shuffled split of ``range(n)`` into train / val / test by fractions."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    n_val = int(round(fractions[1] * n))
+    n_test = int(round(fractions[2] * n))
+    if fractions[1] > 0:
+        n_val = max(n_val, 1)
+    if fractions[2] > 0:
+        n_test = max(n_test, 1)
+    n_train = n - n_val - n_test
+    if n_train < 1:
+        raise ValueError(f"Dataset.split: {n} samples leave no training sample for fractions {list(fractions)}")
+    return perm[:n_train], perm[n_train : n_train + n_val], perm[n_train + n_val :]
+
+
+def _is_prepared(sample: Data) -> bool:
+    return all(getattr(sample, key, None) is not None for key in _DERIVED)
+
+
+def _container(ds: DatasetConfig, schema: Schema | None, pe_dim: int) -> tuple[Schema, list[Data]]:
+    """Samples of a prepared container, authoritative when prepared (see the module docstring)."""
+    path = Path(ds.path)
+    given = sorted(ds.explicit_keys) or [k for k, d in (("index", ":"), ("config_types", None)) if getattr(ds, k) != d]
+    if given:
+        raise ConfigError(
+            f"Dataset: {path} is a prepared dataset container; label keys, index and config_types are "
+            f"for files ASE reads (found {given})"
+        )
+    container = open_dataset(path)
+    if ds.format is not None and detect_format(path) != ds.format:
+        raise ConfigError(f"Dataset.format: {path} is a {detect_format(path)!r} container, not {ds.format!r}")
+    raw = [container[i] for i in range(len(container))]
+    stored = container.schema
+    if stored is not None and raw and _is_prepared(raw[0]):
+        if schema is not None and schema != stored:
+            raise ConfigError(
+                f"Variables: differ from the schema stored with the prepared dataset {path} (stored: "
+                f"{stored.to_dict()}); a prepared dataset is used as stored: leave Variables out or re-prepare it"
+            )
+        return stored, [_complete(s, float(ds.cutoff), pe_dim) for s in raw]
+    schema = schema or stored
+    if schema is None:
+        raise ConfigError(f"Variables: required: {path} holds raw samples without a stored schema")
+    return schema, prepare_samples(raw, schema, float(ds.cutoff), pe_dim)
+
+
+def _source(ds: DatasetConfig, file: str) -> AseSource:
+    return AseSource(
+        Path(file),
+        energy_key=ds.energy_key,
+        forces_key=ds.forces_key,
+        stress_key=ds.stress_key,
+        extra_keys=ds.keys,
+        explicit=ds.explicit_keys,
+        index=ds.index,
+        config_types=ds.config_types,
+        config_type_key=ds.config_type_key,
+        format=ds.file_format,
+    )
+
+
+def load_run_data(
+    cfg: RunConfig,
+    *,
+    is_main: bool = True,
+    barrier: Callable[[], None] = lambda: None,
+    log: Callable[[str], None] | None = None,
+) -> RunData:
+    """The prepared splits of ``cfg.dataset`` (see the module docstring).
+
+    Args:
+        cfg: the run config.
+        is_main: this process converts files first (rank 0).
+        barrier: waits for every rank (called around conversions).
+        log: receives progress lines (conversions, cache hits).
+
+    Raises:
+        ConfigError: a dataset that contradicts the config (keys for a container, a schema
+            mismatch, ...). hydra-data's errors (unreadable files, missing labels naming the
+            file and frame) pass through.
+    """
+    ds = cfg.dataset
+    cutoff = float(ds.cutoff)
+    pe_dim = cfg.model_config.pe_dim
+    files: list[dict[str, Any]] = []
+
+    def convert(file: str, schema: Schema | None):
+        result = None
+        if is_main:
+            result = convert_source(_source(ds, file), cutoff=cutoff, schema=schema, cache_dir=ds.cache_dir,
+                                    container_format=ds.cache_format, log=log)
+        barrier()
+        if result is None:
+            result = convert_source(_source(ds, file), cutoff=cutoff, schema=schema, cache_dir=ds.cache_dir,
+                                    container_format=ds.cache_format)
+        files.append(
+            {"path": file, "samples": len(result.dataset), "cached": result.cached, "seconds": result.seconds,
+             "entry": str(result.entry)}
+        )
+        samples = [_complete(result.dataset[i], cutoff, pe_dim) for i in range(len(result.dataset))]
+        return result, samples
+
+    isolated: tuple[tuple[int, float], ...] = ()
+    if ds.train_file is not None:
+        train_result, train = convert(ds.train_file, cfg.schema)
+        schema, isolated = train_result.schema, train_result.isolated_atoms
+        val = convert(ds.valid_file, schema)[1] if ds.valid_file is not None else None
+        test = convert(ds.test_file, schema)[1] if ds.test_file is not None else None
+        if val is None and ds.valid_fraction > 0:
+            keep, held, _ = split_indices(len(train), (1.0 - ds.valid_fraction, ds.valid_fraction, 0.0), ds.seed)
+            train, val = [train[i] for i in keep], [train[i] for i in held]
+        return RunData(schema, train, val or None, test or None, isolated, files)
+
+    if ds.generator is not None:
+        schema = cfg.schema or Schema.from_dict(CUAU_VARIABLES)
+        samples = prepare_samples(cuau_samples(ds.generator.n_structures, ds.generator.seed), schema, cutoff, pe_dim)
+    elif detect_format(Path(ds.path)) is not None:
+        schema, samples = _container(ds, cfg.schema, pe_dim)
+    else:
+        result, samples = convert(ds.path, cfg.schema)
+        schema, isolated = result.schema, result.isolated_atoms
+    try:
+        train_idx, val_idx, test_idx = split_indices(len(samples), ds.split, ds.seed)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
+    pick = lambda idx: [samples[i] for i in idx] or None  # noqa: E731
+    return RunData(schema, pick(train_idx), pick(val_idx), pick(test_idx), isolated, files)

@@ -1,0 +1,181 @@
+"""Training from files ASE reads: train / valid / test files, label keys, the conversion cache,
+schema inference, reference energies, and prepared containers used as stored."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hydragnn.data import write_dataset
+from hydragnn.data.atomic_references import fit_average
+from hydragnn.data.reference import generate_cuau_atoms, isolated_atom_frames, write_extxyz
+from hydragnn.models import load_artifact
+from hydragnn.train import ConfigError, load_config
+from hydragnn.train.data import load_run_data
+from hydragnn.train.pipeline import run_training
+
+TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """train (8 cells + Cu and Au isolated atoms), valid (3), test (3), with REF_* labels."""
+    folder = tmp_path_factory.mktemp("data")
+    atoms = generate_cuau_atoms(14, seed=11)
+    write_extxyz(folder / "train.xyz", atoms[:8], config_type="bulk", extra_frames=isolated_atom_frames(["Cu", "Au"]))
+    write_extxyz(folder / "valid.xyz", atoms[8:11])
+    write_extxyz(folder / "test.xyz", atoms[11:])
+    return folder
+
+
+ARCH = {
+    "mpnn_type": "SchNet",
+    "hidden_dim": 8,
+    "num_conv_layers": 1,
+    "radius": 4.0,
+    "num_radial": 8,
+    "enable_interatomic_potential": True,
+}
+
+
+def _config(dataset: dict, **arch) -> dict:
+    return {
+        "Verbosity": {"level": 1},
+        "Dataset": {"name": "mine", **dataset},
+        "NeuralNetwork": {
+            "Architecture": {**ARCH, **arch},
+            "Training": {"num_epoch": 1, "batch_size": 4, "Optimizer": {"learning_rate": 0.005}},
+        },
+    }
+
+
+KEYS = {"energy_key": "REF_energy", "forces_key": "REF_forces", "stress_key": "REF_stress"}
+
+
+def test_one_command_from_extxyz_files_to_an_artifact(files, tmp_path):
+    """The MACE-style invocation: three files, REF_* keys, no Variables, no reference energies."""
+    cfg = _config({"train_file": "train.xyz", "valid_file": "valid.xyz", "test_file": "test.xyz", **KEYS})
+    path = files / "run.json"  # relative file names are relative to the config's folder
+    path.write_text(json.dumps(cfg))
+    run_dir = tmp_path / "run"
+    code = "import sys; from hydragnn.train.cli import train_main; sys.exit(train_main())"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path), "--run-dir", str(run_dir)],
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "reference energies (isolated_atoms" in out.stdout
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert [f["samples"] for f in metrics["data_files"]] == [8, 3, 3]
+    assert set(metrics["test"]["mae"]) == {"energy", "forces", "stress"}
+    assert metrics["test"]["mae"]["stress"]["count"] == 3
+    iso = {a.get_chemical_symbols()[0]: a.info["REF_energy"] for a in isolated_atom_frames(["Cu", "Au"])}
+    assert metrics["reference_energies"] == {"method": "isolated_atoms", "values": iso}
+    model = load_artifact(run_dir / "model.hydra")
+    assert model.config.reference_energies == ((29, iso["Cu"]), (79, iso["Au"]))
+    assert model.manifest["species"] == [29, 79]
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["Dataset"]["train_file"] == str(files / "train.xyz")  # stored absolute
+    assert [v["name"] for v in saved["Variables"]["outputs"]] == ["energy", "forces", "stress"]  # inferred, stored
+
+    again = run_training(path, tmp_path / "again", verbosity=0)
+    assert [f["cached"] for f in again["data_files"]] == [True, True, True]
+
+
+def test_one_file_split_and_average_reference_energies(files, tmp_path):
+    cfg = _config({"path": str(files / "train.xyz"), "split": [0.5, 0.25, 0.25], **KEYS}, reference_energies="average")
+    run = load_config(cfg)
+    data = load_run_data(run)
+    assert (len(data.train), len(data.val), len(data.test)) == (4, 2, 2)  # isolated atoms are no samples
+    metrics = run_training(cfg, tmp_path, verbosity=0)
+    fit = fit_average(data.train)
+    assert metrics["reference_energies"]["method"] == "average"
+    assert metrics["reference_energies"]["values"] == {"Cu": fit.energies[29], "Au": fit.energies[79]}
+
+
+def test_valid_fraction_and_keys_that_leave_outputs_out(files):
+    cfg = _config({"train_file": str(files / "train.xyz"), "valid_fraction": 0.25, **KEYS, "stress_key": None})
+    data = load_run_data(load_config(cfg))
+    assert (len(data.train), len(data.val), data.test) == (6, 2, None)
+    assert [v.name for v in data.schema.outputs] == ["energy", "forces"]
+    assert data.isolated_atoms[0][0] == 29
+
+
+def test_missing_label_is_a_clean_cli_error(files, tmp_path):
+    cfg = _config({"train_file": str(files / "train.xyz"), "energy_key": "DFT_energy"})
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    code = "import sys; from hydragnn.train.cli import train_main; sys.exit(train_main())"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path), "--run-dir", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+    )
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "train.xyz: frame 0" in out.stderr and "no label 'DFT_energy'" in out.stderr
+    assert "'REF_energy'" in out.stderr  # the labels the frame has
+
+
+def test_prepared_container_is_used_as_stored(files, tmp_path):
+    """A prepared dataset is authoritative: its stored x (here shifted) is not rebuilt by prepare."""
+    data = load_run_data(load_config(_config({"train_file": str(files / "train.xyz"), **KEYS})))
+    samples = [copy.copy(s) for s in data.train + data.val]
+    for s in samples:
+        s.x = s.x + 1000.0
+    write_dataset(tmp_path / "prepared.pt", samples, "pt", schema=data.schema)
+    cfg = _config({"path": str(tmp_path / "prepared.pt"), "split": [0.5, 0.25, 0.25]})
+    loaded = load_run_data(load_config(cfg))
+    assert loaded.schema == data.schema
+    assert all(float(s.x.min()) > 1000.0 for s in loaded.train + loaded.val + loaded.test)
+    wrong = copy.deepcopy(cfg)
+    wrong["Variables"] = {**data.schema.to_dict(), "outputs": data.schema.to_dict()["outputs"][:2]}
+    with pytest.raises(ConfigError, match="differ from the schema stored with the prepared dataset"):
+        load_run_data(load_config(wrong))
+    with pytest.raises(ConfigError, match="is a prepared dataset container; label keys"):
+        load_run_data(load_config(_config({"path": str(tmp_path / "prepared.pt"), "energy_key": "E"})))
+
+
+@pytest.mark.parametrize(
+    ("dataset", "message"),
+    [
+        ({"train_file": "a.xyz", "split": [0.8, 0.1, 0.1]}, "Dataset.split: a 'train_file' dataset takes"),
+        ({"train_file": "a.xyz", "valid_file": "b.xyz", "valid_fraction": 0.2}, "Dataset.valid_fraction: only for"),
+        ({"path": "a.xyz", "test_file": "b.xyz"}, "Dataset.test_file: only together with 'train_file'"),
+        ({"generator": {}, "energy_key": "E"}, "Dataset.energy_key: only for files ASE reads"),
+        ({"train_file": "a.xyz", "index": "1:x"}, "Dataset.index: expected an ase.io index"),
+        ({"train_file": "a.xyz", "keys": {"energy": "E"}}, "Dataset.keys.energy: give the label of 'energy' with 'energy_key'"),
+        ({"train_file": "a.xyz", "config_types": []}, "Dataset.config_types: expected a config type"),
+        ({}, "Dataset: give exactly one of"),
+    ],
+)
+def test_dataset_section_errors(dataset, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(_config(dataset))
+    assert message in str(err.value)
+
+
+def test_reference_energy_errors(files, tmp_path):
+    cfg = _config({"train_file": str(files / "valid.xyz"), **KEYS}, reference_energies="isolated_atoms")
+    with pytest.raises(ConfigError, match=r"reference_energies: the training data: no IsolatedAtom frame for \['Cu', 'Au'\]"):
+        run_training(cfg, tmp_path, verbosity=0)
+    cfg = _config({"train_file": str(files / "valid.xyz"), **KEYS}, reference_energies={"Cu": -1.0})
+    with pytest.raises(ConfigError, match=r"reference_energies: no value for \['Au'\]"):
+        run_training(cfg, tmp_path, verbosity=0)
+    with pytest.raises(ConfigError, match="reference_energies: expected one of"):
+        load_config(_config({"train_file": "x.xyz"}, reference_energies="mean"))
+    plain = _config({"train_file": "x.xyz"}, reference_energies="average")
+    plain["NeuralNetwork"]["Architecture"]["enable_interatomic_potential"] = False
+    with pytest.raises(ConfigError, match="'average' is for interatomic potentials"):
+        load_config(plain)
+
+
+def test_config_round_trip_with_files(files):
+    run = load_config(_config({"train_file": str(files / "train.xyz"), "valid_fraction": 0.2, **KEYS, "keys": {"q": "Q"},
+                               "config_types": "bulk", "index": 3}))
+    again = load_config(run.to_dict())
+    assert again.to_dict() == run.to_dict() and again.dataset == run.dataset
+    assert run.dataset.index == "3" and run.dataset.config_types == ("bulk",)
+    assert run.dataset.explicit_keys == {"energy", "forces", "stress", "q"}
