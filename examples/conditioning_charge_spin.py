@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     t0 = time.perf_counter()
-    metrics = run_training(config, args.out / "run", verbosity=args.verbosity)
+    metrics = run_training(config, args.out / "run", verbosity=args.verbosity, overwrite=True)
     print(f"      trained in {time.perf_counter() - t0:.0f} s; artifact {metrics['paths']['artifact']}", flush=True)
     for name, r in metrics["test"]["mae"].items():
         print(f"      test {name:8s} MAE {r['mae']:.4f} {r['unit']}")

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     t0 = time.perf_counter()
-    metrics = run_training(config, args.out / "mlip_run", verbosity=args.verbosity)
+    metrics = run_training(config, args.out / "mlip_run", verbosity=args.verbosity, overwrite=True)
     wall = time.perf_counter() - t0
     mae = metrics["test"]["mae"]
     print(f"      trained in {wall:.0f} s; best epoch {metrics['best_epoch']} (val loss {metrics['best_val_loss']:.4g})")

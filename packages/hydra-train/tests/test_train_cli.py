@@ -46,7 +46,9 @@ def test_train_then_predict(tmp_path):
     assert "best epoch" in train.stdout and "eV/Å" in train.stdout
     metrics = json.loads((run_dir / "metrics.json").read_text())
     saved = json.loads((run_dir / "config.json").read_text())
-    assert saved["NeuralNetwork"]["Training"]["Scheduler"] == {"type": "CosineAnnealingLR", "T_max": 1, "eta_min": 0.0}
+    assert saved["NeuralNetwork"]["Training"]["Scheduler"] == {
+        "type": "CosineAnnealingLR", "T_max": 1, "eta_min": 0.0, "warmup_steps": 0
+    }
     predict = _run(
         "import sys; from hydragnn.train.cli import predict_main; sys.exit(predict_main())",
         str(run_dir / "model.hydra"),

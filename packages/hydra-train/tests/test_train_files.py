@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import subprocess
 import sys
 
@@ -84,6 +85,18 @@ def test_one_command_from_extxyz_files_to_an_artifact(files, tmp_path):
 
     again = run_training(path, tmp_path / "again", verbosity=0)
     assert [f["cached"] for f in again["data_files"]] == [True, True, True]
+
+    # serve-side check: hydragnn-predict on the test file reads it with the training keys
+    code = "import sys; from hydragnn.train.cli import predict_main; sys.exit(predict_main())"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(run_dir / "model.hydra"), str(files / "test.xyz"), "--json"],
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    for head, r in metrics["test"]["mae"].items():
+        assert math.isclose(result["mae"][head]["mae"], r["mae"], rel_tol=1e-5), head
+        assert math.isclose(result["mae"][head]["rmse"], r["rmse"], rel_tol=1e-5), head
 
 
 def test_one_file_split_and_average_reference_energies(files, tmp_path):

@@ -10,13 +10,32 @@ from pathlib import Path
 from .errors import TrainError
 
 
+def _version() -> str:
+    from .__about__ import __version__
+
+    return f"hydra-train {__version__}"
+
+
 def train_main(argv: list[str] | None = None) -> int:
-    """``hydragnn-train config.json [--run-dir DIR] [--resume] [--verbosity N]``."""
-    parser = argparse.ArgumentParser(prog="hydragnn-train", description="Train a HydraGNN model from a JSON config.")
+    """``hydragnn-train config.json [--run-dir DIR] [--resume | --overwrite] [--init-from model.hydra] [--verbosity N]``.
+
+    Only argument parsing happens before training starts, so ``--help`` and ``--version``
+    answer without importing torch.
+    """
+    parser = argparse.ArgumentParser(
+        prog="hydragnn-train",
+        description="Train a HydraGNN model from a JSON config (structures from any file ASE reads, or a "
+        "prepared dataset). Writes model.hydra, config.json, metrics.json, plots and checkpoint.pt to the run folder.",
+    )
     parser.add_argument("config", type=Path, help="the JSON config file")
     parser.add_argument("--run-dir", type=Path, default=None, help="run folder (default runs/<Dataset.name>)")
-    parser.add_argument("--resume", action="store_true", help="continue from <run-dir>/checkpoint.pt")
+    parser.add_argument("--resume", action="store_true", help="continue the run in the folder from its checkpoint.pt")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run files of a previous run in the folder")
+    parser.add_argument(
+        "--init-from", type=Path, default=None, help="fine-tune a trained model artifact (overrides Training.init_from)"
+    )
     parser.add_argument("--verbosity", type=int, default=None, choices=range(5), help="override Verbosity.level")
+    parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
     from hydragnn.data import DataError
     from hydragnn.models import ModelError
@@ -24,7 +43,14 @@ def train_main(argv: list[str] | None = None) -> int:
     from .pipeline import run_training
 
     try:
-        metrics = run_training(args.config, args.run_dir, resume=args.resume, verbosity=args.verbosity)
+        metrics = run_training(
+            args.config,
+            args.run_dir,
+            resume=args.resume,
+            verbosity=args.verbosity,
+            overwrite=args.overwrite,
+            init_from=args.init_from,
+        )
     except (TrainError, DataError, ModelError) as exc:
         print(f"hydragnn-train: error: {exc}", file=sys.stderr)
         return 2
@@ -35,13 +61,24 @@ def train_main(argv: list[str] | None = None) -> int:
 
 
 def predict_main(argv: list[str] | None = None) -> int:
-    """``hydragnn-predict model.hydra dataset [--batch-size N] [--output predictions.pt] [--json]``."""
-    parser = argparse.ArgumentParser(prog="hydragnn-predict", description="Evaluate a saved HydraGNN model on a dataset.")
+    """``hydragnn-predict model.hydra dataset [--energy-key K ...] [--batch-size N] [--output predictions.pt] [--json]``."""
+    parser = argparse.ArgumentParser(
+        prog="hydragnn-predict",
+        description="Evaluate a saved HydraGNN model on a dataset: its errors per head (MAE, RMSE) in physical units.",
+    )
     parser.add_argument("artifact", type=Path, help="the model artifact (model.hydra)")
-    parser.add_argument("dataset", type=Path, help="a dataset container (pickle file, .pt or .bp directory)")
+    parser.add_argument(
+        "dataset", type=Path, help="a dataset container (pickle file, .pt or .bp directory) or any file ASE reads"
+    )
+    for key in ("energy", "forces", "stress"):
+        parser.add_argument(
+            f"--{key}-key", default=None, help=f"file label of the {key} (default: the key the model was trained with)"
+        )
+    parser.add_argument("--index", default=None, help="frames of the file to evaluate, as ase.io.read's index")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--output", type=Path, default=None, help="write targets and predictions (torch .pt of tensors)")
     parser.add_argument("--json", action="store_true", help="print the errors as JSON")
+    parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
     import torch
 
@@ -51,12 +88,18 @@ def predict_main(argv: list[str] | None = None) -> int:
     from .pipeline import format_errors, predict
 
     try:
-        result, trues, preds = predict(args.artifact, args.dataset, batch_size=args.batch_size)
+        labels = {f"{k}_key": getattr(args, f"{k}_key") for k in ("energy", "forces", "stress")}
+        labels = {k: v for k, v in labels.items() if v is not None}
+        if args.index is not None:
+            labels["index"] = args.index
+        result, trues, preds = predict(args.artifact, args.dataset, batch_size=args.batch_size, labels=labels)
     except (TrainError, DataError, ModelError) as exc:
         print(f"hydragnn-predict: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result))
+        from .pipeline import _jsonable
+
+        print(json.dumps(_jsonable(result), allow_nan=False))
     else:
         print(f"{args.dataset}: loss {result['loss']:.6g}")
         print("\n".join(format_errors(result["mae"])))

@@ -36,10 +36,12 @@ from .config_dataset import DatasetConfig, GeneratorConfig
 from .config_sections import (
     CheckpointConfig,
     EarlyStoppingConfig,
+    EMAConfig,
     LocalSGDConfig,
     OptimizerConfig,
     ParallelismConfig,
     SchedulerConfig,
+    SecondStageConfig,
     at_least,
     choice,
     legacy_bool_section,
@@ -50,6 +52,7 @@ from .config_sections import (
     typed,
 )
 from .errors import ConfigError
+from .finetune import FineTuneConfig
 
 __all__ = [
     "CheckpointConfig",
@@ -93,6 +96,12 @@ class TrainingConfig:
         Batching [null] (``hydragnn.data`` cost-aware batching section),
         optimizer, scheduler, early_stopping, checkpoint, parallelism, local_sgd,
         nan_policy ["error" | "skip"]: a non-finite loss stops training, or skips the batch.
+        max_time_s [null]: wall-clock budget of the training loop; it stops at the epoch boundary
+            where the next epoch would overrun it, keeps the best model and says so.
+        clip_grad_norm [null]: clip the gradients' global 2-norm to this before each step.
+        ema: :class:`EMAConfig` (``EMA``); second_stage: :class:`SecondStageConfig` (``SecondStage``).
+        init_from [null]: a model artifact to start from (fine-tuning; relative to the config
+            file); fine_tune: :class:`~hydragnn.train.finetune.FineTuneConfig` (``FineTune``).
         global_attn_redraw_interval [1000]: redraw the random projections of performer attention
             (``Architecture.global_attn_type: "performer"``) every this many training batches,
             right before the forward of the batch; null keeps the first projection. No effect on
@@ -111,6 +120,12 @@ class TrainingConfig:
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     local_sgd: LocalSGDConfig = field(default_factory=LocalSGDConfig)
     nan_policy: str = "error"
+    max_time_s: float | None = None
+    clip_grad_norm: float | None = None
+    ema: EMAConfig = field(default_factory=EMAConfig)
+    second_stage: SecondStageConfig = field(default_factory=SecondStageConfig)
+    init_from: str | None = None
+    fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig)
     global_attn_redraw_interval: int | None = 1000
     model_keys: tuple[tuple[str, Any], ...] = ()
 
@@ -132,6 +147,12 @@ class TrainingConfig:
             },
             "LocalSGD": plain(self.local_sgd),
             "nan_policy": self.nan_policy,
+            "max_time_s": self.max_time_s,
+            "clip_grad_norm": self.clip_grad_norm,
+            "EMA": plain(self.ema),
+            "SecondStage": plain(self.second_stage),
+            "init_from": self.init_from,
+            "FineTune": plain(self.fine_tune),
             "global_attn_redraw_interval": self.global_attn_redraw_interval,
         }
         out.update(dict(self.model_keys))
@@ -152,6 +173,12 @@ _TRAINING_KEYS = {
     "Parallelism",
     "LocalSGD",
     "nan_policy",
+    "max_time_s",
+    "clip_grad_norm",
+    "EMA",
+    "SecondStage",
+    "init_from",
+    "FineTune",
     "global_attn_redraw_interval",
     *MODEL_KEYS_IN_TRAINING,
 }
@@ -202,6 +229,20 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
         )
     if "nan_policy" in v:
         kw["nan_policy"] = choice(v["nan_policy"], NAN_POLICIES, f"{where}.nan_policy")
+    for key in ("max_time_s", "clip_grad_norm"):
+        if v.get(key) is not None:
+            kw[key] = typed(v[key], "float", f"{where}.{key}")
+            at_least(kw[key], 0.0, f"{where}.{key}", strict=True)
+    kw["ema"] = EMAConfig.from_dict(v.get("EMA"), f"{where}.EMA")
+    if kw["ema"].enabled and par.strategy in ("fsdp", "fsdp2"):
+        raise ConfigError(
+            f"{where}.EMA.enabled: the weight average needs the full parameters on every rank; "
+            f"strategy {par.strategy!r} shards them (use none, ddp or deepspeed)"
+        )
+    kw["second_stage"] = SecondStageConfig.from_dict(v.get("SecondStage"), f"{where}.SecondStage")
+    if v.get("init_from") is not None:
+        kw["init_from"] = typed(v["init_from"], "str", f"{where}.init_from")
+    kw["fine_tune"] = FineTuneConfig.from_dict(v.get("FineTune"), f"{where}.FineTune")
     if "global_attn_redraw_interval" in v:
         key = f"{where}.global_attn_redraw_interval"
         kw["global_attn_redraw_interval"] = typed(v["global_attn_redraw_interval"], "int", key, optional=True)
@@ -268,12 +309,14 @@ class RunConfig:
         return self.to_dict()[NN]
 
 
-def _architecture(arch: Any, training: TrainingConfig) -> tuple[dict[str, Any], ModelConfig, str]:
+def _architecture(
+    arch: Any, training: TrainingConfig, from_artifact: bool = False
+) -> tuple[dict[str, Any], ModelConfig, str]:
     if not isinstance(arch, Mapping):
         raise ConfigError(f"{ARCH}: expected an object, found {type(arch).__name__}")
     arch = copy.deepcopy(dict(arch))
     for key, value in training.model_keys:
-        if key in arch and arch[key] != value:
+        if key in arch and arch[key] != value and not from_artifact:
             raise ConfigError(
                 f"{TRAINING}.{key}: {value!r} conflicts with {ARCH}.{key} = {arch[key]!r}; give it in one place"
             )
@@ -300,11 +343,25 @@ def _architecture(arch: Any, training: TrainingConfig) -> tuple[dict[str, Any], 
     return arch, mc, mode
 
 
-def load_config(source: str | os.PathLike | Mapping[str, Any] | RunConfig) -> RunConfig:
+def _artifact_architecture(path: str) -> dict[str, Any]:
+    from hydragnn.models import ModelError
+    from hydragnn.models.artifact import read_manifest
+
+    try:
+        return dict(read_manifest(path)["architecture"])
+    except ModelError as exc:
+        raise ConfigError(f"{TRAINING}.init_from: {exc}") from None
+
+
+def load_config(
+    source: str | os.PathLike | Mapping[str, Any] | RunConfig, *, init_from: str | os.PathLike | None = None
+) -> RunConfig:
     """Parse and validate a run config from a JSON file path or a dict.
 
-    Relative paths in ``Dataset`` are resolved against the config file's folder (the working
-    folder for a dict).
+    Relative paths in ``Dataset`` and ``Training.init_from`` are resolved against the config
+    file's folder (the working folder for a dict). With ``init_from`` (``--init-from``; it
+    overrides ``Training.init_from``) or ``Training.init_from`` the ``Architecture`` section may be
+    left out: the artifact's is used, with the ``Training`` model keys (loss weights, ...) applied.
 
     Raises:
         ConfigError: naming the JSON path of the first problem and what was expected.
@@ -340,10 +397,19 @@ def load_config(source: str | os.PathLike | Mapping[str, Any] | RunConfig) -> Ru
             msg = str(exc)
             raise ConfigError(msg if msg.startswith("Variables") else f"Variables: {msg}") from exc
     nn = section(top[NN], NN, {"Architecture", "Training"})
-    if "Architecture" not in nn:
-        raise ConfigError(f"{ARCH}: required section missing")
     training = parse_training(nn.get("Training"))
-    arch, mc, mode = _architecture(nn["Architecture"], training)
+    if init_from is not None:
+        training = dataclasses.replace(training, init_from=str(Path(init_from).resolve()))
+    elif training.init_from is not None:
+        training = dataclasses.replace(training, init_from=str((base or Path.cwd()) / training.init_from))
+    if training.fine_tune != FineTuneConfig() and training.init_from is None:
+        raise ConfigError(f"{TRAINING}.FineTune: only with {TRAINING}.init_from (the artifact to fine-tune)")
+    arch_section = nn.get("Architecture")
+    if arch_section is None:
+        if training.init_from is None:
+            raise ConfigError(f"{ARCH}: required section missing (it may be left out only with Training.init_from)")
+        arch_section = _artifact_architecture(training.init_from)
+    arch, mc, mode = _architecture(arch_section, training, from_artifact="Architecture" not in nn)
     dataset = DatasetConfig.from_dict(top["Dataset"], base=base)
     if dataset.cutoff is None:
         dataset = dataclasses.replace(dataset, cutoff=mc.radius)

@@ -120,10 +120,13 @@ class SchedulerConfig:
 
     ReduceLROnPlateau (stepped on the validation loss): factor [0.5], patience [5],
     min_lr [0], threshold [1e-4]. CosineAnnealingLR: T_max [num_epoch], eta_min [0].
+    Every type: warmup_steps [0], the first training batches run at a learning rate rising
+    linearly to the scheduled one (``lr * (k + 1) / warmup_steps`` at batch ``k``).
     """
 
     type: str = "ReduceLROnPlateau"
     options: tuple[tuple[str, Any], ...] = ()
+    warmup_steps: int = 0
 
     @classmethod
     def from_dict(cls, values: Any, where: str, num_epoch: int) -> SchedulerConfig:
@@ -132,7 +135,9 @@ class SchedulerConfig:
         else:
             kind = cls.type
         defaults = dict(_SCHED_KEYS[kind])
-        v = section(values, where, {"type", *defaults})
+        v = section(values, where, {"type", "warmup_steps", *defaults})
+        warmup = typed(v.get("warmup_steps", 0), "int", f"{where}.warmup_steps")
+        at_least(warmup, 0, f"{where}.warmup_steps")
         opts: dict[str, Any] = {}
         for key, default in defaults.items():
             value = v.get(key, default)
@@ -148,10 +153,10 @@ class SchedulerConfig:
             opts[key] = value
         if kind == "ReduceLROnPlateau" and not 0.0 < opts["factor"] < 1.0:
             raise ConfigError(f"{where}.factor: expected a value in (0, 1), found {opts['factor']!r}")
-        return cls(type=kind, options=tuple(opts.items()))
+        return cls(type=kind, options=tuple(opts.items()), warmup_steps=warmup)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, **dict(self.options)}
+        return {"type": self.type, **dict(self.options), "warmup_steps": self.warmup_steps}
 
 
 # ------------------------------------------------------------------------- EarlyStopping / Checkpoint
@@ -274,3 +279,60 @@ class LocalSGDConfig:
                 v["optimizer_state_policy"], ("rank_local", "synchronized"), f"{where}.optimizer_state_policy"
             )
         return cls(**kw)
+
+
+# ------------------------------------------------------------------------- EMA / SecondStage
+@dataclass(frozen=True)
+class EMAConfig:
+    """``Training.EMA``: enabled [false], decay [0.99]: an exponential moving average of the
+    weights, updated after every optimizer step, is what validation, test and the saved model use."""
+
+    enabled: bool = False
+    decay: float = 0.99
+
+    @classmethod
+    def from_dict(cls, values: Any, where: str) -> EMAConfig:
+        v = section(values, where, {"enabled", "decay"})
+        enabled = typed(v.get("enabled", cls.enabled), "bool", f"{where}.enabled")
+        decay = typed(v.get("decay", cls.decay), "float", f"{where}.decay")
+        if not 0.0 < decay < 1.0:
+            raise ConfigError(f"{where}.decay: expected a value in (0, 1), found {decay!r}")
+        return cls(enabled=enabled, decay=decay)
+
+
+@dataclass(frozen=True)
+class SecondStageConfig:
+    """``Training.SecondStage`` (MACE's "stage two" / SWA switch): enabled [false], start [0.75]
+    (fraction of ``num_epoch``, or of ``max_time_s`` when that is reached first), then the
+    learning rate becomes learning_rate [kept] and stays constant, and the MLIP loss weights
+    energy_weight / forces_weight / stress_weight [kept] replace the first stage's. The best
+    model is chosen among second-stage epochs."""
+
+    enabled: bool = False
+    start: float = 0.75
+    learning_rate: float | None = None
+    energy_weight: float | None = None
+    forces_weight: float | None = None
+    stress_weight: float | None = None
+
+    @classmethod
+    def from_dict(cls, values: Any, where: str) -> SecondStageConfig:
+        v = section(values, where, {f.name for f in dataclasses.fields(cls)})
+        kw: dict[str, Any] = {}
+        if "enabled" in v:
+            kw["enabled"] = typed(v["enabled"], "bool", f"{where}.enabled")
+        if "start" in v:
+            kw["start"] = typed(v["start"], "float", f"{where}.start")
+            if not 0.0 < kw["start"] < 1.0:
+                raise ConfigError(f"{where}.start: expected a fraction in (0, 1), found {kw['start']!r}")
+        for key in ("learning_rate", "energy_weight", "forces_weight", "stress_weight"):
+            if key in v:
+                kw[key] = typed(v[key], "float", f"{where}.{key}", optional=True)
+                at_least(kw[key], 0.0, f"{where}.{key}", strict=key == "learning_rate")
+        return cls(**kw)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """``{role: weight}`` of the weights this stage sets."""
+        roles = {"energy": self.energy_weight, "forces": self.forces_weight, "stress": self.stress_weight}
+        return {role: w for role, w in roles.items() if w is not None}

@@ -38,7 +38,15 @@ from .config import RunConfig
 from .config_dataset import DatasetConfig
 from .errors import ConfigError
 
-__all__ = ["RunData", "cuau_samples", "load_run_data", "prepare_samples", "split_indices"]
+__all__ = [
+    "RunData",
+    "container_samples",
+    "cuau_samples",
+    "evaluation_samples",
+    "load_run_data",
+    "prepare_samples",
+    "split_indices",
+]
 
 _DERIVED = ("x", "y", "y_loc")
 
@@ -129,18 +137,16 @@ def _is_prepared(sample: Data) -> bool:
     return all(getattr(sample, key, None) is not None for key in _DERIVED)
 
 
-def _container(ds: DatasetConfig, schema: Schema | None, pe_dim: int) -> tuple[Schema, list[Data]]:
-    """Samples of a prepared container, authoritative when prepared (see the module docstring)."""
-    path = Path(ds.path)
-    given = sorted(ds.explicit_keys) or [k for k, d in (("index", ":"), ("config_types", None)) if getattr(ds, k) != d]
-    if given:
-        raise ConfigError(
-            f"Dataset: {path} is a prepared dataset container; label keys, index and config_types are "
-            f"for files ASE reads (found {given})"
-        )
+def container_samples(path: Path, schema: Schema | None, cutoff: float, pe_dim: int) -> tuple[Schema, list[Data]]:
+    """Samples of a dataset container: used as stored when prepared with a stored schema (only
+    missing edges and positional encodings are added), else prepared against ``schema`` (or the
+    stored one).
+
+    Raises:
+        ConfigError: a ``schema`` other than the stored one of a prepared container, or raw
+            samples without any schema.
+    """
     container = open_dataset(path)
-    if ds.format is not None and detect_format(path) != ds.format:
-        raise ConfigError(f"Dataset.format: {path} is a {detect_format(path)!r} container, not {ds.format!r}")
     raw = [container[i] for i in range(len(container))]
     stored = container.schema
     if stored is not None and raw and _is_prepared(raw[0]):
@@ -149,11 +155,50 @@ def _container(ds: DatasetConfig, schema: Schema | None, pe_dim: int) -> tuple[S
                 f"Variables: differ from the schema stored with the prepared dataset {path} (stored: "
                 f"{stored.to_dict()}); a prepared dataset is used as stored: leave Variables out or re-prepare it"
             )
-        return stored, [_complete(s, float(ds.cutoff), pe_dim) for s in raw]
+        return stored, [_complete(s, cutoff, pe_dim) for s in raw]
     schema = schema or stored
     if schema is None:
         raise ConfigError(f"Variables: required: {path} holds raw samples without a stored schema")
-    return schema, prepare_samples(raw, schema, float(ds.cutoff), pe_dim)
+    return schema, prepare_samples(raw, schema, cutoff, pe_dim)
+
+
+def _container(ds: DatasetConfig, schema: Schema | None, pe_dim: int) -> tuple[Schema, list[Data]]:
+    """``Dataset.path`` naming a container (label options are refused: they are for ASE files)."""
+    path = Path(ds.path)
+    given = sorted(ds.explicit_keys) or [k for k, d in (("index", ":"), ("config_types", None)) if getattr(ds, k) != d]
+    if given:
+        raise ConfigError(
+            f"Dataset: {path} is a prepared dataset container; label keys, index and config_types are "
+            f"for files ASE reads (found {given})"
+        )
+    if ds.format is not None and detect_format(path) != ds.format:
+        raise ConfigError(f"Dataset.format: {path} is a {detect_format(path)!r} container, not {ds.format!r}")
+    return container_samples(path, schema, float(ds.cutoff), pe_dim)
+
+
+def evaluation_samples(
+    path: str | Path,
+    schema: Schema,
+    cutoff: float,
+    pe_dim: int = 0,
+    labels: dict[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[Data]:
+    """The samples of a dataset container or of a file ASE reads, prepared against a model's schema.
+
+    Args:
+        path: a container, or a file ASE reads (converted once and cached, as for training).
+        schema: the model's schema (a file must carry a label for every output).
+        cutoff: the model's cutoff.
+        pe_dim: the model's positional-encoding width.
+        labels: :class:`~hydragnn.data.AseSource` keyword arguments for a file (``energy_key``,
+            ``forces_key``, ``stress_key``, ``extra_keys``, ``index``, ``config_type_key``).
+    """
+    path = Path(path)
+    if detect_format(path) is not None:
+        return container_samples(path, schema, cutoff, pe_dim)[1]
+    converted = convert_source(AseSource(path, **(labels or {})), cutoff=cutoff, schema=schema, log=log)
+    return [_complete(converted.dataset[i], cutoff, pe_dim) for i in range(len(converted.dataset))]
 
 
 def _source(ds: DatasetConfig, file: str) -> AseSource:

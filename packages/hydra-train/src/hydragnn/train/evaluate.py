@@ -6,6 +6,7 @@ enables it internally for ``pos`` under ``torch.no_grad()`` and returns detached
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,11 +18,28 @@ from hydragnn.models.loss import targets as batch_targets
 
 from .strategies.base import Strategy
 
-__all__ = ["evaluate_losses", "mae_report", "test"]
+__all__ = ["evaluate_losses", "head_units", "mae_report", "test"]
 
 
 def _num_graphs(batch: Any) -> int:
     return int(getattr(batch, "num_graphs", 1))
+
+
+def head_units(model: nn.Module) -> dict[str, tuple[str, bool]]:
+    """``{output: (unit of its errors, per atom)}``: an interatomic potential's roles by role
+    (energy in eV/atom, forces eV/Å, stress eV/Å³), other outputs by name (:data:`UNITS`)."""
+    roles = {"energy": ("eV/atom", True), "atomic_energy": ("eV/atom", False), "forces": ("eV/Å", False),
+             "stress": ("eV/Å³", False)}
+    special = {name: role for role, name in (getattr(model, "special", None) or {}).items()}
+    out = {}
+    for var in model.schema.outputs:
+        out[var.name] = roles[special[var.name]] if var.name in special else UNITS.get(var.name, ("", False))
+    return out
+
+
+def _atoms_per_graph(batch: Any) -> torch.Tensor:
+    ptr = getattr(batch, "ptr", None)
+    return (ptr[1:] - ptr[:-1]) if ptr is not None else torch.tensor([batch.num_nodes])
 
 
 def evaluate_losses(
@@ -32,19 +50,22 @@ def evaluate_losses(
     reduce: bool = True,
 ) -> tuple[float, dict[str, float], dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
     """Loss (total and per head) over ``loader``, weighted by graphs per batch, mean over ranks
-    (this rank's alone when ``reduce`` is False).
+    (this rank's alone when ``reduce`` is False), and the errors per head in physical units.
 
     Returns:
         ``(total, {head: loss}, targets, predictions, extras)``; targets / predictions are this
         rank's concatenated ``{head: [rows, dim]}`` when ``collect`` (else empty); extras hold
-        ``natoms`` ``[B]`` per graph (for per-atom errors) when collected.
+        ``errors`` (``{head: {"mae", "rmse", "unit", "count"}}`` over every component, energies
+        per atom, see :func:`head_units`) and, when collected, ``natoms`` ``[B]`` per graph.
     """
     strategy.consolidate()  # local SGD: evaluate the averaged model, the same on every rank
     model = strategy.unwrap()
     names = [v.name for v in model.schema.outputs]
+    units = head_units(model)
     was_training = model.training
     model.eval()
     sums = torch.zeros(len(names) + 2, dtype=torch.float64)
+    errors = torch.zeros(len(names), 3, dtype=torch.float64)  # sum |d|, sum d^2, components
     preds: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     trues: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     natoms: list[torch.Tensor] = []
@@ -59,26 +80,41 @@ def evaluate_losses(
                 for i, name in enumerate(names):
                     sums[1 + i] += float(heads[name]) * n
                 sums[-1] += n
+                wanted = batch_targets(batch, model.schema)
+                atoms = _atoms_per_graph(batch).cpu()
+                for i, name in enumerate(names):
+                    diff = out[name].detach().double().cpu() - wanted[name].detach().double().cpu()
+                    if units[name][1] and diff.shape[0] == atoms.shape[0]:
+                        diff = diff / atoms.double().reshape(-1, *([1] * (diff.dim() - 1)))
+                    errors[i, 0] += diff.abs().sum()
+                    errors[i, 1] += diff.pow(2).sum()
+                    errors[i, 2] += diff.numel()
                 if collect:
-                    wanted = batch_targets(batch, model.schema)
                     for name in names:
                         preds[name].append(out[name].detach().float().cpu())
                         trues[name].append(wanted[name].detach().float().cpu())
-                    ptr = getattr(batch, "ptr", None)
-                    if ptr is not None:
-                        natoms.append((ptr[1:] - ptr[:-1]).cpu())
-                    else:
-                        natoms.append(torch.tensor([batch.num_nodes]))
+                    natoms.append(atoms)
     finally:
         model.train(was_training)
     if reduce:
         sums = strategy.all_reduce_sum(sums)
+        errors = strategy.all_reduce_sum(errors)
     count = max(float(sums[-1]), 1.0)
     total = float(sums[0]) / count
     per_head = {name: float(sums[1 + i]) / count for i, name in enumerate(names)}
+    extras: dict[str, Any] = {"errors": {}}
+    for i, name in enumerate(names):
+        k = float(errors[i, 2])
+        extras["errors"][name] = {
+            "mae": float(errors[i, 0]) / k if k else float("nan"),
+            "rmse": math.sqrt(float(errors[i, 1]) / k) if k else float("nan"),
+            "unit": units[name][0],
+            "count": int(k),
+        }
     cat = {n: torch.cat(v) if v else torch.empty(0) for n, v in trues.items()} if collect else {}
     pcat = {n: torch.cat(v) if v else torch.empty(0) for n, v in preds.items()} if collect else {}
-    extras = {"natoms": torch.cat(natoms) if natoms else torch.empty(0)} if collect else {}
+    if collect:
+        extras["natoms"] = torch.cat(natoms) if natoms else torch.empty(0)
     return total, per_head, cat, pcat, extras
 
 
@@ -164,20 +200,32 @@ UNITS = {
 
 
 def mae_report(
-    trues: Mapping[str, torch.Tensor], preds: Mapping[str, torch.Tensor], natoms: torch.Tensor | None
+    trues: Mapping[str, torch.Tensor],
+    preds: Mapping[str, torch.Tensor],
+    natoms: torch.Tensor | None,
+    units: Mapping[str, tuple[str, bool]] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Per-head mean absolute error in physical units.
+    """Per-head mean absolute and root-mean-square errors in physical units.
 
-    ``energy`` (a graph total) is reported per atom (MAE of ``(pred - true) / natoms``); other
-    known names (``atomic_energy``, ``forces``, ...) in their units, all components of a vector
-    head together; unknown names in the target's own units.
+    ``units`` (default: :data:`UNITS` by name; :func:`head_units` for a model) gives each head's
+    unit and whether it is reported per atom: an energy total is then compared as
+    ``(pred - true) / natoms``. All components of a vector head count together.
+
+    Returns:
+        ``{head: {"mae", "rmse", "unit", "count"}}`` (``count``: rows, graphs or atoms).
     """
     report: dict[str, dict[str, Any]] = {}
     for name, t in trues.items():
         p = preds[name]
-        unit, per_atom = UNITS.get(name, ("", False))
-        diff = (p.double() - t.double()).abs()
+        unit, per_atom = (units or UNITS).get(name, UNITS.get(name, ("", False)))
+        diff = p.double() - t.double()
         if per_atom and natoms is not None and natoms.numel() == diff.shape[0]:
             diff = diff / natoms.double().reshape(-1, *([1] * (diff.dim() - 1)))
-        report[name] = {"mae": float(diff.mean()) if diff.numel() else float("nan"), "unit": unit, "count": int(diff.shape[0])}
+        empty = not diff.numel()
+        report[name] = {
+            "mae": float("nan") if empty else float(diff.abs().mean()),
+            "rmse": float("nan") if empty else float(diff.pow(2).mean().sqrt()),
+            "unit": unit,
+            "count": int(diff.shape[0]),
+        }
     return report

@@ -1,13 +1,17 @@
 """The training loop: ``train_validate_test`` (the seed API).
 
-Per epoch: ``set_epoch`` on the training loader, one pass of training steps through the
-strategy (a non-finite loss stops with :class:`TrainingAborted` naming the epoch and batch, or
-skips the batch under ``nan_policy: "skip"``), validation losses per head (averaged across ranks),
-the scheduler step (``ReduceLROnPlateau`` on the validation loss), the best model by validation
-loss (kept in memory and in the checkpoint), early stopping, TensorBoard scalars and an atomic
-checkpoint every ``Checkpoint.every`` epochs after ``Checkpoint.warmup``. ``resume=True``
-continues from the checkpoint in ``run_dir`` and ends with the same parameters as an
-uninterrupted run. At the end the best state is restored and reported.
+Per epoch: the second stage when due (constant learning rate, new MLIP loss weights; the
+best model is then chosen among second-stage epochs), ``set_epoch`` on the training loader, one
+pass of training steps through the strategy (warmup-scaled learning rate, gradient clipping, EMA
+update after each step; a non-finite loss stops with :class:`TrainingAborted` naming the epoch
+and batch, or skips the batch under ``nan_policy: "skip"``), validation losses and errors per
+head in physical units (averaged across ranks; with the EMA weights when ``EMA`` is on), the
+scheduler step (``ReduceLROnPlateau`` on the validation loss; none in the second stage), the best
+model by validation loss (kept in memory and in the checkpoint), early stopping, the time budget
+(``max_time_s``: stop at the boundary where one more epoch would overrun it), TensorBoard scalars
+and an atomic checkpoint every ``Checkpoint.every`` epochs after ``Checkpoint.warmup``.
+``resume=True`` continues from the checkpoint in ``run_dir`` and ends with the same parameters as
+an uninterrupted run. At the end the best state is restored and reported.
 
 Performer attention: the loop counts training batches (:class:`ProjectionRedraw`, outside the
 model's forward, so activation checkpointing, which repeats a forward, never double-counts) and
@@ -20,6 +24,7 @@ one would have.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -31,13 +36,15 @@ import torch
 from torch import nn
 
 from hydragnn.data.loaders import set_epoch
-from hydragnn.models import redraw_projections
 
+from .averaging import WeightAverage
 from .checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
 from .config import TrainingConfig, parse_training
 from .errors import CheckpointError, TrainingAborted
-from .evaluate import evaluate_losses, gather_rows, mae_report
-from .progress import Progress, fmt_losses
+from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
+from .progress import Progress, fmt_errors, fmt_losses
+from .run_folder import check_fingerprint
+from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
 from .strategies.base import Strategy
 
 __all__ = ["CHECKPOINT_NAME", "ProjectionRedraw", "train_validate_test"]
@@ -70,41 +77,6 @@ def _scheduler_step(scheduler: Any, val_loss: float) -> None:
         scheduler.step()
 
 
-class ProjectionRedraw:
-    """Training-batch counter that redraws performer projections every ``interval`` batches.
-
-    Args:
-        model: the plain model (its :class:`~hydragnn.models.attention.PerformerAttention`
-            modules are redrawn; a model without any is left alone).
-        interval: ``Training.global_attn_redraw_interval`` (``None``: never redraw).
-        seed: ``Training.seed`` (the same on every rank).
-        batches: training batches already counted (from a checkpoint when resuming).
-
-    Attributes:
-        batches: training batches counted so far; redraws: redraws done by this object.
-    """
-
-    def __init__(self, model: nn.Module, interval: int | None, seed: int, batches: int = 0) -> None:
-        self.model = model
-        self.interval = interval
-        self.seed = seed
-        self.batches = batches
-        self.redraws = 0
-
-    def before_forward(self) -> int:
-        """Call right before the forward of a training batch: redraws when the interval is
-        reached. Returns the number of performer modules redrawn (0 when none or not due)."""
-        if self.interval is None or self.batches == 0 or self.batches % self.interval:
-            return 0
-        redrawn = redraw_projections(self.model, self.seed, self.batches // self.interval)
-        self.redraws += bool(redrawn)
-        return redrawn
-
-    def after_batch(self) -> None:
-        """Call once per training batch after its forward (skipped batches count too)."""
-        self.batches += 1
-
-
 def _train_epoch(
     strategy: Strategy,
     loader,
@@ -112,6 +84,8 @@ def _train_epoch(
     nan_policy: str,
     progress: Progress,
     redraw: ProjectionRedraw | None = None,
+    warmup: Warmup | None = None,
+    average: WeightAverage | None = None,
 ) -> tuple[float, dict[str, float], int, float]:
     """One pass over ``loader``. Returns (mean loss, {head: mean loss}, skipped batches, graphs/s)."""
     module = strategy.unwrap()
@@ -123,49 +97,63 @@ def _train_epoch(
     n_batches = len(loader)
     t0 = time.perf_counter()
     graphs = 0
-    for i, batch in enumerate(loader):
-        batch = strategy.to_device(batch)
-        if redraw is not None:
-            redraw.before_forward()
-        out = strategy.forward(batch)
-        if redraw is not None:
-            redraw.after_batch()
-        loss, heads = module.loss(out, batch)
-        bad = torch.tensor([0.0 if bool(torch.isfinite(loss.detach())) else 1.0])
-        if strategy.distributed:  # every rank must agree before a collective backward
-            bad = strategy.all_reduce_sum(bad)
-        if float(bad) > 0:
-            head_values = {k: float(v.detach()) for k, v in heads.items()}
-            if nan_policy == "skip":
-                skipped += 1
-                strategy.zero_grad()
-                progress.log(
-                    1,
-                    f"epoch {epoch} batch {i}/{n_batches}: non-finite loss ({fmt_losses(head_values)}); batch skipped",
+    bar = progress.bar(loader, n_batches, f"epoch {epoch}")
+    try:
+        for i, batch in enumerate(bar if bar is not None else loader):
+            batch = strategy.to_device(batch)
+            if redraw is not None:
+                redraw.before_forward()
+            out = strategy.forward(batch)
+            if redraw is not None:
+                redraw.after_batch()
+            loss, heads = module.loss(out, batch)
+            bad = torch.tensor([0.0 if bool(torch.isfinite(loss.detach())) else 1.0])
+            if strategy.distributed:  # every rank must agree before a collective backward
+                bad = strategy.all_reduce_sum(bad)
+            if float(bad) > 0:
+                head_values = {k: float(v.detach()) for k, v in heads.items()}
+                if nan_policy == "skip":
+                    skipped += 1
+                    strategy.zero_grad()
+                    progress.log(
+                        1,
+                        f"epoch {epoch} batch {i}/{n_batches}: non-finite loss ({fmt_losses(head_values)}); batch skipped",
+                    )
+                    continue
+                raise TrainingAborted(
+                    f"non-finite loss at epoch {epoch}, batch {i} of {n_batches} "
+                    f"(loss={float(loss.detach())}, per head: {fmt_losses(head_values)}); the weights were not updated "
+                    "(set NeuralNetwork.Training.nan_policy to 'skip' to skip such batches)"
                 )
-                continue
-            raise TrainingAborted(
-                f"non-finite loss at epoch {epoch}, batch {i} of {n_batches} "
-                f"(loss={float(loss.detach())}, per head: {fmt_losses(head_values)}); the weights were not updated "
-                "(set NeuralNetwork.Training.nan_policy to 'skip' to skip such batches)"
+            strategy.backward(loss)
+            if warmup is not None:
+                warmup.before_step()
+            strategy.step()
+            if warmup is not None:
+                warmup.after_step()
+            if average is not None:
+                average.update(module)
+            n = int(getattr(batch, "num_graphs", 1))
+            graphs += n
+            sums[0] += float(loss.detach()) * n
+            for j, name in enumerate(names):
+                sums[1 + j] += float(heads[name].detach()) * n
+            sums[-1] += n
+            elapsed = max(time.perf_counter() - t0, 1e-9)
+            if bar is not None:
+                running = f"loss {float(sums[0]) / float(sums[-1]):.4g}, {graphs / elapsed:.1f} graphs/s"
+                bar.set_postfix_str(running, refresh=i + 1 == n_batches)
+            progress.batch(
+                epoch,
+                i,
+                n_batches,
+                float(loss.detach()),
+                {k: float(v.detach()) for k, v in heads.items()},
+                graphs / elapsed,
             )
-        strategy.backward(loss)
-        strategy.step()
-        n = int(getattr(batch, "num_graphs", 1))
-        graphs += n
-        sums[0] += float(loss.detach()) * n
-        for j, name in enumerate(names):
-            sums[1 + j] += float(heads[name].detach()) * n
-        sums[-1] += n
-        elapsed = max(time.perf_counter() - t0, 1e-9)
-        progress.batch(
-            epoch,
-            i,
-            n_batches,
-            float(loss.detach()),
-            {k: float(v.detach()) for k, v in heads.items()},
-            graphs / elapsed,
-        )
+    finally:
+        if bar is not None:
+            bar.close()
     throughput = graphs * strategy.world_size / max(time.perf_counter() - t0, 1e-9)
     sums = strategy.all_reduce_sum(sums)
     count = max(float(sums[-1]), 1.0)
@@ -202,6 +190,7 @@ def train_validate_test(
     strategy: Strategy | None = None,
     run_dir: str | os.PathLike | None = None,
     resume: bool = False,
+    fingerprint: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train with validation, keep the best model by validation loss, then test it.
 
@@ -221,20 +210,30 @@ def train_validate_test(
         strategy: a (set-up or not) strategy; default the single-process one.
         run_dir: where checkpoints go (default ``./logs/<log_name>``).
         resume: continue from ``<run_dir>/checkpoint.pt``.
+        fingerprint: what the checkpoint means (``{JSON path: value}``, see
+            :func:`hydragnn.train.run_folder.fingerprint`): stored in every checkpoint, and on
+            ``resume`` compared with the stored one (a difference is a ``CheckpointError``).
 
     Returns:
-        ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "skipped_batches",
-        "train_batches", "projection_redraws", "history": [per-epoch dicts],
-        "test": {"loss", "heads", "mae"}}`` (``train_batches``: training batches counted over the
-        whole run, resumed ones included; ``projection_redraws``: performer redraws in this call).
+        ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "stop_reason",
+        "second_stage_epoch", "skipped_batches", "train_batches", "projection_redraws",
+        "history": [per-epoch dicts], "test": {"loss", "heads", "mae"}}`` (``stop_reason``:
+        ``"num_epoch"``, ``"early_stopping"`` or ``"max_time_s"``; ``train_batches``: training
+        batches counted over the whole run, resumed ones included; ``projection_redraws``:
+        performer redraws in this call; ``test.mae``: per head ``mae``, ``rmse``, ``unit``).
 
     Raises:
         TrainingAborted: a non-finite loss under ``nan_policy: "error"``.
         CheckpointError: ``resume`` without a readable checkpoint that fits the model.
     """
     cfg = _training_config(nn_config)
+    if strategy is not None and strategy.optimizer is None and cfg.clip_grad_norm is not None:
+        strategy.max_grad_norm = cfg.clip_grad_norm  # before setup: DeepSpeed reads it there
     strategy = _adopt(strategy, model, optimizer)
+    if strategy.max_grad_norm is None:
+        strategy.max_grad_norm = cfg.clip_grad_norm
     optimizer = strategy.optimizer
+    module = strategy.unwrap()
     progress = Progress(verbosity, strategy.is_main)
     run_dir = Path(run_dir) if run_dir is not None else Path("logs") / log_name
     ckpt_path = run_dir / CHECKPOINT_NAME
@@ -242,16 +241,26 @@ def train_validate_test(
     history: list[dict[str, Any]] = []
     best_loss, best_epoch, best_state = math.inf, -1, None
     start_epoch, since_best, skipped_total = 0, 0, 0
-    redraw = ProjectionRedraw(strategy.unwrap(), cfg.global_attn_redraw_interval, cfg.seed)
+    redraw = ProjectionRedraw(module, cfg.global_attn_redraw_interval, cfg.seed)
+    warmup = Warmup(optimizer, cfg.scheduler.warmup_steps)
+    average = WeightAverage(module, cfg.ema.decay) if cfg.ema.enabled else None
+    stage = SecondStage(cfg.second_stage, cfg.num_epoch, cfg.max_time_s)
+    second_stage_epoch: int | None = None
     if resume:
         ckpt = load_checkpoint(ckpt_path)
+        if not isinstance(ckpt, dict) or "model" not in ckpt or "epoch" not in ckpt:
+            raise CheckpointError(f"{ckpt_path}: not a training checkpoint (no 'model' / 'epoch')")
+        if fingerprint is not None:
+            check_fingerprint(ckpt.get("fingerprint"), fingerprint, str(ckpt_path))
         try:
             strategy.load_model_state_dict(ckpt["model"])
             if ckpt.get("optimizer") is not None:
                 strategy.load_optimizer_state_dict(ckpt["optimizer"])
             if scheduler is not None and ckpt.get("scheduler") is not None:
                 scheduler.load_state_dict(ckpt["scheduler"])
-        except (RuntimeError, KeyError, ValueError) as exc:
+            if average is not None:
+                average.load_state_dict(ckpt["ema"])
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
             raise CheckpointError(f"{ckpt_path}: does not fit this model / optimizer: {exc}") from exc
         start_epoch = int(ckpt["epoch"]) + 1
         best_loss, best_epoch = float(ckpt["best_val_loss"]), int(ckpt["best_epoch"])
@@ -260,37 +269,60 @@ def train_validate_test(
         skipped_total = int(ckpt["skipped_batches"])
         history = list(ckpt["history"])
         redraw.batches = int(ckpt.get("train_batches", 0))
+        warmup.done = int(ckpt.get("warmup_done", 0))
+        second_stage_epoch = ckpt.get("second_stage_epoch")
+        if second_stage_epoch is not None:
+            stage.started = True
+            stage.reweigh(module)
         set_rng_state(ckpt["rng"])
         progress.log(1, f"resumed from {ckpt_path} after epoch {start_epoch - 1}")
 
+    units = head_units(module)
+    budget = TimeBudget(cfg.max_time_s)
     progress.log(1, f"training {log_name}: {cfg.num_epoch} epochs, {len(train_loader)} batches per epoch per rank")
-    stopped_early = False
+    stop_reason = "num_epoch"
     for epoch in range(start_epoch, cfg.num_epoch):
         t0 = time.perf_counter()
+        elapsed, _ = budget.check(0.0, strategy)
+        if stage.due(epoch, elapsed):
+            changed = stage.apply(optimizer, module)
+            stage.started, second_stage_epoch = True, epoch
+            best_loss, since_best = math.inf, 0
+            progress.log(
+                1,
+                f"second stage from epoch {epoch}: learning rate {_lr(optimizer):.3g} (constant), loss weights "
+                f"{changed or 'unchanged'}; the best model is now chosen among second-stage epochs",
+            )
         set_epoch(train_loader, epoch)
         train_loss, train_heads, skipped, gps = _train_epoch(
-            strategy, train_loader, epoch, cfg.nan_policy, progress, redraw
+            strategy, train_loader, epoch, cfg.nan_policy, progress, redraw, warmup, average
         )
         skipped_total += skipped
-        if val_loader is not None:
-            val_loss, val_heads, *_ = evaluate_losses(strategy, val_loader)
-        else:
-            val_loss, val_heads = train_loss, train_heads
+        averaged = average.applied(module) if average is not None else contextlib.nullcontext()
+        with averaged:
+            if val_loader is not None:
+                val_loss, val_heads, _, _, val_extras = evaluate_losses(strategy, val_loader)
+                val_errors = val_extras["errors"]
+            else:
+                val_loss, val_heads, val_errors = train_loss, train_heads, None
+            improved = val_loss < best_loss
+            if improved:
+                best_loss, best_epoch, since_best = val_loss, epoch, 0
+                best_state = _clone_state(strategy.model_state_dict())
+            else:
+                since_best += 1
         lr = _lr(optimizer)
-        _scheduler_step(scheduler, val_loss)
-        improved = val_loss < best_loss
-        if improved:
-            best_loss, best_epoch, since_best = val_loss, epoch, 0
-            best_state = _clone_state(strategy.model_state_dict())
-        else:
-            since_best += 1
+        if not stage.started:
+            _scheduler_step(scheduler, val_loss)
         record = {
             "epoch": epoch,
             "train_loss": train_loss,
             "val_loss": val_loss,
             "train_heads": train_heads,
             "val_heads": val_heads,
+            "val_errors": val_errors,
             "lr": lr,
+            "second_stage": stage.started,
             "skipped_batches": skipped,
             "graphs_per_s": gps,
             "seconds": time.perf_counter() - t0,
@@ -303,13 +335,23 @@ def train_validate_test(
             for name in train_heads:
                 writer.add_scalar(f"train/{name}", train_heads[name], epoch)
                 writer.add_scalar(f"val/{name}", val_heads[name], epoch)
+            for name, err in (val_errors or {}).items():
+                writer.add_scalar(f"val_mae/{name}", err["mae"], epoch)
+                writer.add_scalar(f"val_rmse/{name}", err["rmse"], epoch)
             writer.flush()
         progress.log(
             2,
-            f"epoch {epoch}: train {train_loss:.4g} ({fmt_losses(train_heads)}) | val {val_loss:.4g} "
-            f"({fmt_losses(val_heads)}) | lr {lr:.3g} | {gps:.1f} graphs/s{' *' if improved else ''}",
+            f"epoch {epoch}: loss train {train_loss:.4g} val {val_loss:.4g}"
+            + (f" | val MAE {fmt_errors(val_errors)}" if val_errors else f" ({fmt_losses(train_heads)})")
+            + f" | lr {lr:.3g} | {gps:.1f} graphs/s | {record['seconds']:.1f} s{' *' if improved else ''}",
         )
         stop = cfg.early_stopping.enabled and since_best >= cfg.early_stopping.patience
+        if stop:
+            stop_reason = "early_stopping"
+        elif epoch + 1 < cfg.num_epoch:
+            elapsed, out_of_time = budget.check(record["seconds"], strategy)
+            if out_of_time:
+                stop, stop_reason = True, "max_time_s"
         ck = cfg.checkpoint
         if (
             ck.enabled
@@ -327,27 +369,41 @@ def train_validate_test(
                 "since_best": since_best,
                 "skipped_batches": skipped_total,
                 "train_batches": redraw.batches,
+                "warmup_done": warmup.done,
+                "second_stage_epoch": second_stage_epoch,
                 "history": history,
                 "rng": get_rng_state(),
+                "fingerprint": dict(fingerprint) if fingerprint is not None else None,
             }
+            if average is not None:
+                state["ema"] = average.state_dict()
             if strategy.is_main:
                 atomic_save(state, ckpt_path)
             strategy.barrier()
         if stop:
-            stopped_early = True
-            progress.log(1, f"early stopping after epoch {epoch}: no better validation loss for {since_best} epochs")
+            if stop_reason == "early_stopping":
+                progress.log(1, f"early stopping after epoch {epoch}: no better validation loss for {since_best} epochs")
+            else:
+                progress.log(
+                    1,
+                    f"time budget max_time_s={cfg.max_time_s:g} s: stopping after epoch {epoch} ({elapsed:.0f} s "
+                    f"elapsed, the last epoch took {record['seconds']:.1f} s); the best model is kept",
+                )
             break
 
     if best_state is not None:
         strategy.load_model_state_dict(best_state)
-        progress.log(1, f"best epoch {best_epoch} (val loss {best_loss:.6g}); its weights are restored")
+        what = "EMA weights" if average is not None else "weights"
+        progress.log(1, f"best epoch {best_epoch} (val loss {best_loss:.6g}); its {what} are restored")
     if skipped_total:
         progress.log(1, f"{skipped_total} batch(es) skipped for a non-finite loss")
     summary: dict[str, Any] = {
         "best_epoch": best_epoch,
         "best_val_loss": best_loss,
         "epochs_run": len(history),
-        "stopped_early": stopped_early,
+        "stopped_early": stop_reason != "num_epoch",
+        "stop_reason": stop_reason,
+        "second_stage_epoch": second_stage_epoch,
         "skipped_batches": skipped_total,
         "train_batches": redraw.batches,
         "projection_redraws": redraw.redraws,
@@ -357,7 +413,7 @@ def train_validate_test(
     if test_loader is not None:
         loss, heads, trues, preds, extras = evaluate_losses(strategy, test_loader, collect=True)
         trues, preds, natoms = gather_rows(strategy, trues, preds, extras.get("natoms"))
-        summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, natoms)}
+        summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, natoms, units)}
         summary["test_targets"], summary["test_predictions"], summary["test_natoms"] = trues, preds, natoms
-        progress.log(1, f"test loss {loss:.6g} ({fmt_losses(heads)})")
+        progress.log(1, f"test loss {loss:.6g} | MAE {fmt_errors(summary['test']['mae'])}")
     return summary

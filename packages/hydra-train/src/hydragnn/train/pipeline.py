@@ -19,16 +19,20 @@ from typing import Any
 
 import torch
 
-from hydragnn.data import create_dataloaders, open_dataset, write_dataset
+from hydragnn.data import create_dataloaders, write_dataset
 from hydragnn.models import ModelConfig, build_model, save_artifact
 
+from .checkpoint import load_checkpoint
 from .config import RunConfig, load_config
 from .data import cuau_samples, load_run_data, prepare_samples, split_indices
+from .errors import CheckpointError
 from .evaluate import mae_report
-from .loop import train_validate_test
+from .finetune import initialise_from, load_base
+from .loop import CHECKPOINT_NAME, train_validate_test
 from .plots import parity_plots
 from .progress import Progress
 from .references import resolve_reference_energies
+from .run_folder import check_fingerprint, fingerprint, prepare_run_folder
 from .strategies import build_optimizer_factory, make_strategy
 
 __all__ = [
@@ -115,9 +119,14 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def format_errors(mae: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """``  energy     MAE 0.0041 eV/atom`` lines."""
-    return [f"  {name:16s} MAE {r['mae']:.5g} {r['unit']}".rstrip() for name, r in mae.items()]
+def format_errors(errors: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The errors table: a header, then ``  energy   0.0041   0.0055  eV/atom`` per head (MAE, RMSE)."""
+    width = max([len(name) for name in errors] + [4])
+    lines = [f"  {'head':{width}s}  {'MAE':>10s}  {'RMSE':>10s}  unit"]
+    for name, r in errors.items():
+        rmse = r.get("rmse", float("nan"))
+        lines.append(f"  {name:{width}s}  {r['mae']:10.5g}  {rmse:10.5g}  {r['unit']}".rstrip())
+    return lines
 
 
 def run_training(
@@ -126,27 +135,36 @@ def run_training(
     *,
     resume: bool = False,
     verbosity: int | None = None,
+    overwrite: bool = False,
+    init_from: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Run the whole pipeline of a config and fill the run folder.
 
     Args:
         config: the JSON config (path or dict) or a :class:`RunConfig`.
-        run_dir: the run folder (default ``runs/<Dataset.name>``).
-        resume: continue from ``<run_dir>/checkpoint.pt``.
+        run_dir: the run folder (default ``runs/<Dataset.name>``); a folder holding a run is
+            reused only with ``resume`` or ``overwrite``.
+        resume: continue from ``<run_dir>/checkpoint.pt`` (refused when the config changed what
+            the checkpoint means; see :mod:`hydragnn.train.run_folder`).
         verbosity: override of ``Verbosity.level``.
+        overwrite: replace the run files of a previous run in ``run_dir``.
+        init_from: a model artifact to fine-tune (overrides ``Training.init_from``; see
+            :mod:`hydragnn.train.finetune`).
 
     Returns:
         The metrics dict also written to ``metrics.json``, with ``paths`` (artifact, config,
         metrics, plots, tensorboard).
     """
     t_start = time.perf_counter()
-    cfg = load_config(config)
+    cfg = load_config(config, init_from=init_from) if not isinstance(config, RunConfig) else config
     level = cfg.verbosity if verbosity is None else verbosity
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.dataset.name
     training_dict = cfg.training.to_dict()
     strategy = make_strategy(training_dict)  # may initialise the process group (before the loaders)
     progress = Progress(level, strategy.is_main)
     try:
+        prepare_run_folder(run_dir, resume=resume, overwrite=overwrite, modify=strategy.is_main)
+        strategy.barrier()
         t0 = time.perf_counter()
         data = load_run_data(
             cfg, is_main=strategy.is_main, barrier=strategy.barrier, log=lambda line: progress.log(1, line)
@@ -159,13 +177,14 @@ def run_training(
             f"dataset {cfg.dataset.name}: {len(trainset)} train, {len(valset or ())} val, {len(testset or ())} test "
             f"samples ready in {time.perf_counter() - t0:.1f} s",
         )
-        if strategy.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            cfg.save(run_dir / "config.json")
+        meaning = fingerprint(cfg.to_dict(), data.files)
+        if resume:
+            check_fingerprint(_stored_fingerprint(run_dir / CHECKPOINT_NAME), meaning, str(run_dir))
         tr = cfg.training
         train_loader, val_loader, test_loader = create_dataloaders(
             trainset, valset, testset, tr.batch_size, batching=tr.batching, seed=tr.seed
         )
+        base = load_base(tr.init_from, cfg.schema, tr.fine_tune, data.species) if tr.init_from is not None else None
         model_config = fill_degree_histogram(cfg.model_config, trainset)
         model_config, references = resolve_reference_energies(
             cfg, model_config, data, lambda line: progress.log(1, line)
@@ -173,11 +192,19 @@ def run_training(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(tr.seed)
             model = build_model(model_config, cfg.schema)
+        fine_tuned = None
+        if base is not None:
+            fine_tuned = initialise_from(model, base, tr.fine_tune, lambda m: progress.log(1, m))
+            fine_tuned["artifact"] = tr.init_from
+            del base
         n_params = sum(p.numel() for p in model.parameters())
         progress.log(
             1, f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}"
         )
+        strategy.max_grad_norm = tr.clip_grad_norm
         strategy.setup(model, build_optimizer_factory(training_dict["Optimizer"]))
+        if strategy.is_main:
+            cfg.save(run_dir / "config.json")
         scheduler = build_scheduler(cfg, strategy.optimizer)
         writer = _writer(run_dir, strategy.is_main, progress)
         try:
@@ -195,6 +222,7 @@ def run_training(
                 strategy=strategy,
                 run_dir=run_dir,
                 resume=resume,
+                fingerprint=meaning,
             )
         finally:
             if writer is not None:
@@ -208,12 +236,15 @@ def run_training(
             "best_val_loss": summary["best_val_loss"],
             "epochs_run": summary["epochs_run"],
             "stopped_early": summary["stopped_early"],
+            "stop_reason": summary["stop_reason"],
+            "second_stage_epoch": summary["second_stage_epoch"],
             "skipped_batches": summary["skipped_batches"],
             "test": summary["test"],
             "history": summary["history"],
             "num_parameters": n_params,
             "world_size": strategy.world_size,
             "reference_energies": references,
+            "init_from": fine_tuned,
             "data_files": data.files,
         }
         paths: dict[str, Any] = {}
@@ -230,6 +261,7 @@ def run_training(
                         "dataset": cfg.dataset.name,
                         "config": cfg.to_dict(),
                         "reference_energies": references,
+                        "init_from": fine_tuned,
                     },
                 )
             )
@@ -246,7 +278,7 @@ def run_training(
             (run_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
             paths["metrics"] = str(run_dir / "metrics.json")
             if summary["test"] is not None:
-                progress.log(1, "test errors per head:")
+                progress.log(1, "test errors per head (energies per atom, vectors per component):")
                 for line in format_errors(summary["test"]["mae"]):
                     progress.log(1, line)
             progress.log(1, f"best epoch {summary['best_epoch']}; artifact {paths['artifact']}")
@@ -257,23 +289,43 @@ def run_training(
         strategy.teardown()
 
 
+def _stored_fingerprint(path: Path) -> dict[str, Any] | None:
+    ckpt = load_checkpoint(path)
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f"{path}: not a training checkpoint (found a {type(ckpt).__name__})")
+    return ckpt.get("fingerprint")
+
+
 def predict(
-    artifact: str | os.PathLike, dataset: str | os.PathLike, *, batch_size: int = 16
+    artifact: str | os.PathLike,
+    dataset: str | os.PathLike,
+    *,
+    batch_size: int = 16,
+    labels: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Evaluate a saved model on a dataset container.
+    """Evaluate a saved model on a dataset container or on a file ASE reads.
+
+    A file's labels are read under the keys of the model's training config (stored in the
+    artifact) unless ``labels`` (:class:`~hydragnn.data.AseSource` keyword arguments such as
+    ``energy_key``) says otherwise.
 
     Returns:
-        ``({"loss", "heads", "mae"}, targets, predictions)``.
+        ``({"loss", "heads", "mae"}, targets, predictions)``; ``mae`` holds each head's
+        ``mae``, ``rmse``, ``unit`` and ``count``.
     """
     from hydragnn.models import load_artifact
 
-    from .evaluate import _as_strategy, evaluate_losses
+    from .data import evaluation_samples
+    from .evaluate import _as_strategy, evaluate_losses, head_units
 
     model = load_artifact(artifact)
-    container = open_dataset(dataset)
-    samples = prepare_samples(
-        [container[i] for i in range(len(container))], model.schema, model.cutoff, model.config.pe_dim
-    )
+    trained = ((model.manifest.get("extra") or {}).get("config") or {}).get("Dataset") or {}
+    options: dict[str, Any] = {k: trained[k] for k in ("energy_key", "forces_key", "stress_key", "config_type_key") if k in trained}
+    if trained.get("keys"):
+        options["extra_keys"] = tuple(trained["keys"].items())
+    options.update(labels or {})
+    samples = evaluation_samples(dataset, model.schema, model.cutoff, model.config.pe_dim, options)
     _, _, loader = create_dataloaders(None, None, samples, batch_size)
     loss, heads, trues, preds, extras = evaluate_losses(_as_strategy(model), loader, collect=True)
-    return {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, extras.get("natoms"))}, trues, preds
+    report = mae_report(trues, preds, extras.get("natoms"), head_units(model))
+    return {"loss": loss, "heads": heads, "mae": report}, trues, preds

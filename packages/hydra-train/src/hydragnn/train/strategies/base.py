@@ -47,6 +47,7 @@ class Strategy:
         self._module: nn.Module | None = None  # the plain model
         self.optimizer: torch.optim.Optimizer | None = None
         self.device = torch.device("cpu")
+        self.max_grad_norm: float | None = None  # Training.clip_grad_norm; set before setup()
 
     # process information ---------------------------------------------------------------
     @property
@@ -92,10 +93,21 @@ class Strategy:
         loss.backward()
 
     def step(self) -> None:
-        """One optimizer step, then zero the gradients."""
+        """One optimizer step (gradients clipped first when ``max_grad_norm`` is set), then zero the gradients."""
         assert self.optimizer is not None, "setup() first"
+        self.clip_gradients()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+
+    def clip_gradients(self) -> torch.Tensor | None:
+        """Scale the gradients so their global 2-norm is at most ``max_grad_norm`` (no-op when unset).
+
+        Returns:
+            The norm before clipping (a tensor: no host synchronisation), or ``None``.
+        """
+        if self.max_grad_norm is None:
+            return None
+        return torch.nn.utils.clip_grad_norm_(self.unwrap().parameters(), self.max_grad_norm)
 
     def zero_grad(self) -> None:
         assert self.optimizer is not None, "setup() first"

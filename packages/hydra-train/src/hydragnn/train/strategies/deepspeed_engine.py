@@ -101,6 +101,8 @@ class DeepSpeedStrategy(DistributedStrategy):
         self._module = model.to(self.device)
         optimizer = optimizer_factory(self._module.parameters())
         config = {**deepspeed_config(self.zero_stage), **self.extra_config}
+        if self.max_grad_norm is not None:
+            config["gradient_clipping"] = float(self.max_grad_norm)  # the engine clips inside step()
         with collective(self, "DeepSpeed setup"):
             self.engine, self.optimizer, _, _ = deepspeed.initialize(
                 model=self._module,
@@ -120,6 +122,10 @@ class DeepSpeedStrategy(DistributedStrategy):
 
     def zero_grad(self) -> None:
         self.engine.zero_grad()
+
+    def clip_gradients(self) -> torch.Tensor | None:
+        """The engine clips inside :meth:`step` (``gradient_clipping`` of its config, set at setup)."""
+        return None
 
     def model_state_dict(self) -> dict[str, torch.Tensor]:
         module = self.unwrap()

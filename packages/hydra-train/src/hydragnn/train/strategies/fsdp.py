@@ -74,3 +74,10 @@ class FSDPStrategy(ShardedStateMixin, DistributedStrategy):
                 sync_module_states=False,
             )
         self.optimizer = optimizer_factory(self.model.parameters())
+
+    def clip_gradients(self) -> torch.Tensor | None:
+        """FSDP's own clipping: the global norm over every rank's gradient shards (a collective)."""
+        if self.max_grad_norm is None:
+            return None
+        with collective(self, "FSDP gradient clipping"):
+            return self.model.clip_grad_norm_(self.max_grad_norm)

@@ -67,6 +67,7 @@ class LocalSGDStrategy(DDPStrategy):
 
     def step(self) -> None:
         assert self.optimizer is not None, "setup() first"
+        self.clip_gradients()  # this rank's gradients in a local step, the averaged ones otherwise
         with collective(self, "optimizer step"):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,179 @@
+"""What MLIP users expect of a training run: LR warmup, gradient clipping, EMA weights, the second
+stage, a wall-clock budget, errors per head in physical units, a live progress bar."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from train_helpers import build, config, samples
+
+from hydragnn.train import ConfigError, create_dataloaders, load_config, train_validate_test
+from hydragnn.train.averaging import WeightAverage
+from hydragnn.train.checkpoint import load_checkpoint
+from hydragnn.train.evaluate import evaluate_losses, head_units, mae_report
+from hydragnn.train.strategies import Strategy
+
+
+def _loaders(kind: str = "mlip", n: int = 8, batch_size: int = 2):
+    data = samples(kind, n)
+    return create_dataloaders(data[: n - 2], data[n - 2 :], data[n - 2 :], batch_size)
+
+
+def _run(tmp_path, epochs=2, kind="mlip", optimizer=None, scheduler=None, verbosity=0, **training):
+    train, val, test_loader = _loaders(kind)
+    model = build(kind)
+    optimizer = optimizer(model) if optimizer else torch.optim.Adam(model.parameters(), lr=0.01)
+    sched = scheduler(optimizer) if scheduler else None
+    nn_config = config(kind, epochs=epochs, **training)["NeuralNetwork"]
+    summary = train_validate_test(
+        model, optimizer, train, val, test_loader, None, sched, nn_config, "s", verbosity, run_dir=tmp_path
+    )
+    return model, optimizer, summary
+
+
+def test_warmup_scales_the_first_steps_and_leaves_the_schedule_alone(tmp_path):
+    """3 batches per epoch, warmup over 4 steps under cosine decay: steps see lr (k+1)/4 of the
+    scheduled value, and the epoch-end learning rates equal those of a run without warmup."""
+    runs = {}
+    for warm in (0, 4):
+        seen: list[float] = []
+
+        def make(model, seen=seen):
+            o = torch.optim.SGD(model.parameters(), lr=0.1)
+            o.register_step_pre_hook(lambda opt, *_: seen.append(opt.param_groups[0]["lr"]))
+            return o
+
+        sched = lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=3)  # noqa: E731
+        training = {"Scheduler": {"type": "CosineAnnealingLR", "warmup_steps": warm}}
+        _, _, summary = _run(tmp_path / str(warm), epochs=3, optimizer=make, scheduler=sched, **training)
+        runs[warm] = (seen, [h["lr"] for h in summary["history"]])
+    plain, warmed = runs[0], runs[4]
+    assert plain[1] == warmed[1]  # epoch-end learning rates unchanged by the warmup
+    scheduled = plain[0]
+    assert len(scheduled) == len(warmed[0]) == 9
+    for k in range(4):
+        assert math.isclose(warmed[0][k], scheduled[k] * (k + 1) / 4, rel_tol=1e-12)
+    assert warmed[0][4:] == scheduled[4:]
+
+
+def test_gradient_clipping_bounds_the_update():
+    model = build("mlip")
+    strategy = Strategy()
+    strategy.max_grad_norm = 1e-3
+    strategy.setup(model, lambda p: torch.optim.SGD(p, lr=1.0))
+    before = [p.detach().clone() for p in model.parameters()]
+    batch = next(iter(_loaders()[0]))
+    loss, _ = model.loss(strategy.forward(batch), batch)
+    strategy.backward(loss)
+    norm = float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None]))
+    strategy.step()
+    moved = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before)))
+    assert norm > 1e-2 and float(moved) == pytest.approx(1e-3, rel=1e-4)  # SGD lr 1: the step is the clipped gradient
+
+
+def test_weight_average_math_and_swap():
+    layer = torch.nn.Linear(2, 2)
+    average = WeightAverage(layer, decay=0.75)
+    first = layer.weight.detach().clone()
+    average.update(layer)
+    with torch.no_grad():
+        layer.weight.add_(1.0)
+    second = layer.weight.detach().clone()
+    average.update(layer)
+    with average.applied(layer):
+        torch.testing.assert_close(layer.weight.detach(), 0.75 * first + 0.25 * second)
+    assert torch.equal(layer.weight.detach(), second) and average.updates == 2
+
+
+def test_ema_weights_are_validated_kept_and_checkpointed(tmp_path):
+    model, _, summary = _run(tmp_path, epochs=1, EMA={"enabled": True, "decay": 0.9})
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    ema = {k.removeprefix("module."): v for k, v in ckpt["ema"].items() if k.startswith("module.")}
+    live = ckpt["model"]
+    kept = model.state_dict()
+    differs = [k for k in ema if not torch.equal(ema[k], live[k])]
+    assert differs  # the average is not the live weights
+    for k in ema:
+        if dict(model.named_parameters()).get(k) is not None:
+            assert torch.equal(kept[k], ema[k]), k  # the model kept is the averaged one
+    assert summary["best_epoch"] == 0
+
+
+def test_second_stage_switches_lr_and_weights_and_resumes(tmp_path):
+    kw = {"SecondStage": {"enabled": True, "start": 0.5, "learning_rate": 0.002, "energy_weight": 50.0}}
+    model, optimizer, summary = _run(tmp_path, epochs=4, **kw)
+    assert [h["second_stage"] for h in summary["history"]] == [False, False, True, True]
+    assert summary["second_stage_epoch"] == 2 and summary["best_epoch"] >= 2
+    assert [h["lr"] for h in summary["history"]][2:] == [0.002, 0.002]
+    assert model.task_weights["energy"] == 50.0
+    # the same run interrupted after epoch 2 and resumed: second stage and weights come back
+    cut = tmp_path / "cut"
+    _run(cut, epochs=3, **kw)
+    train, val, test_loader = _loaders()
+    again = build("mlip")
+    opt = torch.optim.Adam(again.parameters(), lr=0.01)
+    resumed = train_validate_test(
+        again, opt, train, val, test_loader, None, None, config("mlip", epochs=4, **kw)["NeuralNetwork"], "s", 0,
+        run_dir=cut, resume=True,
+    )
+    assert again.task_weights["energy"] == 50.0 and resumed["second_stage_epoch"] == 2
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(again.state_dict()[key], value, rtol=0, atol=0)
+
+
+def test_time_budget_stops_at_an_epoch_boundary_and_keeps_the_best(tmp_path, capsys):
+    _, _, summary = _run(tmp_path, epochs=5, verbosity=1, max_time_s=1e-3)
+    assert summary["epochs_run"] == 1 and summary["stop_reason"] == "max_time_s" and summary["best_epoch"] == 0
+    out = capsys.readouterr().out
+    assert "time budget max_time_s=0.001 s: stopping after epoch 0" in out and "the best model is kept" in out
+    _, _, full = _run(tmp_path / "b", epochs=2, max_time_s=3600.0)
+    assert full["epochs_run"] == 2 and full["stop_reason"] == "num_epoch"
+
+
+def test_errors_per_head_in_units(tmp_path, capsys):
+    model, _, summary = _run(tmp_path, epochs=1, verbosity=2)
+    out = capsys.readouterr().out
+    assert "val MAE energy " in out and " eV/atom, atomic_energy " in out and " eV/Å" in out
+    errors = summary["history"][0]["val_errors"]
+    assert errors["energy"]["unit"] == "eV/atom" and errors["forces"]["unit"] == "eV/Å"
+    _, val, _ = _loaders()
+    strategy = Strategy()
+    strategy._module = strategy.model = model
+    _, _, trues, preds, extras = evaluate_losses(strategy, val, collect=True)
+    report = mae_report(trues, preds, extras["natoms"], head_units(model))
+    for name in ("energy", "forces"):
+        assert math.isclose(extras["errors"][name]["mae"], report[name]["mae"], rel_tol=1e-5)
+        assert math.isclose(extras["errors"][name]["rmse"], report[name]["rmse"], rel_tol=1e-5)
+        assert report[name]["rmse"] >= report[name]["mae"]
+    test_mae = summary["test"]["mae"]
+    assert set(test_mae["energy"]) == {"mae", "rmse", "unit", "count"}
+
+
+def test_progress_bar_on_a_terminal(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HYDRAGNN_PROGRESS", "bar")
+    _run(tmp_path, epochs=1, verbosity=2)
+    out = capsys.readouterr().out
+    assert "epoch 0: " in out and "graphs/s]" in out and "batch" in out  # tqdm's bar, then the epoch line
+    monkeypatch.setenv("HYDRAGNN_PROGRESS", "plain")
+    _run(tmp_path / "p", epochs=1, verbosity=2)
+    assert "graphs/s]" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("training", "message"),
+    [
+        ({"EMA": {"enabled": True}, "Parallelism": {"strategy": "fsdp"}}, "EMA.enabled: the weight average needs"),
+        ({"EMA": {"decay": 1.0}}, "EMA.decay: expected a value in (0, 1)"),
+        ({"SecondStage": {"start": 1.5}}, "SecondStage.start: expected a fraction in (0, 1)"),
+        ({"SecondStage": {"learning_rate": 0}}, "SecondStage.learning_rate: expected a value > 0"),
+        ({"clip_grad_norm": -1}, "clip_grad_norm: expected a value > 0"),
+        ({"max_time_s": "1h"}, "max_time_s: expected float"),
+        ({"Scheduler": {"warmup_steps": -2}}, "Scheduler.warmup_steps: expected a value >= 0"),
+    ],
+)
+def test_training_section_errors(training, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(config("mlip", **training))
+    assert message in str(err.value)
