@@ -14,7 +14,7 @@ from ase.stress import voigt_6_to_full_3x3_stress
 
 from hydragnn.data import ContainerError, Schema, SchemaError
 from hydragnn.data.ase_source import AseSource, iter_frames, labelled_sample, resolve_outputs
-from hydragnn.data.reference import generate_cuau_atoms, isolated_atom_frames, write_extxyz
+from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau_atoms, isolated_atom_frames, write_extxyz
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +43,7 @@ def test_labels_read_under_their_keys_and_schema_inferred(ref_file, emt_atoms):
     assert [f.number for f in frames] == list(range(8))
     schema, outputs = resolve_outputs(source, frames[2].atoms, None, frames[2].where)
     assert schema.to_dict() == {
-        "inputs": [
-            {"name": "atomic_number", "level": "node", "dim": 1},
-            {"name": "pos", "level": "node", "dim": 3, "role": "position"},
-        ],
+        "inputs": CUAU_VARIABLES["inputs"],  # atomic numbers and positions
         "outputs": [
             {"name": "energy", "level": "graph", "dim": 1},
             {"name": "forces", "level": "node", "dim": 3},
@@ -169,15 +166,8 @@ def test_ase_database_key_value_pairs_and_data(tmp_path, emt_atoms):
 
 
 def test_explicit_schema_wins(ref_file):
-    schema = Schema.from_dict(
-        {
-            "inputs": [
-                {"name": "atomic_number", "level": "node", "dim": 1},
-                {"name": "pos", "level": "node", "dim": 3, "role": "position"},
-            ],
-            "outputs": [{"name": "energy", "level": "graph", "dim": 1}, {"name": "stress", "level": "graph", "dim": 9}],
-        }
-    )
+    outputs = [{"name": "energy", "level": "graph", "dim": 1}, {"name": "stress", "level": "graph", "dim": 9}]
+    schema = Schema.from_dict({"inputs": CUAU_VARIABLES["inputs"], "outputs": outputs})
     source = _source(ref_file)
     frame = list(iter_frames(source))[2]
     got, outputs = resolve_outputs(source, frame.atoms, schema, frame.where)

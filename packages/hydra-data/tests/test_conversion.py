@@ -92,9 +92,9 @@ def test_interrupted_conversion_leaves_no_entry(tmp_path, emt_atoms):
 def test_unwritable_cache_beside_the_file_falls_back_to_the_user_cache(tmp_path, emt_atoms, monkeypatch):
     path = write_extxyz(tmp_path / "t.xyz", emt_atoms[:3])
     (tmp_path / ".hydragnn_cache").write_text("a file where the cache folder would go")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HYDRAGNN_CACHE", str(tmp_path / "user"))
     converted = convert_source(_source(path), cutoff=4.0)
-    assert converted.entry.parent == tmp_path / "xdg" / "hydragnn" and len(converted.dataset) == 3
+    assert converted.entry.parent == tmp_path / "user" / "converted" and len(converted.dataset) == 3
 
 
 def test_adios_container_and_explicit_cache_dir(tmp_path, emt_atoms):

@@ -218,3 +218,29 @@ def test_unsupported_graph_inputs_are_refused():
     variables["inputs"][2] = {"name": "total_charge", "level": "graph", "dim": 1}  # two charges
     with pytest.raises(InferenceError, match="at most one total charge"):
         HydraCalculator(tiny_model(variables=variables))
+
+
+def test_serves_the_chosen_energy_head(tmp_path):
+    """A model with one energy head per training source serves the head asked for (from a model
+    or an artifact, through the ASE calculator too); an unknown head is refused."""
+    from ase import Atoms
+
+    from hydragnn.infer import HydraASECalculator
+
+    heads = [{"name": "mine", "reference_energies": {"Cu": -1.0, "Au": 2.0}}, {"name": "replay"}]
+    model = tiny_model(seed=3, energy_heads=heads)
+    pos, numbers = cluster(6, seed=2)
+    per_head = {}
+    for name in ("mine", "replay"):
+        res = HydraCalculator(save_artifact(model, tmp_path / f"{name}.hydra"), head=name)(pos, numbers, forces=True)
+        batch_model = tiny_model(seed=3, energy_heads=heads)
+        batch_model.select_head(name)
+        ref = HydraCalculator(batch_model)(pos, numbers, forces=True)
+        torch.testing.assert_close(torch.as_tensor(res["energy"]), torch.as_tensor(ref["energy"]))
+        per_head[name] = float(res["energy"][0])
+        atoms = Atoms(numbers=numbers, positions=pos)
+        atoms.calc = HydraASECalculator(tmp_path / f"{name}.hydra", head=name)
+        assert abs(atoms.get_potential_energy() - per_head[name]) < 1e-8
+    assert abs(per_head["mine"] - per_head["replay"]) > 1e-3  # different readouts and references
+    with pytest.raises(InferenceError, match=r"head: energy head 'other': this model has \['mine', 'replay'\]"):
+        HydraCalculator(model, head="other")

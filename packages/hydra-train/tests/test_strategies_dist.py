@@ -103,6 +103,9 @@ def test_ddp(dataset, tmp_path):
         # 2 ranks x B/2 == 1 process x B, float64, 3 steps
         check_equivalence(res["equiv_sgd"], 1e-10)
         check_equivalence(res["equiv_adam"], 1e-10)
+        # Training.clip_grad_norm: the averaged gradients clipped like one process's (norm above the clip)
+        check_equivalence(res["equiv_sgd_clipped"], 1e-10)
+        assert res["equiv_sgd_clipped"]["clip_active"]
         # ZeroRedundancyOptimizer: trains; its state consolidates on rank 0 for a checkpoint
         zero = res["zero"]
         assert zero["optimizer_class"] == "ZeroRedundancyOptimizer"
@@ -120,6 +123,8 @@ def test_fsdp(name, dataset, tmp_path):
         assert res["train"]["opt_state_entries"] == res["train"]["n_params"]  # full optimizer state
         assert res["train"].get("opt_state_reloaded")
         check_equivalence(res["equiv_adam"], 1e-5)
+        check_equivalence(res["equiv_sgd_clipped"], 1e-5)  # the global norm over every rank's shards
+        assert res["equiv_sgd_clipped"]["clip_active"]
 
 
 def test_global_attention_under_ddp(dataset, tmp_path):
@@ -221,3 +226,6 @@ def test_deepspeed(deepspeed_ops, dataset, tmp_path):
         assert "ZeRO-3 cannot train this interatomic potential" in res["z3_mlip_error"]
         clipped = res["equiv_Adam_z1_default_clipping"]["param_rel_diff_per_step"]
         assert clipped[-1] > 1e-6  # DeepSpeed's default clipping changes the trajectory
+        # Training.clip_grad_norm goes into the engine's config: torch's clipping, step for step
+        check_equivalence(res["equiv_SGD_z1_clipped"], 1e-6)
+        assert res["equiv_SGD_z1_clipped"]["clip_active"]

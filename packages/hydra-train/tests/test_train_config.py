@@ -109,7 +109,9 @@ def test_legacy_early_stopping_and_checkpoint_keys():
         load_config(config(EarlyStopping={"enabled": True, "patience": 4}, patience=3))
 
 
-@pytest.mark.parametrize("name", ["cuau_mlip.json", "multihead_graph.json", "conditioning_charge_spin.json"])
+@pytest.mark.parametrize(
+    "name", ["cuau_mlip.json", "multihead_graph.json", "conditioning_charge_spin.json", "own_data/train.json"]
+)
 def test_examples_parse(name):
     run = load_config(EXAMPLES / name)
     assert load_config(run.to_dict()).to_dict() == run.to_dict()

@@ -73,6 +73,18 @@ def test_gradient_clipping_bounds_the_update():
     assert norm > 1e-2 and float(moved) == pytest.approx(1e-3, rel=1e-4)  # SGD lr 1: the step is the clipped gradient
 
 
+def test_clip_grad_norm_reaches_the_strategy_through_the_loop(tmp_path):
+    """SGD at lr 1 with the gradients clipped to 1e-6: three steps move the weights by <= 3e-6."""
+    model = build("mlip")
+    before = [p.detach().clone() for p in model.parameters()]
+    train, _, _ = _loaders()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    nn_config = config("mlip", epochs=1, clip_grad_norm=1e-6, Checkpoint={"enabled": False})["NeuralNetwork"]
+    train_validate_test(model, optimizer, train, None, None, None, None, nn_config, "c", 0, run_dir=tmp_path)
+    moved = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(model.parameters(), before)))
+    assert len(train) == 3 and 0 < float(moved) <= 3e-6 * (1 + 1e-4)
+
+
 def test_weight_average_math_and_swap():
     layer = torch.nn.Linear(2, 2)
     average = WeightAverage(layer, decay=0.75)

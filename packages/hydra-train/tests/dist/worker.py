@@ -92,10 +92,13 @@ def equivalence(
     mlip: bool = True,
     strategy=None,
     extra: dict | None = None,
+    clip: float | None = None,
 ) -> dict:
     """Same global batch: world_size ranks x (B / world) graphs vs one process x B graphs.
 
-    ``extra``: more ``Architecture`` keys for both models (e.g. global attention)."""
+    ``extra``: more ``Architecture`` keys for both models (e.g. global attention).
+    ``clip``: ``Training.clip_grad_norm`` for the strategy; the reference clips its global
+    gradient norm with ``torch.nn.utils.clip_grad_norm_`` (``clip_active``: it was above)."""
     dtype = torch.float64 if precision == "fp64" else torch.float32
     strategy = strategy or make_strategy({"Parallelism": parallelism or {"strategy": "ddp"}})
     ws, r = strategy.world_size, strategy.rank
@@ -103,10 +106,11 @@ def equivalence(
     extra = extra or {}
     dist_model = new_model(precision, mlip=mlip, **extra)
     ref_model = new_model(precision, mlip=mlip, **extra)
+    strategy.max_grad_norm = clip
     strategy.setup(dist_model, build_optimizer_factory(opt))
     ref_opt = build_optimizer_factory(opt).cls(ref_model.parameters(), **build_optimizer_factory(opt).kwargs)
     ref_model.train()
-    losses, ref_losses, per_step = [], [], []
+    losses, ref_losses, per_step, clip_active = [], [], [], []
     for k in range(steps):
         globl = data[k * B : (k + 1) * B]
         mine = globl[r * B // ws : (r + 1) * B // ws]
@@ -120,6 +124,8 @@ def equivalence(
         rl, _ = ref_model.loss(ref_model(gb), gb)
         ref_opt.zero_grad()
         rl.backward()
+        if clip is not None:
+            clip_active.append(float(torch.nn.utils.clip_grad_norm_(ref_model.parameters(), clip)) > clip)
         ref_opt.step()
         ref_losses.append(float(rl))
         per_step.append(rel_diff(state_vector(strategy.model_state_dict()), state_vector(ref_model.state_dict())))
@@ -128,6 +134,7 @@ def equivalence(
         "losses": losses,
         "ref_losses": ref_losses,
         "param_rel_diff_per_step": per_step,
+        "clip_active": all(clip_active) if clip is not None else None,
         "changed": rel_diff(
             state_vector(strategy.model_state_dict()),
             state_vector(new_model(precision, mlip=mlip, **extra).state_dict()),
@@ -142,6 +149,8 @@ def scenario_ddp(data) -> dict:
     res = {"train": train_and_checkpoint(owner, data, "ddp")}
     res["equiv_sgd"] = equivalence("SGD", {"type": "SGD", "learning_rate": 1e-3, "momentum": 0.9}, 3, data)
     res["equiv_adam"] = equivalence("Adam", {"type": "Adam", "learning_rate": 1e-3}, 3, data)
+    sgd = {"type": "SGD", "learning_rate": 1e-3, "momentum": 0.9}
+    res["equiv_sgd_clipped"] = equivalence("SGD", sgd, 3, data, clip=0.05)
     zero = make_strategy(
         {
             "Parallelism": {"strategy": "ddp"},
@@ -205,6 +214,8 @@ def scenario_sharded(name: str):
         res["equiv_adam"] = equivalence(
             "Adam", {"type": "Adam", "learning_rate": 1e-3}, 3, data, "fp32", {"strategy": name}
         )
+        sgd = {"type": "SGD", "learning_rate": 1e-3, "momentum": 0.9}
+        res["equiv_sgd_clipped"] = equivalence("SGD", sgd, 3, data, "fp32", {"strategy": name}, clip=0.05)
         strategy.teardown()
         return res
 
@@ -237,6 +248,9 @@ def scenario_deepspeed(data) -> dict:
     # DeepSpeed's own default gradient_clipping (1.0) is what made it differ from torch from step 2
     default_clip = DeepSpeedStrategy({"zero_stage": 1, "deepspeed_config": {"gradient_clipping": 1.0}})
     res["equiv_Adam_z1_default_clipping"] = equivalence("Adam", adam, 3, data, "fp32", strategy=default_clip)
+    # Training.clip_grad_norm reaches the engine's config: the same trajectory as torch's clipping
+    clipped = DeepSpeedStrategy({"zero_stage": 1})
+    res["equiv_SGD_z1_clipped"] = equivalence("SGD", sgd, 3, data, "fp32", strategy=clipped, clip=0.05)
     return res
 
 

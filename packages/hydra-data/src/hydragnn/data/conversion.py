@@ -8,8 +8,8 @@ keys, the schema, the cutoff and the converter version. The next call with the s
 fingerprint opens the container and rebuilds nothing; any change builds a new entry and says
 what changed. Entries made from an older content of the same file are removed.
 
-Cache layout (default ``<file's folder>/.hydragnn_cache``, else ``$XDG_CACHE_HOME/hydragnn``
-when that folder is not writable)::
+Cache layout (default ``<file's folder>/.hydragnn_cache``, else ``converted/`` in the user cache,
+``$HYDRAGNN_CACHE`` or ``~/.cache/hydragnn``, when that folder is not writable)::
 
     <cache>/<file name>.<digest16>/data.pt|data.bp    the prepared samples (with edges)
     <cache>/<file name>.<digest16>/record.json        fingerprint, schema, isolated atoms, counts
@@ -36,18 +36,19 @@ from torch_geometric.data import Data
 
 from .ase_source import AseSource, Frame, FrameLabels, iter_frames, labelled_sample, resolve_outputs
 from .containers import ContainerDataset, open_dataset, write_dataset
+from .download import default_cache_dir as user_cache_dir
+from .download import sha256_file
 from .errors import ContainerError, DataError, SchemaError
 from .neighbors import add_edges
 from .prepare import prepare
 from .schema import Schema
 
-__all__ = ["CONVERTER_VERSION", "ConvertedSource", "convert_source", "default_cache_dir", "file_sha256"]
+__all__ = ["CONVERTER_VERSION", "ConvertedSource", "convert_source", "default_cache_dir"]
 
 CONVERTER_VERSION = 1
 """Bumped whenever the samples a conversion writes change meaning; old entries are rebuilt."""
 _SUFFIX = {"pt": "pt", "adios": "bp"}
 _RECORD = "record.json"
-_HASH_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -73,15 +74,6 @@ class ConvertedSource:
     entry: Path
 
 
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_HASH_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _writable(folder: Path) -> bool:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -94,11 +86,12 @@ def _writable(folder: Path) -> bool:
 
 
 def default_cache_dir(path: Path) -> Path:
-    """``<folder of path>/.hydragnn_cache`` when writable, else ``$XDG_CACHE_HOME/hydragnn`` (``~/.cache``)."""
+    """``<folder of path>/.hydragnn_cache`` when writable, else ``converted/`` in the user cache
+    (``$HYDRAGNN_CACHE`` or ``~/.cache/hydragnn``, the download cache's folder)."""
     beside = path.resolve().parent / ".hydragnn_cache"
     if _writable(beside):
         return beside
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hydragnn"
+    return user_cache_dir() / "converted"
 
 
 def _records(cache: Path, name: str) -> list[tuple[Path, dict[str, Any]]]:
@@ -120,7 +113,7 @@ def _file_identity(path: Path, known: list[tuple[Path, dict[str, Any]]]) -> dict
         f = record["fingerprint"].get("file", {})
         if f.get("size") == st.st_size and record.get("mtime_ns") == st.st_mtime_ns and f.get("sha256"):
             return {"name": path.name, "size": st.st_size, "sha256": f["sha256"], "mtime_ns": st.st_mtime_ns}
-    return {"name": path.name, "size": st.st_size, "sha256": file_sha256(path), "mtime_ns": st.st_mtime_ns}
+    return {"name": path.name, "size": st.st_size, "sha256": sha256_file(path), "mtime_ns": st.st_mtime_ns}
 
 
 def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -61,6 +61,8 @@ class HydraCalculator:
         max_cell_images: periodic images searched per direction before a cell counts as too
             small (see :mod:`.inputs`).
         compile_options: extra ``torch.compile`` keyword arguments (e.g. ``backend``).
+        head: for a model with several energy heads (one per training data source), the one to
+            serve (default: the first); sets the model's default head (``model.select_head``).
         _graph_backend: testing only: ``"replay"`` (or a backend object) builds the CUDA-graph
             engine with that backend on any device (default: :data:`.modes.ENV_GRAPH_BACKEND`,
             else real capture on CUDA devices).
@@ -82,12 +84,20 @@ class HydraCalculator:
         species: Sequence[int] | None = None,
         max_cell_images: int = DEFAULT_MAX_CELL_IMAGES,
         compile_options: dict[str, Any] | None = None,
+        head: str | None = None,
         _graph_backend: Any = None,
     ) -> None:
         if isinstance(model_or_artifact_path, (str, os.PathLike)):
             model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")
         else:
             model = model_or_artifact_path
+        if head is not None:
+            from hydragnn.models import ModelError
+
+            try:
+                model.select_head(head)
+            except (ModelError, AttributeError) as exc:
+                raise InferenceError(f"head: {exc}") from None
         self.info: ModelInfo = model_info(model, species)
         if device is None:
             device = next(iter(model.parameters())).device

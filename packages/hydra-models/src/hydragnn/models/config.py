@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from hydragnn.data.atomic_references import parse_reference_energies
 
 from .config_values import check_choice, check_positive, check_typed
 from .encoders import EncoderConfig, get_encoder
+from .energy_heads import EnergyHeadSpec, parse_energy_heads
 from .errors import ModelConfigError
 from .heads_config import HeadsConfig
 from .ops import ACTIVATIONS, POOLINGS
@@ -77,6 +79,8 @@ _SCALARS: dict[str, tuple[str, bool]] = {
     "atomic_energy_name": ("str", False),
     "stress_name": ("str", False),
     "trainable_reference_energies": ("bool", False),
+    "energy_shift": ("float", False),
+    "energy_scale": ("float", False),
     "loss_function_type": ("str", False),
     "huber_delta": ("float", False),
     "energy_loss": ("str", False),
@@ -92,7 +96,7 @@ _SCALARS: dict[str, tuple[str, bool]] = {
     "use_graph_attr_conditioning": ("bool", False),
     "graph_attr_conditioning_mode": ("str", False),
 }
-_STRUCTURED = {"mpnn_type", "output_heads", "task_weights", "reference_energies"}
+_STRUCTURED = {"mpnn_type", "output_heads", "task_weights", "reference_energies", "energy_heads"}
 COMMON_KEYS: frozenset[str] = frozenset(_SCALARS) | _STRUCTURED
 """Every key of ``Architecture`` that is not encoder-specific."""
 
@@ -123,6 +127,15 @@ class ModelConfig:
             number (``{"Cu": -3.5, "79": -3.0}``), or a list indexed by atomic number;
             trainable_reference_energies [false]. (hydra-train also takes ``"average"`` and
             ``"isolated_atoms"`` and fits the values from the data.)
+        energy_shift [0.0], energy_scale [1.0]: MLIP only, each atom's energy is
+            ``reference[Z] + energy_shift + energy_scale * network(h)`` (eV): the shift is the mean
+            interaction energy per atom and the scale its natural size, so the network works on
+            numbers of order one (MACE's scale-shift; hydra-train fills both from the training
+            data when they are left out).
+        energy_heads [null: one]: MLIP only, several energy readouts on the one encoder, one
+            per data source, each with its own reference energies, shift and scale
+            (:mod:`hydragnn.models.energy_heads`); a structure picks its head by its ``head``
+            attribute.
         output_heads: :class:`HeadsConfig`.
         task_weights [1 each]: list (schema output order) or ``{name: weight}``.
         energy_weight, forces_weight, stress_weight [null: 1]: MLIP only, the weights of the
@@ -168,6 +181,9 @@ class ModelConfig:
     stress_name: str = "stress"
     reference_energies: tuple[tuple[int, float], ...] | None = None
     trainable_reference_energies: bool = False
+    energy_shift: float = 0.0
+    energy_scale: float = 1.0
+    energy_heads: tuple[EnergyHeadSpec, ...] | None = None
     task_weights: tuple[float, ...] | tuple[tuple[str, float], ...] | None = None
     loss_function_type: str = "mse"
     huber_delta: float = 1.0
@@ -189,6 +205,20 @@ class ModelConfig:
     def dtype(self) -> torch.dtype:
         """The torch dtype of ``precision``."""
         return PRECISIONS[self.precision]
+
+    def head_specs(self) -> tuple[EnergyHeadSpec, ...]:
+        """Every energy head with its reference energies, shift and scale filled from the
+        Architecture's where it has none of its own (one unnamed head without ``energy_heads``)."""
+        heads = self.energy_heads or (EnergyHeadSpec(name="default"),)
+        return tuple(
+            EnergyHeadSpec(
+                name=h.name,
+                reference_energies=h.reference_energies if h.reference_energies is not None else self.reference_energies,
+                energy_shift=h.energy_shift if h.energy_shift is not None else self.energy_shift,
+                energy_scale=h.energy_scale if h.energy_scale is not None else self.energy_scale,
+            )
+            for h in heads
+        )
 
     @classmethod
     def from_dict(cls, arch: Mapping[str, Any]) -> ModelConfig:
@@ -236,6 +266,10 @@ class ModelConfig:
         ):
             check_positive(kwargs.get(key), f"{ROOT}.{key}")
         check_positive(kwargs.get("num_species"), f"{ROOT}.num_species", allow_zero=True)
+        check_positive(kwargs.get("energy_scale"), f"{ROOT}.energy_scale")
+        for key in ("energy_shift", "energy_scale"):
+            if key in kwargs and not math.isfinite(kwargs[key]):
+                raise ModelConfigError(f"{ROOT}.{key}: expected a finite number, found {kwargs[key]!r}")
         for key in ROLE_WEIGHTS:
             check_positive(kwargs.get(key), f"{ROOT}.{key}", allow_zero=True)
             if kwargs.get(key) is not None and not kwargs.get("enable_interatomic_potential", False):
@@ -257,6 +291,10 @@ class ModelConfig:
             kwargs["task_weights"] = _task_weights(values["task_weights"])
         if "reference_energies" in values:
             kwargs["reference_energies"] = _reference_energies(values["reference_energies"])
+        if values.get("energy_heads") is not None:
+            if not kwargs.get("enable_interatomic_potential", False):
+                raise ModelConfigError(f"{ROOT}.energy_heads: only for interatomic potentials (enable_interatomic_potential)")
+            kwargs["energy_heads"] = parse_energy_heads(values["energy_heads"], f"{ROOT}.energy_heads", _reference_energies)
 
         rest = {k: v for k, v in values.items() if k not in COMMON_KEYS}
         config_cls = EncoderConfig if encoder_cls is None else encoder_cls.Config
@@ -325,8 +363,7 @@ def _task_weights(values: Any) -> tuple:
     return out
 
 
-def _reference_energies(values: Any) -> tuple[tuple[int, float], ...] | None:
-    where = f"{ROOT}.reference_energies"
+def _reference_energies(values: Any, where: str = f"{ROOT}.reference_energies") -> tuple[tuple[int, float], ...] | None:
     if values is None:
         return None
     if isinstance(values, list):

@@ -24,6 +24,14 @@ LOSSES: dict[str, Callable[..., torch.Tensor]] = {
 }
 """``loss_function_type`` -> ``f(prediction, target, delta)`` (mean over elements)."""
 
+ELEMENTWISE: dict[str, Callable[..., torch.Tensor]] = {
+    "mse": lambda p, t, delta: (p - t).pow(2),
+    "mae": lambda p, t, delta: (p - t).abs(),
+    "huber": lambda p, t, delta: F.huber_loss(p, t, delta=delta, reduction="none"),
+    "smooth_l1": lambda p, t, delta: F.smooth_l1_loss(p, t, beta=delta, reduction="none"),
+}
+"""The same losses per element, for weighted means."""
+
 _TARGETS = {"graph": "graph_output", "node": "node_output", "edge": "edge_output"}
 
 
@@ -33,6 +41,18 @@ def atom_counts(batch: Data) -> torch.Tensor:
     if ptr is not None:
         return ptr[1:] - ptr[:-1]
     return torch.tensor([batch.num_nodes], dtype=torch.long, device=batch.pos.device if "pos" in batch else None)
+
+
+def _row_weights(graph_weights: torch.Tensor, batch: Data, level: str) -> torch.Tensor:
+    """Per-row weights of an output of ``level`` from per-graph weights ``[B]``."""
+    if level == "graph":
+        return graph_weights
+    node_graph = getattr(batch, "batch", None)
+    if node_graph is None:
+        node_graph = torch.zeros(batch.num_nodes, dtype=torch.long, device=graph_weights.device)
+    if level == "node":
+        return graph_weights[node_graph]
+    return graph_weights[node_graph[batch.edge_index[1]]]
 
 
 def targets(batch: Data, schema: Schema) -> dict[str, torch.Tensor]:
@@ -61,6 +81,7 @@ def compute_loss(
     loss_type: str = "mse",
     huber_delta: float = 1.0,
     per_atom: Collection[str] = (),
+    graph_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Weighted sum of per-output losses.
 
@@ -73,6 +94,9 @@ def compute_loss(
         huber_delta: ``delta`` of the Huber loss and ``beta`` of smooth L1.
         per_atom: graph outputs compared divided by each graph's atom count (an energy in
             eV/atom, so that large and small structures weigh alike).
+        graph_weights: ``[B]`` weight of each structure (its data source's): every output's
+            loss is then the weighted mean over its rows (a node or edge row takes its graph's
+            weight), ``sum(w * l) / sum(w)``.
 
     Returns:
         ``(total, {name: loss})``: scalar tensors in at least float32; the per-output values
@@ -113,7 +137,12 @@ def compute_loss(
         if name in per_atom:
             scale = atoms.to(device=pred.device, dtype=dtype).reshape(-1, 1)
             pred, target = pred / scale, target / scale
-        value = fn(pred, target, huber_delta)
+        if graph_weights is None:
+            value = fn(pred, target, huber_delta)
+        else:
+            rows = _row_weights(graph_weights, batch, schema[name].level).to(device=pred.device, dtype=dtype)
+            elem = ELEMENTWISE[loss_type](pred, target, huber_delta)
+            value = (elem * rows.unsqueeze(-1)).sum() / (rows.sum().clamp(min=1e-12) * elem.shape[-1])
         per_head[name] = value
         term = weights[name] * value
         total = term if total is None else total + term

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from .encoders import GraphInputs
+from .energy_heads import EnergyHeadSpec
 from .errors import ModelError
 from .heads import NodeHead
 from .heads_config import NodeHeadConfig
@@ -24,15 +25,30 @@ VOIGT_ROWS = (0, 1, 2, 1, 0, 0)
 VOIGT_COLS = (0, 1, 2, 2, 2, 1)
 
 
+def _reference_table(pairs: Sequence[tuple[int, float]] | None, size: int) -> torch.Tensor:
+    table = torch.zeros(size, dtype=torch.get_default_dtype())
+    for z, e in pairs or ():
+        table[z] = e
+    return table
+
+
 class EnergyHead(nn.Module):
-    """Energy as a sum of per-atom energies plus an optional per-species reference.
+    """Energy as a sum of per-atom energies ``reference[Z] + shift + scale * head(h)``, with one
+    readout (and its own reference, shift and scale) per energy head.
+
+    One head keeps the single-readout layout (``atom`` with one output, ``reference [Zmax+1]``).
+    ``K`` heads: ``atom`` has ``K`` outputs and ``reference`` is ``[K, Zmax+1]``; each structure
+    uses the column of its ``head`` index (the default head when the batch has none): a gather
+    with a static shape, so the capture-safe path is unchanged.
 
     Args:
         hidden_dim: width H of the node embedding.
         config: node head layout (``mlp`` or ``conv``) for the per-atom energy.
         activation: activation name.
         cutoff: radius for the ``conv`` head.
-        reference_energies: ``(atomic number, energy)`` pairs, or ``None``.
+        heads: one :class:`~hydragnn.models.energy_heads.EnergyHeadSpec` per head, with its
+            reference energies (``(Z, eV)`` pairs or ``None``), shift and scale filled in
+            (:meth:`ModelConfig.head_specs`).
         trainable_reference: learn the reference energies.
     """
 
@@ -42,51 +58,79 @@ class EnergyHead(nn.Module):
         config: NodeHeadConfig,
         activation: str,
         cutoff: float | None,
-        reference_energies: Sequence[tuple[int, float]] | None,
+        heads: Sequence[EnergyHeadSpec],
         trainable_reference: bool = False,
     ) -> None:
         super().__init__()
-        self.atom = NodeHead(hidden_dim, 1, config, activation, cutoff)
+        self.names = [h.name for h in heads]
+        self.default_head = 0
+        self.atom = NodeHead(hidden_dim, len(heads), config, activation, cutoff)
+        tables = [h.reference_energies for h in heads]
         self.reference: torch.Tensor | None
-        if reference_energies:
-            table = torch.zeros(max(z for z, _ in reference_energies) + 1, dtype=torch.get_default_dtype())
-            for z, e in reference_energies:
-                table[z] = e
+        if not any(tables):
+            self.reference = None
+        else:
+            size = max(z for t in tables if t for z, _ in t) + 1
+            rows = [_reference_table(t, size) for t in tables]
+            table = rows[0] if len(rows) == 1 else torch.stack(rows)
             if trainable_reference:
                 self.reference = nn.Parameter(table)
             else:
                 self.register_buffer("reference", table)
-        else:
-            self.reference = None
+        self.shift, self.scale = float(heads[0].energy_shift), float(heads[0].energy_scale)
+        self.multi = len(heads) > 1
+        if self.multi:  # per-head constants of the config (not weights: not in the state dict)
+            self.register_buffer("shifts", torch.tensor([h.energy_shift for h in heads]), persistent=False)
+            self.register_buffer("scales", torch.tensor([h.energy_scale for h in heads]), persistent=False)
 
     def _apply(self, fn, recurse=True):
-        """Like ``nn.Module._apply`` but a 16-bit cast keeps the reference energies in float32."""
-        before = self.reference.detach().clone() if self.reference is not None else None
+        """Like ``nn.Module._apply`` but a 16-bit cast keeps the reference energies, shifts and
+        scales in float32."""
+        names = [n for n in ("reference", "shifts", "scales") if getattr(self, n, None) is not None]
+        before = {n: getattr(self, n).detach().clone() for n in names}
         super()._apply(fn, recurse)
-        if before is not None and self.reference.dtype in (torch.bfloat16, torch.float16):
-            kept = before.to(device=self.reference.device, dtype=torch.float32)
-            if isinstance(self.reference, nn.Parameter):
-                self.reference.data = kept
-            else:
-                self._buffers["reference"] = kept
+        for name, value in before.items():
+            current = getattr(self, name)
+            if current.dtype in (torch.bfloat16, torch.float16):
+                kept = value.to(device=current.device, dtype=torch.float32)
+                if isinstance(current, nn.Parameter):
+                    current.data = kept
+                else:
+                    self._buffers[name] = kept
         return self
 
-    def forward(self, h: torch.Tensor, inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, h: torch.Tensor, inputs: GraphInputs, head: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-atom and total energies.
 
         Args:
             h: node embedding ``[N, H]``.
             inputs: the encoder inputs (``x[:, 0]`` is the atomic number when a reference is set).
+            head: ``[B]`` int64 head of each structure (ignored with one head; default: the
+                default head for every structure).
 
         Returns:
             ``atomic_energy [N, 1]`` and ``energy [B, 1]``, in float32 for 16-bit models
             (sums accumulate in float32), else in the model dtype.
         """
         acc = accumulate_dtype(h.dtype)
-        atomic = self.atom(h, inputs).to(acc)
-        if self.reference is not None:
-            species = inputs.x[:, 0].long()
-            atomic = atomic + self.reference.to(acc)[species].unsqueeze(-1)
+        out = self.atom(h, inputs).to(acc)
+        species = inputs.x[:, 0].long() if self.reference is not None else None
+        if not self.multi:
+            atomic = out
+            if self.scale != 1.0 or self.shift != 0.0:
+                atomic = atomic * self.scale + self.shift
+            if species is not None:
+                atomic = atomic + self.reference.to(acc)[species].unsqueeze(-1)
+        else:
+            if head is None:
+                head = torch.full((inputs.num_graphs,), self.default_head, dtype=torch.long, device=out.device)
+            k = head.reshape(-1).long()[inputs.batch]
+            atomic = out.gather(1, k.unsqueeze(-1)) * self.scales.to(acc)[k].unsqueeze(-1)
+            atomic = atomic + self.shifts.to(acc)[k].unsqueeze(-1)
+            if species is not None:
+                atomic = atomic + self.reference.to(acc)[k, species].unsqueeze(-1)
         energy = scatter_sum(atomic, inputs.batch, inputs.num_graphs)
         return atomic, energy
 

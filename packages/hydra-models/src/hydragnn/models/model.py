@@ -132,11 +132,12 @@ class HydraModel(nn.Module):
             EdgeHeads(H, self.dims.edge_in, self.geometric, edge_outs, heads.edge, act) if edge_outs else None
         )
         self.energy_head = (
-            EnergyHead(H, heads.node, act, cutoff, config.reference_energies, config.trainable_reference_energies)
+            EnergyHead(H, heads.node, act, cutoff, config.head_specs(), config.trainable_reference_energies)
             if self.mlip
             else None
         )
         self.task_weights = task_weights(config, schema, special)
+        self.head_weights: torch.Tensor | None = None  # [K] loss weight of each energy head's structures
 
     # ------------------------------------------------------------------ properties
     @property
@@ -299,7 +300,7 @@ class HydraModel(nn.Module):
             inputs = self.graph_inputs(batch, pos_in, edge_index, edge_shift, strained_cell if want_stress else None)
             emb = self.encode(inputs)
             out = self.heads(emb, inputs)
-            atomic, energy = self.energy_head(emb.scalar, inputs)
+            atomic, energy = self.energy_head(emb.scalar, inputs, getattr(batch, "head", None))
             out[special["energy"]] = energy
             if "atomic_energy" in special:
                 out[special["atomic_energy"]] = atomic
@@ -317,10 +318,31 @@ class HydraModel(nn.Module):
             out = {k: v.detach() for k, v in out.items()}
         return out
 
+    @property
+    def energy_head_names(self) -> list[str]:
+        """Names of the energy heads (``["default"]`` for a single one; empty without MLIP)."""
+        return list(self.energy_head.names) if self.energy_head is not None else []
+
+    def select_head(self, name: str) -> None:
+        """Use energy head ``name`` for structures without a ``head`` attribute (serving).
+
+        Raises:
+            ModelError: an unknown head name.
+        """
+        names = self.energy_head_names
+        if name not in names:
+            raise ModelError(f"energy head {name!r}: this model has {names}")
+        self.energy_head.default_head = names.index(name)
+
     def loss(self, outputs: Mapping[str, torch.Tensor], batch: Data) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Weighted loss of ``outputs`` against the batch targets (see :func:`compute_loss`); an
-        interatomic potential's energy term is per atom unless ``energy_loss`` is ``"total"``."""
+        interatomic potential's energy term is per atom unless ``energy_loss`` is ``"total"``;
+        with :attr:`head_weights` set, each structure weighs as its energy head's weight."""
         per_atom = (self.special["energy"],) if self.mlip and self.config.energy_loss == "per_atom" else ()
+        weights = None
+        head = getattr(batch, "head", None)
+        if self.head_weights is not None and head is not None:
+            weights = self.head_weights.to(head.device)[head.reshape(-1).long()]
         return compute_loss(
             outputs,
             batch,
@@ -329,6 +351,7 @@ class HydraModel(nn.Module):
             loss_type=self.config.loss_function_type,
             huber_delta=self.config.huber_delta,
             per_atom=per_atom,
+            graph_weights=weights,
         )
 
 

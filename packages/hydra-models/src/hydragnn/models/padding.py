@@ -14,7 +14,7 @@ from .errors import ModelError
 
 NODE_KEYS = ("x", "pos", "node_output", "lap_pe", "rw_pe")
 EDGE_KEYS = ("edge_attr", "edge_shift", "edge_output")
-GRAPH_KEYS = ("graph_attr", "graph_output")
+GRAPH_KEYS = ("graph_attr", "graph_output", "head")
 """Contract tensors padded with zero rows; every other attribute is dropped."""
 
 
@@ -45,7 +45,8 @@ def pad_with_sink(
     Returns:
         A new ``Batch`` with B + 1 graphs: ``x``, ``pos``, ``batch``, ``ptr``, ``edge_index``,
         ``edge_shift``, ``edge_attr``, ``cell`` (identity for the sink), ``pbc`` (False),
-        ``graph_attr`` and the targets ``node_output`` / ``edge_output`` / ``graph_output``,
+        ``graph_attr``, the energy ``head`` of each structure and the targets ``node_output`` /
+        ``edge_output`` / ``graph_output``,
         padded with zeros. Other attributes (``y``, ``y_loc``, raw sources) are not carried.
 
     Raises:

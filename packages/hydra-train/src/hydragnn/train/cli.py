@@ -75,6 +75,7 @@ def predict_main(argv: list[str] | None = None) -> int:
             f"--{key}-key", default=None, help=f"file label of the {key} (default: the key the model was trained with)"
         )
     parser.add_argument("--index", default=None, help="frames of the file to evaluate, as ase.io.read's index")
+    parser.add_argument("--head", default=None, help="the energy head of a model trained on several sources")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--output", type=Path, default=None, help="write targets and predictions (torch .pt of tensors)")
     parser.add_argument("--json", action="store_true", help="print the errors as JSON")
@@ -92,7 +93,9 @@ def predict_main(argv: list[str] | None = None) -> int:
         labels = {k: v for k, v in labels.items() if v is not None}
         if args.index is not None:
             labels["index"] = args.index
-        result, trues, preds = predict(args.artifact, args.dataset, batch_size=args.batch_size, labels=labels)
+        result, trues, preds = predict(
+            args.artifact, args.dataset, batch_size=args.batch_size, labels=labels, head=args.head
+        )
     except (TrainError, DataError, ModelError) as exc:
         print(f"hydragnn-predict: error: {exc}", file=sys.stderr)
         return 2

@@ -257,6 +257,8 @@ _BATCHING_KEYS = {"mode", "max_nodes", "max_edges", "max_graphs", "oversized_sam
 # ------------------------------------------------------------------------- RunConfig
 REFERENCE_MODES = ("average", "isolated_atoms")
 """``Architecture.reference_energies`` given as a word: fitted from the data by hydra-train."""
+FITTED_KEYS = ("energy_shift", "energy_scale")
+"""MLIP keys that, left out, are computed from the training data (and stored in the artifact)."""
 
 
 @dataclass(frozen=True)
@@ -336,7 +338,7 @@ def _architecture(
     if mode in REFERENCE_MODES and not mc.enable_interatomic_potential:
         raise ConfigError(f"{ARCH}.reference_energies: {mode!r} is for interatomic potentials (enable_interatomic_potential)")
     for key in sorted(ARCH_COMMON_KEYS):
-        if key not in arch and key not in ("task_weights", "reference_energies", "output_heads"):
+        if key not in arch and key not in ("task_weights", "reference_energies", "output_heads", *FITTED_KEYS):
             value = getattr(mc, key)
             if isinstance(value, (bool, int, float, str)) or value is None:
                 arch[key] = value
@@ -413,6 +415,15 @@ def load_config(
     dataset = DatasetConfig.from_dict(top["Dataset"], base=base)
     if dataset.cutoff is None:
         dataset = dataclasses.replace(dataset, cutoff=mc.radius)
+    if dataset.sources:
+        filled = tuple(s if s.cutoff is not None else dataclasses.replace(s, cutoff=dataset.cutoff) for s in dataset.sources)
+        dataset = dataclasses.replace(dataset, sources=filled)
+        if not mc.enable_interatomic_potential:
+            raise ConfigError("Dataset.sources: one energy head per source is for interatomic potentials (enable_interatomic_potential)")
+        names = [s.name for s in dataset.sources]
+        heads = [h.name for h in mc.energy_heads] if mc.energy_heads else None
+        if heads is not None and heads != names:
+            raise ConfigError(f"{ARCH}.energy_heads: {heads} must be the Dataset.sources names in order, {names}")
     return RunConfig(
         verbosity=level,
         dataset=dataset,

@@ -6,7 +6,11 @@ Exactly one of three sources:
   reads, split by ``split`` [0.8, 0.1, 0.1];
 * ``train_file`` (+ ``valid_file``, ``test_file``): files ASE reads; without ``valid_file``,
   ``valid_fraction`` [0.1] of the training file validates;
-* ``generator``: the EMT reference sets (``{"name": "cuau", "n_structures": 200, "seed": 0}``).
+* ``generator``: the EMT reference sets (``{"name": "cuau", "n_structures": 200, "seed": 0}``);
+* ``sources``: a list of the above, each with a ``name`` and a loss ``weight`` [1.0]: one
+  interatomic potential with one energy head per source (``Architecture.energy_heads``), e.g.
+  your own data next to a replayed slice of the data a model was first trained on. Sources take
+  ``cutoff``, ``seed``, ``cache_dir`` and ``cache_format`` from the top level unless they set them.
 
 For files ASE reads: ``energy_key`` ["energy"], ``forces_key`` ["forces"], ``stress_key``
 ["stress"] name the file labels of those outputs (null: not trained on), ``keys``
@@ -79,6 +83,8 @@ class DatasetConfig:
     file_format: str | None = None
     cache_dir: str | None = None
     cache_format: str = "pt"
+    sources: tuple[DatasetConfig, ...] = ()
+    weight: float = 1.0
 
     @property
     def files(self) -> dict[str, str]:
@@ -94,7 +100,12 @@ class DatasetConfig:
             ConfigError: naming ``Dataset.<key>``.
         """
         allowed = {f.name for f in dataclasses.fields(cls)} - {"explicit_keys"}
-        v = section(values, where, allowed)
+        in_source = ".sources[" in where
+        v = section(values, where, allowed - {"sources"} if in_source else allowed)
+        if v.get("sources") is not None:
+            return cls._with_sources(v, where, base)
+        if "weight" in v and not in_source:
+            raise ConfigError(f"{where}.weight: only for an entry of Dataset.sources")
         kw: dict[str, Any] = {}
         for key in ("name", "config_type_key"):
             if key in v:
@@ -152,6 +163,9 @@ class DatasetConfig:
             kw["keys"] = _keys(v["keys"], f"{where}.keys")
             explicit.update(name for name, _ in kw["keys"])
         kw["explicit_keys"] = frozenset(explicit)
+        if "weight" in v:
+            kw["weight"] = typed(v["weight"], "float", f"{where}.weight")
+            at_least(kw["weight"], 0.0, f"{where}.weight")
         if "index" in v:
             index = v["index"]
             if isinstance(index, int) and not isinstance(index, bool):
@@ -166,9 +180,41 @@ class DatasetConfig:
             kw["config_types"] = tuple(typed(t, "str", f"{where}.config_types[{i}]") for i, t in enumerate(types))
         return cls(**kw)
 
+    @classmethod
+    def _with_sources(cls, v: dict[str, Any], where: str, base: Path | None) -> DatasetConfig:
+        """A section of ``sources`` (see the module docstring)."""
+        mixed = sorted(set(v) - {"name", "seed", "cutoff", "cache_dir", "cache_format", "sources"})
+        if mixed:
+            raise ConfigError(f"{where}.{mixed[0]}: give it inside each entry of {where}.sources, not next to it")
+        if not isinstance(v["sources"], list) or not v["sources"]:
+            raise ConfigError(f"{where}.sources: expected a non-empty list of data sources, found {v['sources']!r}")
+        top = cls.from_dict({k: v[k] for k in v if k != "sources"} | {"generator": {}}, where, base)
+        inherited = {"seed": top.seed, "cutoff": top.cutoff, "cache_dir": top.cache_dir, "cache_format": top.cache_format}
+        sources = []
+        for i, entry in enumerate(v["sources"]):
+            at = f"{where}.sources[{i}]"
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry.get("name"):
+                raise ConfigError(f"{at}: expected an object with a 'name' (the name of its energy head)")
+            src = cls.from_dict(entry, at, base)
+            given = {k for k in inherited if k in entry}
+            sources.append(dataclasses.replace(src, **{k: val for k, val in inherited.items() if k not in given}))
+        names = [s.name for s in sources]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"{where}.sources: names must be unique (they name the energy heads), found {twice} twice")
+        return dataclasses.replace(top, generator=None, sources=tuple(sources))
+
     def to_dict(self) -> dict[str, Any]:
         """The completed section (JSON; :meth:`from_dict` reads it back equal)."""
+        if self.sources:
+            out = {"name": self.name, "seed": self.seed, "cutoff": self.cutoff, "cache_format": self.cache_format}
+            if self.cache_dir is not None:
+                out["cache_dir"] = self.cache_dir
+            out["sources"] = [s.to_dict() for s in self.sources]
+            return out
         out: dict[str, Any] = {"name": self.name, "seed": self.seed, "cutoff": self.cutoff}
+        if self.weight != 1.0:
+            out["weight"] = self.weight
         if self.generator is not None:
             out["generator"] = dataclasses.asdict(self.generator)
         for key in _FILES:

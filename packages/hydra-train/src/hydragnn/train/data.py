@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,9 @@ class RunData:
         train, val, test: prepared samples with edges (``val`` / ``test`` ``None`` when empty).
         isolated_atoms: ``(Z, energy)`` of the training file's ``IsolatedAtom`` frames.
         files: one dict per converted file: ``path``, ``samples``, ``cached``, ``seconds``, ``entry``.
+        heads, head_weights, parts: for ``Dataset.sources``, the source names (one energy head
+            each), their loss weights and each source's own :class:`RunData` (its samples carry
+            ``head``, the index of their source); empty for one source.
     """
 
     schema: Schema
@@ -68,6 +72,9 @@ class RunData:
     test: list[Data] | None
     isolated_atoms: tuple[tuple[int, float], ...] = ()
     files: list[dict[str, Any]] = field(default_factory=list)
+    heads: list[str] = field(default_factory=list)
+    head_weights: list[float] = field(default_factory=list)
+    parts: list[RunData] = field(default_factory=list)
 
     @property
     def species(self) -> list[int] | None:
@@ -237,6 +244,8 @@ def load_run_data(
             file and frame) pass through.
     """
     ds = cfg.dataset
+    if ds.sources:
+        return _load_sources(cfg, is_main, barrier, log)
     cutoff = float(ds.cutoff)
     pe_dim = cfg.model_config.pe_dim
     files: list[dict[str, Any]] = []
@@ -282,3 +291,36 @@ def load_run_data(
         raise DataError(str(exc)) from None
     pick = lambda idx: [samples[i] for i in idx] or None  # noqa: E731
     return RunData(schema, pick(train_idx), pick(val_idx), pick(test_idx), isolated, files)
+
+
+def _load_sources(cfg: RunConfig, is_main: bool, barrier: Callable[[], None], log) -> RunData:
+    """Every source of ``Dataset.sources`` loaded as a dataset of its own, its samples tagged with
+    ``head`` (the source's index), then merged split by split."""
+    parts = []
+    for k, source in enumerate(cfg.dataset.sources):
+        part = load_run_data(dataclasses.replace(cfg, dataset=source), is_main=is_main, barrier=barrier, log=log)
+        for split in (part.train, part.val, part.test):
+            for sample in split or ():
+                sample.head = torch.tensor([k], dtype=torch.long)
+        if parts and part.schema != parts[0].schema:
+            raise ConfigError(
+                f"Dataset.sources[{k}] ({source.name!r}): its outputs {[v.name for v in part.schema.outputs]} differ "
+                f"from those of {cfg.dataset.sources[0].name!r} {[v.name for v in parts[0].schema.outputs]}; every "
+                "source must label the same outputs (set the keys so they do)"
+            )
+        parts.append(part)
+
+    def merged(name: str) -> list[Data] | None:
+        out = [s for part in parts for s in (getattr(part, name) or ())]
+        return out or None
+
+    return RunData(
+        schema=parts[0].schema,
+        train=merged("train"),
+        val=merged("val"),
+        test=merged("test"),
+        files=[f for part in parts for f in part.files],
+        heads=[s.name for s in cfg.dataset.sources],
+        head_weights=[s.weight for s in cfg.dataset.sources],
+        parts=parts,
+    )

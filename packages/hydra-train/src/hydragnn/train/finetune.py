@@ -13,6 +13,8 @@
   the artifact was not trained on, naming them; ``"add"`` trains them from the untrained rows of
   the species embedding (it must be wide enough).
 * The inputs of the schema must equal the artifact's (the features the trunk was trained on).
+* Several energy heads (``Dataset.sources``) from a one-head artifact: every head starts as the
+  artifact's energy readout, so "your data" and "replayed data" both begin from the trained model.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ WHERE = "NeuralNetwork.Training.init_from"
 TRUNK = ("encoder.", "global_stage.", "conditioning.")
 """State-dict prefixes of the shared trunk; everything else is a head."""
 _SKIPPED = ("energy_head.reference",)  # reference energies come from the run's config
+READOUT = "energy_head.atom.net"
+"""The energy readout's last layer(s): one output row per energy head."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,16 @@ class FineTuneConfig:
         if "new_species" in v:
             kw["new_species"] = choice(v["new_species"], ("refuse", "add"), f"{where}.new_species")
         return cls(**kw)
+
+
+def _readout_rows(key: str, other, tensor):
+    """The artifact's energy readout for a model with another number of energy heads: each new
+    head starts as the artifact's (default) head. Other tensors pass unchanged."""
+    if other is None or not key.startswith(READOUT) or other.dim() != tensor.dim() or other.dim() == 0:
+        return other
+    if tuple(other.shape[1:]) != tuple(tensor.shape[1:]) or other.shape[0] == tensor.shape[0]:
+        return other
+    return other[:1].expand(tensor.shape).clone()
 
 
 def load_base(artifact: str | Path, schema: Any, config: FineTuneConfig, species: Sequence[int] | None) -> nn.Module:
@@ -119,7 +133,7 @@ def initialise_from(
         if key in _SKIPPED or (not trunk and config.heads == "replace"):
             fresh.append(key)
             continue
-        other = source.get(key)
+        other = _readout_rows(key, source.get(key), tensor)
         if other is None or tuple(other.shape) != tuple(tensor.shape):
             if trunk:
                 found = "absent" if other is None else f"shape {tuple(other.shape)}"

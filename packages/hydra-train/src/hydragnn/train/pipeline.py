@@ -31,7 +31,7 @@ from .finetune import initialise_from, load_base
 from .loop import CHECKPOINT_NAME, train_validate_test
 from .plots import parity_plots
 from .progress import Progress
-from .references import resolve_reference_energies
+from .references import resolve_reference_energies, resolve_scale_shift
 from .run_folder import check_fingerprint, fingerprint, prepare_run_folder
 from .strategies import build_optimizer_factory, make_strategy
 
@@ -189,6 +189,7 @@ def run_training(
         model_config, references = resolve_reference_energies(
             cfg, model_config, data, lambda line: progress.log(1, line)
         )
+        model_config, scale_shift = resolve_scale_shift(cfg, model_config, data, lambda line: progress.log(1, line))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(tr.seed)
             model = build_model(model_config, cfg.schema)
@@ -197,6 +198,9 @@ def run_training(
             fine_tuned = initialise_from(model, base, tr.fine_tune, lambda m: progress.log(1, m))
             fine_tuned["artifact"] = tr.init_from
             del base
+        if data.heads:
+            model.head_weights = torch.tensor(data.head_weights, dtype=torch.float64)
+            progress.log(1, f"energy heads (loss weights): {dict(zip(data.heads, data.head_weights, strict=True))}")
         n_params = sum(p.numel() for p in model.parameters())
         progress.log(
             1, f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}"
@@ -227,6 +231,7 @@ def run_training(
         finally:
             if writer is not None:
                 writer.close()
+        by_head = _test_by_head(strategy, data, tr.batch_size) if data.heads and testset is not None else None
         trues = summary.pop("test_targets", None)
         preds = summary.pop("test_predictions", None)
         natoms = summary.pop("test_natoms", None)
@@ -240,10 +245,13 @@ def run_training(
             "second_stage_epoch": summary["second_stage_epoch"],
             "skipped_batches": summary["skipped_batches"],
             "test": summary["test"],
+            "test_by_head": by_head,
             "history": summary["history"],
             "num_parameters": n_params,
             "world_size": strategy.world_size,
             "reference_energies": references,
+            "energy_scale_shift": scale_shift,
+            "energy_heads": dict(zip(data.heads, data.head_weights, strict=True)) or None,
             "init_from": fine_tuned,
             "data_files": data.files,
         }
@@ -261,6 +269,7 @@ def run_training(
                         "dataset": cfg.dataset.name,
                         "config": cfg.to_dict(),
                         "reference_energies": references,
+                        "energy_scale_shift": scale_shift,
                         "init_from": fine_tuned,
                     },
                 )
@@ -281,12 +290,32 @@ def run_training(
                 progress.log(1, "test errors per head (energies per atom, vectors per component):")
                 for line in format_errors(summary["test"]["mae"]):
                     progress.log(1, line)
+            for name, errors in (by_head or {}).items():
+                progress.log(1, f"test errors of the structures of energy head {name!r}:")
+                for line in format_errors(errors):
+                    progress.log(1, line)
             progress.log(1, f"best epoch {summary['best_epoch']}; artifact {paths['artifact']}")
         strategy.barrier()
         metrics["paths"] = paths
         return metrics
     finally:
         strategy.teardown()
+
+
+def _test_by_head(strategy, data, batch_size: int) -> dict[str, Any]:
+    """Test errors of each source's own test structures (``Dataset.sources``), head by head."""
+    from .evaluate import evaluate_losses, gather_rows, head_units
+
+    units = head_units(strategy.unwrap())
+    out = {}
+    for name, part in zip(data.heads, data.parts, strict=True):
+        if not part.test:
+            continue
+        _, _, loader = create_dataloaders(None, None, part.test, batch_size)
+        _, _, trues, preds, extras = evaluate_losses(strategy, loader, collect=True)
+        trues, preds, natoms = gather_rows(strategy, trues, preds, extras.get("natoms"))
+        out[name] = mae_report(trues, preds, natoms, units)
+    return out
 
 
 def _stored_fingerprint(path: Path) -> dict[str, Any] | None:
@@ -302,12 +331,14 @@ def predict(
     *,
     batch_size: int = 16,
     labels: Mapping[str, Any] | None = None,
+    head: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Evaluate a saved model on a dataset container or on a file ASE reads.
 
     A file's labels are read under the keys of the model's training config (stored in the
     artifact) unless ``labels`` (:class:`~hydragnn.data.AseSource` keyword arguments such as
-    ``energy_key``) says otherwise.
+    ``energy_key``) says otherwise. ``head`` names the energy head of a model with several (one
+    per training source; default: the first).
 
     Returns:
         ``({"loss", "heads", "mae"}, targets, predictions)``; ``mae`` holds each head's
@@ -319,7 +350,12 @@ def predict(
     from .evaluate import _as_strategy, evaluate_losses, head_units
 
     model = load_artifact(artifact)
+    if head is not None:
+        model.select_head(head)
     trained = ((model.manifest.get("extra") or {}).get("config") or {}).get("Dataset") or {}
+    if trained.get("sources"):  # several sources: the keys of the one whose head is served
+        served = model.energy_head_names[model.energy_head.default_head]
+        trained = next((s for s in trained["sources"] if s.get("name") == served), trained["sources"][0])
     options: dict[str, Any] = {k: trained[k] for k in ("energy_key", "forces_key", "stress_key", "config_type_key") if k in trained}
     if trained.get("keys"):
         options["extra_keys"] = tuple(trained["keys"].items())

@@ -1,0 +1,46 @@
+"""examples/own_data end to end, as a user runs it: write the extxyz files, train with the
+example's config through the ``hydragnn-train`` command, predict on the test file, serve with ASE.
+
+The only change to the example is a shorter run (one epoch, a narrower model) in a copy of its
+config beside the files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "own_data"
+TIMEOUT_S = 600
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+        env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out
+
+
+def test_own_data_example(tmp_path):
+    _run(str(EXAMPLE / "make_data.py"), "--out", str(tmp_path), cwd=tmp_path)
+    assert {p.name for p in tmp_path.glob("*.xyz")} == {"train.xyz", "valid.xyz", "test.xyz"}
+    config = json.loads((EXAMPLE / "train.json").read_text())
+    config["NeuralNetwork"]["Architecture"]["hidden_dim"] = 16
+    config["NeuralNetwork"]["Training"]["num_epoch"] = 1
+    (tmp_path / "train.json").write_text(json.dumps(config))
+    train = _run("-m", "hydragnn.train.cli", "train.json", "--run-dir", "run", cwd=tmp_path)
+    assert "reference energies (isolated_atoms" in train.stdout and "eV/atom" in train.stdout
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert set(metrics["test"]["mae"]) == {"energy", "forces", "stress"}
+    code = "import sys; from hydragnn.train.cli import predict_main; sys.exit(predict_main())"
+    predicted = _run("-c", code, "run/model.hydra", "test.xyz", "--json", cwd=tmp_path)
+    result = json.loads(predicted.stdout.strip().splitlines()[-1])
+    assert abs(result["mae"]["forces"]["mae"] - metrics["test"]["mae"]["forces"]["mae"]) < 1e-5
+    served = _run(str(EXAMPLE / "serve.py"), "run/model.hydra", "--steps", "5", cwd=tmp_path)
+    assert "108-atom cell" in served.stdout and "NVE, 1 fs, 5 steps" in served.stdout
+    shutil.rmtree(tmp_path / ".hydragnn_cache")
