@@ -50,23 +50,29 @@ OUR_CONFIG = {
     "NeuralNetwork": {
         "Architecture": {
             "mpnn_type": "PAINN",
-            "hidden_dim": 64,
+            "hidden_dim": 32,
             "num_conv_layers": 3,
             "radius": 5.0,
             "num_radial": 16,
             "enable_interatomic_potential": True,
             "energy_weight": 1.0,
-            "forces_weight": 10.0,
+            "forces_weight": 100.0,
         },
         "Training": {
             "num_epoch": 1000,
             "batch_size": 8,
             "max_time_s": 720,
-            "Optimizer": {"type": "AdamW", "learning_rate": 0.003},
+            "Optimizer": {"type": "AdamW", "learning_rate": 0.005},
             "Scheduler": {"type": "ReduceLROnPlateau", "factor": 0.7, "patience": 4, "warmup_steps": 100},
             "clip_grad_norm": 10.0,
             "EMA": {"enabled": True, "decay": 0.99},
-            "SecondStage": {"enabled": True, "start": 0.8, "learning_rate": 0.0005, "energy_weight": 30.0},
+            "SecondStage": {
+                "enabled": True,
+                "start": 0.8,
+                "learning_rate": 0.0005,
+                "energy_weight": 1000.0,
+                "forces_weight": 100.0,
+            },
         },
     },
 }

@@ -206,3 +206,26 @@ def test_bad_frames_and_files(tmp_path, emt_atoms):
         list(iter_frames(AseSource(broken)))
     with pytest.raises(SchemaError, match="clash"):
         AseSource(path, extra_keys=(("energy", "E"),))
+
+
+def test_format_named_when_the_extension_does_not_tell(tmp_path, emt_atoms):
+    path = tmp_path / "frames.out1"
+    ase.io.write(path, emt_atoms[:2], format="extxyz")
+    with pytest.raises(ContainerError, match="not a structure file ASE reads"):
+        list(iter_frames(AseSource(path)))
+    frames = list(iter_frames(AseSource(path, format="extxyz")))
+    assert len(frames) == 2 and frames[1].atoms.get_chemical_formula() == emt_atoms[1].get_chemical_formula()
+
+
+def test_config_type_key_names_the_info_key(tmp_path, emt_atoms):
+    frames = []
+    for i, atoms in enumerate(emt_atoms[:4]):
+        a = atoms.copy()
+        a.info["REF_energy"] = atoms.calc.results["energy"]
+        a.info["kind"] = "bulk" if i % 2 else "slab"
+        frames.append(a)
+    path = tmp_path / "kinds.xyz"
+    ase.io.write(path, frames, format="extxyz")
+    kept = list(iter_frames(AseSource(path, config_types=("slab",), config_type_key="kind")))
+    assert [f.number for f in kept] == [0, 2] and {f.config_type for f in kept} == {"slab"}
+    assert len(list(iter_frames(AseSource(path, config_types=("slab",))))) == 0  # no 'config_type' key: "Default"

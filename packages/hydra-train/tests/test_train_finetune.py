@@ -105,3 +105,22 @@ def test_a_trunk_that_does_not_fit_is_named(base, tmp_path):
         load_config(_config(base / "cu2.xyz", arch=None))
     with pytest.raises(ConfigError, match="init_from: .*no such|init_from: .*cannot read"):
         load_config(_config(base / "cu2.xyz", arch=None, init_from="missing.hydra"))
+
+
+def test_init_from_on_the_command_line(base, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "ft.json"
+    path.write_text(json.dumps(_config(base / "cu2.xyz", arch=None)))
+    code = "import sys; from hydragnn.train.cli import train_main; sys.exit(train_main())"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path), "--run-dir", str(tmp_path / "run"), "--init-from",
+         str(base / "base" / "model.hydra")],
+        capture_output=True, text=True, timeout=240, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["NeuralNetwork"]["Training"]["init_from"] == str(base / "base" / "model.hydra")
+    assert saved["NeuralNetwork"]["Architecture"]["hidden_dim"] == 8  # the artifact's architecture
