@@ -33,7 +33,8 @@ def tiny_arch(**overrides) -> dict:
 
 def tiny_model(seed: int = 0, variables=STRESS_VARIABLES, **overrides):
     torch.manual_seed(seed)
-    return build_model(tiny_arch(**overrides), Schema.from_dict(variables)).eval()
+    model = build_model(tiny_arch(**overrides), Schema.from_dict(variables)).eval()
+    return model.requires_grad_(False)  # served models are frozen (CUDA-graph replay refuses trainable ones)
 
 
 def cluster(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

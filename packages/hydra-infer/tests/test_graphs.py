@@ -127,8 +127,12 @@ def test_smaller_batch_reuses_larger_graph_within_a_third(model64):
     calc(*big, forces=True)
     assert stats(calc)["engines"] == 1
     five = dense_batch([4, 7, 5, 6, 2], width=7, seed=10)  # 1 extra row <= max(1, 5 // 3)
+    out = calc(*five, forces=True)  # the first reuse for 5 rows is checked against the regular path
+    assert stats(calc)["padded_checks"] == 1 and stats(calc)["replays"] == 0
+    assert_same(out, ref(*five, forces=True))
+    five = dense_batch([4, 7, 5, 6, 2], width=7, seed=11)
     out = calc(*five, forces=True)
-    assert stats(calc)["padded_replays"] == 1 and stats(calc)["replays"] == 1
+    assert stats(calc)["padded_replays"] == 1 and stats(calc)["replays"] == 1 and stats(calc)["padded_checks"] == 1
     assert_same(out, ref(*five, forces=True))
     assert out["energy"].shape == (5,) and out["forces"].shape == (5, 7, 3)
     four = dense_batch([4, 7, 5, 6], width=7, seed=20)  # 2 extra rows > max(1, 4 // 3) = 1
@@ -144,9 +148,10 @@ def test_smallest_recorded_graph_is_reused(model64):
     for sizes in ([3, 4, 5, 6, 7, 7, 7], [3, 4, 5, 6, 7, 7, 7, 7]):  # B = 7, then B = 8 (7 cannot serve 8)
         for _ in range(2):
             calc(*dense_batch(sizes, width=7))
-    calc(*dense_batch([3, 4, 5, 6, 7, 7], width=7))  # B = 6: 7 and 8 both allowed (slack 2)
+    for _ in range(2):
+        calc(*dense_batch([3, 4, 5, 6, 7, 7], width=7))  # B = 6: 7 and 8 both allowed (slack 2)
     engines = calc._graph_engine.engines
-    assert len(engines) == 2 and stats(calc)["padded_replays"] == 1
+    assert len(engines) == 2 and stats(calc)["padded_checks"] == 1 and stats(calc)["padded_replays"] == 1
     assert list(engines)[-1] == ("dense", 7, 7, False)  # the smaller one was used (most recent)
 
 
@@ -176,7 +181,7 @@ def test_budget_rejects_an_engine_that_does_not_fit(model64):
     assert stats(calc)["captures"] == 1  # never recaptured
 
 
-def test_budget_evicts_older_engines_to_make_room(model64):
+def test_over_budget_capture_rejects_that_layout_and_evicts_nothing(model64):
     probe = graph_calc(model64)
     probe(POS, Z)
     probe(POS, Z)
@@ -184,9 +189,16 @@ def test_budget_evicts_older_engines_to_make_room(model64):
     calc = graph_calc(model64, ReplayBackend(total_memory=4 * int(size * 1.5)))  # room for one such engine
     for pos, z in ((POS, Z), (POS[:5], Z[:5])):
         calc(pos, z)
-        calc(pos, z)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            calc(pos, z)
+    assert any("does not fit the budget" in str(w.message) for w in record)
     s = stats(calc)
-    assert s["admitted"] == 2 and s["engines"] == 1 and s["evictions"] == 1
+    assert s["admitted"] == 1 and s["budget_rejected"] == 1 and s["evictions"] == 0
+    assert list(calc._graph_engine.engines) == [("dense", 1, 6, False)]  # the admitted engine stays
+    assert s["retirements"] == 0  # what remains fits: the generation is kept
+    calc(POS, Z)
+    assert stats(calc)["replays"] == 1
 
 
 def test_memory_stats_and_clear(model64):
@@ -273,7 +285,7 @@ def test_ineligible_calls_fall_back_with_one_warning_each(model64, cuau_atoms):
     with pytest.warns(HydraInferWarning) as record:
         calc(a.positions, a.numbers, cell=a.cell.array, stress=True)
     assert [str(w.message) for w in record if "stress was requested" in str(w.message)]
-    with pytest.warns(HydraInferWarning, match="inputs require grad"):
+    with pytest.warns(HydraInferWarning, match="require grad"):
         calc(torch.tensor(POS, requires_grad=True), Z)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -298,8 +310,10 @@ def test_outputs_are_copies(model64):
 
 
 def test_compile_with_graph_warns_once_and_replays_eager(model64):
-    calc = graph_calc(model64, compile_model=True, compile_options={"backend": "eager"})
     with pytest.warns(HydraInferWarning, match="eligible calls run the eager model"):
+        calc = graph_calc(model64, compile_model=True, compile_options={"backend": "eager"})  # at construction
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         calc(POS, Z, forces=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -66,7 +66,40 @@ def test_cuda_dense_batch_reuse(model32):
         coord[b, :n], numbers[b, :n] = torch.as_tensor(p, dtype=torch.float32), torch.as_tensor(zz)
     calc(coord, numbers, forces=True)
     calc(coord, numbers, forces=True)
-    got = calc(coord[:3], numbers[:3], forces=True)  # 3 rows replay the 4-row graph
-    assert calc.memory_stats()["padded_replays"] == 1
-    want = ref(coord[:3], numbers[:3], forces=True)
+    calc(coord[:3], numbers[:3], forces=True)  # the first reuse for 3 rows is checked
+    got = calc(coord[:3] + 0.01, numbers[:3], forces=True)  # then 3 rows replay the 4-row graph
+    stats = calc.memory_stats()
+    assert stats["padded_checks"] == 1 and stats["padded_replays"] == 1
+    want = ref(coord[:3] + 0.01, numbers[:3], forces=True)
     torch.testing.assert_close(got["forces"], want["forces"], rtol=1e-5, atol=1e-4)
+
+
+def test_cuda_replays_from_two_streams_are_ordered(model32):
+    calc = HydraCalculator(model32, device="cuda", cuda_graph=True)
+    ref = HydraCalculator(model32, device="cuda")
+    pos, z = cluster(40, seed=3)
+    calc(pos, z, forces=True)
+    calc(pos, z, forces=True)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    shifts = [0.01 * k for k in range(20)]
+    results = []
+    for k, shift in enumerate(shifts):
+        with torch.cuda.stream(streams[k % 2]):
+            results.append(calc(pos + shift, z, forces=True))
+    torch.cuda.synchronize()
+    for shift, got in zip(shifts, results):
+        torch.testing.assert_close(got["energy"], ref(pos + shift, z)["energy"], rtol=0, atol=5e-6 * len(z))
+    assert calc.memory_stats()["replays"] == len(shifts)
+
+
+def test_cuda_pool_accounting_reads_the_pool(model32):
+    calc = HydraCalculator(model32, device="cuda", cuda_graph=True)
+    pos, z = cluster(30, seed=4)
+    for _ in range(2):
+        calc(pos, z, forces=True)
+    backend = calc._graph_engine.backend
+    pool_id = tuple(backend.pool.id)
+    segments = torch.cuda.memory_snapshot(pool_id)
+    assert segments and calc.memory_stats()["graph_pool_bytes"] == sum(s["total_size"] for s in segments)
+    calc.clear_cuda_graphs()
+    assert backend.pool is None and calc.memory_stats()["graph_pool_bytes"] == 0

@@ -55,7 +55,7 @@ def test_patched_schnet_and_painn_match_stock_under_interpreter():
 # --------------------------------------------------------------------------- in-process
 @pytest.mark.parametrize("encoder", ["SchNet", "PAINN"])
 def test_install_returns_patched_copy_with_identical_state(encoder):
-    model = tiny_model(mpnn_type=encoder)
+    model = tiny_model(mpnn_type=encoder).requires_grad_(True)
     patched, why = install(model)
     assert why is None
     assert patched is not model and patched.encoder is not model.encoder

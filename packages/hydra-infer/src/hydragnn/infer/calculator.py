@@ -32,11 +32,13 @@ from hydragnn.models import HydraModel, load_artifact
 
 from .errors import InferenceError
 from .inputs import DEFAULT_MAX_CELL_IMAGES, CallInputs, check_call
-from .model_info import ModelInfo, model_info
+from .model_info import ModelInfo, model_fingerprint, model_info
 from .modes import (
     COMPILE_WITH_GRAPH,
+    COMPILE_WITH_KERNELS,
     FallbackWarnings,
     graph_backend_request,
+    graph_dependency_problem,
     graph_model_problem,
     graph_reasons,
     kernel_reasons,
@@ -89,6 +91,7 @@ class HydraCalculator:
     ) -> None:
         if isinstance(model_or_artifact_path, (str, os.PathLike)):
             model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")
+            model.requires_grad_(False)  # the calculator owns this copy: inference only
         else:
             model = model_or_artifact_path
         if head is not None:
@@ -110,9 +113,11 @@ class HydraCalculator:
         self.max_cell_images = max_cell_images
         self.nb_threshold = nb_threshold
         self.compile_model = bool(compile_model)
-        self.cuda_graph = resolve_cuda_graph(cuda_graph)
+        self.cuda_graph, env_note = resolve_cuda_graph(cuda_graph)
         self.inference_kernels = bool(inference_kernels)
         self._warnings = FallbackWarnings()
+        if env_note is not None:
+            self._warnings.warn("cuda_graph", "environment", env_note)
         self._graph_engine: Any = None  # seam: the CUDA-graph engine (capture / replay / LRU / budget)
         self._kernels: Any = None  # a kernel-patched copy of the model (see hydragnn.infer.kernels)
         self._kernel_problems: list[tuple[str, str]] = []
@@ -120,9 +125,13 @@ class HydraCalculator:
         if self.inference_kernels:
             self._refresh_kernels()
         self._graph_model_problem = graph_model_problem(self.model)
+        self._graph_dependency: str | None = None
+        backend_request = graph_backend_request(_graph_backend) if self.cuda_graph else None
+        self._replay_backend = backend_request is not None
         if self.cuda_graph and self._graph_model_problem is None:
-            self._graph_engine = self._make_graph_engine(graph_backend_request(_graph_backend))
+            self._graph_engine = self._make_graph_engine(backend_request)
         self._compile_options = dict(compile_options or {})
+        self._warn_overridden_options()
         self._build_forward()
 
     # ------------------------------------------------------------------ public API
@@ -133,7 +142,6 @@ class HydraCalculator:
 
     def _refresh_kernels(self) -> None:
         """(Re)build the kernel-patched copy when the model's parameters changed since the last build."""
-        from .graphs import model_fingerprint
         from .kernels import prepare
 
         fingerprint = model_fingerprint(self.model)
@@ -146,13 +154,24 @@ class HydraCalculator:
             self._build_forward()
 
     def _build_forward(self) -> None:
-        """Point the regular path at the eager model (kernel-patched or not), compiled if asked."""
-        eager = self.eager_model
-        self._forward = eager
+        """Point the regular path at the eager model (kernel-patched or not), or at the compiled
+        forward of the stock model (compiled calls never run the inference kernels)."""
+        self._forward = self.eager_model
         if self.compile_model:
-            self._forward = torch.compile(eager, dynamic=True, **self._compile_options)
-            self._named_tensors = [*eager.named_parameters(), *eager.named_buffers()]
-            self._compiled_energy = torch.compile(_energy_only(eager), dynamic=True, **self._compile_options)
+            stock = self.model
+            self._forward = torch.compile(stock, dynamic=True, **self._compile_options)
+            self._named_tensors = [*stock.named_parameters(), *stock.named_buffers()]
+            self._compiled_energy = torch.compile(_energy_only(stock), dynamic=True, **self._compile_options)
+
+    def _warn_overridden_options(self) -> None:
+        """One warning at construction for every option another one overrides (see the README's precedence)."""
+        if not self.compile_model:
+            return
+        if self.cuda_graph:
+            self._warnings.warn("cuda_graph", "compile", COMPILE_WITH_GRAPH)
+        if self.inference_kernels:
+            where = "" if self.cuda_graph else " (cuda_graph is off: the kernels are not used at all)"
+            self._warnings.warn("kernels", "compile", COMPILE_WITH_KERNELS.format(where=where))
 
     @property
     def cutoff(self) -> float:
@@ -238,17 +257,25 @@ class HydraCalculator:
 
     # ------------------------------------------------------------------ internals
     def _make_graph_engine(self, backend: Any) -> Any:
-        """The engine cache, or ``None`` where no backend applies (the reasons then say why)."""
+        """The engine cache, or ``None`` where no backend applies (the reasons then say why).
+
+        :mod:`.graphs` is imported only here: for a CUDA calculator that passes the dependency
+        gate, or for the testing-only backend request.
+        """
+        if backend is None:
+            if self.device.type != "cuda":
+                return None
+            self._graph_dependency = graph_dependency_problem(self.device)
+            if self._graph_dependency is not None:
+                return None
         from .graphs import CudaGraphBackend, GraphEngineCache, make_backend
 
-        if backend is not None:
-            try:
-                return GraphEngineCache(make_backend(backend))
-            except ValueError as exc:
-                raise InferenceError(f"_graph_backend: {exc}") from exc
-        if self.device.type == "cuda" and hasattr(torch.cuda, "CUDAGraph"):
+        if backend is None:
             return GraphEngineCache(CudaGraphBackend())
-        return None
+        try:
+            return GraphEngineCache(make_backend(backend))
+        except ValueError as exc:
+            raise InferenceError(f"_graph_backend: {exc}") from exc
 
     def _check(self, coord, numbers, charge, cell, pbc, mol_idx, spin=None) -> CallInputs:
         return check_call(
@@ -267,16 +294,14 @@ class HydraCalculator:
             device=self.device,
         )
 
-    def _graph_eligibility(self, call: CallInputs, *, stress: bool = False) -> str | None:
-        """The first reason ``call`` cannot replay a CUDA graph, or ``None`` when it can."""
-        reasons = self._graph_reasons(call, stress=stress)
-        return reasons[0][0] if reasons else None
-
     def _graph_reasons(self, call: CallInputs, *, stress: bool) -> list[tuple[str, str]]:
         return graph_reasons(
             device=self.device,
             engine=self._graph_engine,
+            replay_backend=self._replay_backend,
+            model=self.model,
             model_problem=self._graph_model_problem,
+            dependency_problem=self._graph_dependency,
             has_cell=call.cell is not None,
             requires_grad=call.requires_grad,
             stress=stress,
@@ -288,11 +313,7 @@ class HydraCalculator:
         reasons = self._graph_reasons(call, stress=stress)
         for code, message in reasons:
             self._warnings.warn("cuda_graph", code, message)
-        if reasons:
-            return False
-        if self.compile_model:
-            self._warnings.warn("cuda_graph", "compile", COMPILE_WITH_GRAPH)
-        return True
+        return not reasons
 
     def build_batch(self, call: CallInputs) -> Batch:
         """The model's prepared batch for a validated call (edges from the neighbour list)."""

@@ -10,3 +10,8 @@ class InferenceError(ValueError):
 
 class HydraInferWarning(UserWarning):
     """A hydra-infer fallback or ignored option (issued once per calculator and reason)."""
+
+
+class GraphFallbackWarning(HydraInferWarning, RuntimeWarning):
+    """A CUDA-graph capture, check or replay failed: that layout went back to the regular path
+    (issued once per calculator)."""

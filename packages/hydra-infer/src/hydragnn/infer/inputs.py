@@ -48,7 +48,7 @@ class CallInputs:
         spin: ``[B]`` spins or ``None``.
         layout: ``"single"``, ``"dense"`` or ``"flat"``.
         mask: ``[B, Nmax]`` bool real-atom mask for the dense layout, else ``None``.
-        requires_grad: the caller's coordinates (or cell) required grad.
+        requires_grad: the caller's coordinates, cell, charge or spin required grad.
     """
 
     pos: torch.Tensor
@@ -200,7 +200,9 @@ def check_call(
     _check_species(z, species, max_species)
 
     cell_t, pbc_t, cell_grad = _check_cell(cell, pbc, num_graphs, dtype, device)
-    requires_grad = requires_grad or cell_grad
+    requires_grad = requires_grad or cell_grad or any(
+        isinstance(v, torch.Tensor) and v.requires_grad for v in (charge, spin)
+    )
     if cell_t is not None and pbc_t is not None and bool(pbc_t.any()):
         _check_cell_size(cell_t, pbc_t, cutoff, max_cell_images)
     charge_t = _per_structure(charge, "charge", num_graphs, dtype, device)

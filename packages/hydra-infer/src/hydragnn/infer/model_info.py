@@ -171,3 +171,13 @@ def energy_scale(info: ModelInfo, counts: torch.Tensor) -> torch.Tensor | None:
     st = info.normalizer.stats[info.energy]
     scale = torch.full(counts.shape, float(st.scale[0]), dtype=torch.float64, device=counts.device)
     return scale * counts.to(torch.float64) if st.per_atom else scale
+
+
+def model_fingerprint(model: torch.nn.Module) -> tuple:
+    """Cheap identity of the weights: every parameter / buffer's id, storage and version counter.
+
+    ``load_state_dict`` and in-place updates (``optimizer.step``, ``p.add_`` under ``no_grad``) bump
+    the version counters; replacing a tensor changes its id. Writes through ``p.data`` are not
+    seen: call ``clear_cuda_graphs()`` after those.
+    """
+    return tuple((id(t), t.data_ptr(), t._version) for t in (*model.parameters(), *model.buffers()))

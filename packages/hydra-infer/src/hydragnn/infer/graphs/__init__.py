@@ -5,8 +5,9 @@ See :mod:`.engine` for the policy, :mod:`.backends` for real capture vs the CPU 
 
 from __future__ import annotations
 
+from ..model_info import model_fingerprint
 from .backends import CudaGraphBackend, ReplayBackend, make_backend
-from .engine import BUDGET_FRACTION, MAX_ENGINES, GraphEngineCache, model_fingerprint
+from .engine import BUDGET_FRACTION, MAX_ENGINES, GraphEngineCache
 
 __all__ = [
     "BUDGET_FRACTION",

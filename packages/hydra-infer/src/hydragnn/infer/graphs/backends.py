@@ -3,15 +3,22 @@
 An engine hands a backend one callable ``fn() -> {name: tensor}`` that reads only the engine's
 static input buffers. :meth:`capture` warms it up once, records it and returns a
 :class:`Captured` whose :meth:`Captured.replay` refreshes :attr:`Captured.outputs` in place
-(the same tensors every time, like a CUDA graph's outputs).
+(the same tensors every time, like a CUDA graph's outputs). A backend also owns the memory pool
+of one generation (:meth:`pool_bytes`, :meth:`release_pool`) and orders replays
+(:meth:`begin` / :meth:`end` around each use of the static buffers, :meth:`synchronize`).
 
 * :class:`CudaGraphBackend`: ``torch.cuda.CUDAGraph`` captured with ``torch.cuda.graph`` into
-  one memory pool shared by every engine of a calculator, after a warm-up on a side stream.
+  one ``torch.cuda.MemPool`` shared by every engine of a calculator, after a warm-up on a side
+  stream; the retained bytes are the pool's own segments (allocator snapshot of that pool).
+  ``begin`` makes the current stream wait on an event recorded by the previous ``end`` (device
+  side, no host synchronisation), so replays issued from different streams never overlap on
+  the shared buffers.
 * :class:`ReplayBackend` (testing, CPU or CUDA): "capture" keeps the callable and its first
   outputs; "replay" re-runs it on the same static buffers and copies the results into those
   outputs. Everything around the capture (static buffers, keys, capacity, LRU, budget,
-  admission, invalidation) is the identical code path. ``total_memory`` fakes the device size
-  (budget tests) and ``perturb`` alters replayed outputs (admission tests).
+  admission, invalidation, failures) is the identical code path. ``total_memory`` fakes the
+  device size (budget tests), ``perturb`` alters replayed outputs (admission tests), and the
+  pool grows by each capture's outputs until :meth:`release_pool`, like a real graph pool.
 """
 
 from __future__ import annotations
@@ -41,13 +48,11 @@ class Captured:
 
     Attributes:
         outputs: the static output tensors (refreshed by every :meth:`replay`).
-        pool_bytes: memory the capture added to the pool (bytes).
     """
 
-    def __init__(self, replay: Callable[[], None], outputs: Outputs, pool_bytes: int, handle: Any = None) -> None:
+    def __init__(self, replay: Callable[[], None], outputs: Outputs, handle: Any = None) -> None:
         self._replay = replay
         self.outputs = outputs
-        self.pool_bytes = int(pool_bytes)
         self.handle = handle
 
     def replay(self) -> Outputs:
@@ -78,6 +83,7 @@ class ReplayBackend:
     def __init__(self, total_memory: int = DEFAULT_FAKE_TOTAL, perturb: Callable[[Outputs], None] | None = None):
         self.fake_total = int(total_memory)
         self.perturb = perturb
+        self.pool = 0
 
     def total_memory(self, device: torch.device) -> int:
         return self.fake_total
@@ -85,6 +91,7 @@ class ReplayBackend:
     def capture(self, fn: Callable[[], Outputs], device: torch.device) -> Captured:
         fn()  # warm-up, as before a real capture
         outputs = {k: v.detach().clone() for k, v in fn().items()}
+        self.pool += tensor_bytes(outputs)
 
         def replay() -> None:
             fresh = fn()
@@ -93,30 +100,43 @@ class ReplayBackend:
             if self.perturb is not None:
                 self.perturb(outputs)
 
-        return Captured(replay, outputs, tensor_bytes(outputs))
+        return Captured(replay, outputs)
+
+    def pool_bytes(self) -> int:
+        return self.pool
 
     def release_pool(self) -> None:
+        self.pool = 0
+
+    def begin(self, device: torch.device) -> None:
+        pass  # replays run synchronously on the caller's thread
+
+    def end(self, device: torch.device) -> None:
+        pass
+
+    def synchronize(self) -> None:
         pass
 
 
-class CudaGraphBackend:
-    """Real CUDA-graph capture; every engine of one calculator shares one memory pool."""
+class CudaGraphBackend:  # pragma: no cover - GPU only (tests/test_graphs_gpu.py, tools/gpu/qualify.sh)
+    """Real CUDA-graph capture; every engine of one calculator shares one memory pool (a generation)."""
 
     name = "cuda"
     runs_on_cpu = False
 
     def __init__(self) -> None:
         self.pool: Any = None
+        self._last: Any = None  # event recorded after the last use of the static buffers
 
     def total_memory(self, device: torch.device) -> int:
         _, total = torch.cuda.mem_get_info(device)
         return int(total)
 
-    def capture(self, fn: Callable[[], Outputs], device: torch.device) -> Captured:  # pragma: no cover - GPU only
+    def capture(self, fn: Callable[[], Outputs], device: torch.device) -> Captured:
         if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
+            self.pool = torch.cuda.MemPool()
         torch.cuda.synchronize(device)
-        before = torch.cuda.memory_reserved(device)
+        torch.cuda.empty_cache()  # blocks cached for the caller's stream cannot serve the capture stream
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
@@ -124,16 +144,36 @@ class CudaGraphBackend:
         torch.cuda.current_stream(device).wait_stream(side)
         torch.cuda.synchronize(device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph, pool=self.pool.id):
             outputs = fn()
         torch.cuda.synchronize(device)
-        grown = max(0, torch.cuda.memory_reserved(device) - before)
-        return Captured(graph.replay, outputs, max(grown, tensor_bytes(outputs)), handle=graph)
+        return Captured(graph.replay, outputs, handle=graph)
+
+    def pool_bytes(self) -> int:
+        """Reserved bytes of this backend's pool, from the allocator snapshot of that pool."""
+        if self.pool is None:
+            return 0
+        pool_id = tuple(self.pool.id)
+        segments = torch.cuda.memory_snapshot(pool_id, include_traces=False)
+        return sum(int(seg["total_size"]) for seg in segments if tuple(seg.get("segment_pool_id", pool_id)) == pool_id)
 
     def release_pool(self) -> None:
         self.pool = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+    def begin(self, device: torch.device) -> None:
+        if self._last is not None:
+            torch.cuda.current_stream(device).wait_event(self._last)
+
+    def end(self, device: torch.device) -> None:
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(device))
+        self._last = event
+
+    def synchronize(self) -> None:
+        if self._last is not None:
+            self._last.synchronize()
 
 
 def make_backend(spec: Any) -> Any:

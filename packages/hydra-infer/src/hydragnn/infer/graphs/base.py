@@ -85,14 +85,6 @@ class StaticEngine:
     def static_bytes(self) -> int:
         return tensor_bytes(self.buffers)
 
-    @property
-    def pool_bytes(self) -> int:
-        return self.graph.pool_bytes if self.graph is not None else 0
-
-    @property
-    def total_bytes(self) -> int:
-        return self.static_bytes + self.pool_bytes
-
     def capture(self, backend: Any) -> None:
         self.graph = backend.capture(self.fn, self.device)
 

@@ -1,31 +1,44 @@
 """``GraphEngineCache``: the CUDA-graph policy of one calculator (the ``_graph_engine`` seam).
 
-Policy, per layout key (``("dense", rows, N, forces)`` or ``("sparse", N, B, forces)``):
+Policy, per layout key (``("dense", rows, N, forces)`` for ``N <= nb_threshold``, else
+``("sparse", N, B, forces)``):
 
 1. first sighting: the regular path answers (``run`` returns ``None``) and the key is noted;
-2. second sighting: an engine is built (static buffers), captured after one warm-up, checked
-   against the memory budget, replayed on the call and compared with a fresh regular evaluation
-   (:mod:`.admission`); admitted, it joins the LRU cache, else the key stays on the regular path
-   for good (until the model changes or :meth:`clear`); the regular result answers;
+2. second sighting: an engine is built (static buffers), captured after one warm-up, its retained
+   memory (the shared pool's segments + every engine's static buffers) checked against the budget,
+   replayed on the call and compared with a fresh regular evaluation (:mod:`.admission`);
+   admitted, it joins the LRU cache, else the key stays on the regular path (until the model
+   changes, :meth:`clear`, or the key drops out of the :data:`MAX_LAYOUTS` most recently seen);
+   the regular result answers;
 3. later sightings replay the engine; a dense batch of ``B`` rows also replays the smallest
-   recorded graph of the same ``N`` and force request with at most ``max(1, B // 3)`` extra rows.
+   recorded graph of the same ``N`` and force request with at most ``max(1, B // 3)`` extra rows,
+   after checking that reuse once against the regular path (a failed check keeps that row count
+   regular).
 
 A sparse engine whose in-graph neighbour list overflowed its spare capacity is rebuilt with more
-room and re-validated. Engines live in an LRU of :data:`MAX_ENGINES` per calculator, share one
-memory pool and are admitted while their bytes (static buffers + pool growth measured around the
-capture) fit :data:`BUDGET_FRACTION` of the device memory (measured at capture); older engines
-are evicted to make room. A change of the model (``load_state_dict``, in-place parameter
-updates, replaced tensors) drops every engine. Results are copies the caller owns.
+room and re-validated. Engines live in an LRU of :data:`MAX_ENGINES` per calculator and share one
+memory pool (a generation). A capture or rebuild that would exceed :data:`BUDGET_FRACTION` of the
+device memory rejects that layout and evicts nothing; the generation (every engine and the pool) is
+retired when no admitted engine remains after a rejection or failure, when the remaining retained
+bytes exceed the budget, and on out-of-memory. A capture, check or replay that raises never fails the
+call: the layout is rejected, the regular path answers and a :class:`~..errors.GraphFallbackWarning`
+is issued once per calculator; only errors that leave the CUDA context unusable are re-raised.
+A change of the model (``load_state_dict``, in-place parameter updates, replaced tensors) drops
+every engine. One lock serialises the cache (load, replay, extract share static buffers), and the
+backend orders replays issued from different CUDA streams. Results are copies the caller owns.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
 import torch
 
+from ..errors import GraphFallbackWarning
 from ..inputs import CallInputs
+from ..model_info import model_fingerprint
 from ..outputs import convert
 from .admission import mismatch
 from .backends import Outputs
@@ -34,6 +47,8 @@ from .dense import DenseEngine
 from .sparse import SparseEngine, capacity_for, estimated_bytes
 
 MAX_ENGINES = 16
+MAX_LAYOUTS = 1024
+"""Layouts remembered (seen once, or rejected): the most recently seen ones."""
 BUDGET_FRACTION = 0.25
 COUNTERS = (
     "first_sightings",
@@ -42,23 +57,42 @@ COUNTERS = (
     "admitted",
     "rejected",
     "budget_rejected",
+    "failures",
     "replays",
     "padded_replays",
+    "padded_checks",
     "evictions",
     "overflows",
     "rebuilds",
+    "retirements",
     "invalidations",
 )
 
+FATAL_CUDA_ERRORS = (
+    "illegal memory access",
+    "an illegal instruction",
+    "misaligned address",
+    "device-side assert",
+    "unspecified launch failure",
+    "cudaErrorIllegalAddress",
+    "cudaErrorAssert",
+    "cudaErrorLaunchFailure",
+)
+"""Messages of CUDA errors that leave the context unusable: re-raised, never answered by a fallback."""
 
-def model_fingerprint(model: torch.nn.Module) -> tuple:
-    """Cheap identity of the weights: every parameter / buffer's id, storage and version counter.
 
-    ``load_state_dict`` and in-place updates (``optimizer.step``, ``p.add_`` under ``no_grad``) bump
-    the version counters; replacing a tensor changes its id. Writes through ``p.data`` are not
-    seen: call ``clear_cuda_graphs()`` after those.
-    """
-    return tuple((id(t), t.data_ptr(), t._version) for t in (*model.parameters(), *model.buffers()))
+def is_fatal(exc: BaseException) -> bool:
+    """Whether ``exc`` is a CUDA error after which the context cannot be used (see :data:`FATAL_CUDA_ERRORS`)."""
+    text = str(exc)
+    return any(marker in text for marker in FATAL_CUDA_ERRORS)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+class _Rejected(Exception):
+    """Internal: a layout rejected while it was being built (the reason is already recorded)."""
 
 
 class GraphEngineCache:
@@ -67,83 +101,124 @@ class GraphEngineCache:
     Args:
         backend: :class:`~.backends.CudaGraphBackend` or :class:`~.backends.ReplayBackend`.
         max_engines: LRU size.
-        budget_fraction: share of the device memory the engines may hold.
+        budget_fraction: share of the device memory the engines may retain.
+        max_layouts: layouts remembered as seen or rejected (least recently seen forgotten first).
     """
 
-    def __init__(self, backend: Any, *, max_engines: int = MAX_ENGINES, budget_fraction: float = BUDGET_FRACTION):
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        max_engines: int = MAX_ENGINES,
+        budget_fraction: float = BUDGET_FRACTION,
+        max_layouts: int = MAX_LAYOUTS,
+    ):
         self.backend = backend
         self.max_engines = max_engines
         self.budget_fraction = budget_fraction
+        self.max_layouts = max_layouts
         self.runs_on_cpu = bool(getattr(backend, "runs_on_cpu", False))
         self.engines: OrderedDict[tuple, StaticEngine] = OrderedDict()
-        self.seen: set[tuple] = set()
-        self.rejected: dict[tuple, str] = {}
+        self.layouts: OrderedDict[tuple, str | None] = OrderedDict()  # key -> None (seen) or why it was rejected
+        self.checked: dict[tuple, tuple] = {}  # dense key -> key of the larger engine its reuse was checked on
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.budget_bytes = 0
         self._fingerprint: tuple | None = None
-        self.last_event = ""
+        self._lock = threading.RLock()
+        self._building: StaticEngine | None = None
+
+    @property
+    def rejected(self) -> dict[tuple, str]:
+        """Rejected layouts still remembered: ``{key: reason}``."""
+        return {k: why for k, why in self.layouts.items() if why is not None}
 
     # ------------------------------------------------------------------ seam API
     def run(self, calc: Any, call: CallInputs, *, forces: bool) -> Outputs | None:
-        """Raw outputs of ``call`` (the call's flat layout) from a graph, or ``None``: use the regular path."""
-        self._check_model(calc.model)
-        if call.pos.shape[0] == 0 or call.num_graphs == 0:
-            return self._regular("empty")
-        kind, key = self._key(calc, call, forces)
-        if key in self.rejected:
-            return self._regular("rejected")
-        engine = self._lookup(key, call)
-        if engine is not None:
-            return self._replay(calc, engine, call, forces)
-        if key not in self.seen:
-            self.seen.add(key)
-            self.counters["first_sightings"] += 1
-            return self._regular("first")
-        return self._build_and_admit(calc, call, key, forces)
+        """Raw outputs of ``call`` (the call's flat layout) from a graph, or ``None``: use the regular path.
+
+        Serialised per calculator; a replay waits (on the device) for the previous one.
+        """
+        with self._lock:
+            self._check_model(calc.model)
+            if call.pos.shape[0] == 0 or call.num_graphs == 0:
+                return self._regular()
+            key = self._key(calc, call, forces)
+            new, rejected = self._sight(key)
+            if rejected:
+                return self._regular()
+            engine = None
+            self.backend.begin(calc.device)
+            try:
+                engine = self._lookup(key)
+                if engine is not None and engine.key != key and self.checked.get(key) != engine.key:
+                    return self._check_reuse(calc, engine, call, key, forces)
+                if engine is not None:
+                    return self._replay(calc, engine, call, key, forces)
+                if new:
+                    self.counters["first_sightings"] += 1
+                    return self._regular()
+                return self._build_and_admit(calc, call, key, forces)
+            except _Rejected:
+                return self._regular()
+            except Exception as exc:
+                if is_fatal(exc):
+                    raise
+                self._failed(calc, key, engine, exc)
+                return None
+            finally:
+                self.backend.end(calc.device)
 
     def memory_stats(self) -> dict[str, int]:
-        pool = sum(e.pool_bytes for e in self.engines.values())
-        static = sum(e.static_bytes for e in self.engines.values())
-        return {
-            "engines": len(self.engines),
-            "graphs": sum(e.graph is not None for e in self.engines.values()),
-            "graph_pool_bytes": pool,
-            "static_buffer_bytes": static,
-            "budget_bytes": self.budget_bytes,
-            **self.counters,
-        }
+        with self._lock:
+            return {
+                "engines": len(self.engines),
+                "graphs": sum(e.graph is not None for e in self.engines.values()),
+                "graph_pool_bytes": int(self.backend.pool_bytes()),
+                "static_buffer_bytes": sum(e.static_bytes for e in self.engines.values()),
+                "budget_bytes": self.budget_bytes,
+                **self.counters,
+            }
 
     def clear(self) -> None:
-        """Release every engine, the pool and the per-layout history."""
-        for engine in self.engines.values():
-            engine.release()
-        self.engines.clear()
-        self.seen.clear()
-        self.rejected.clear()
-        self.backend.release_pool()
+        """Wait for enqueued replays, then release every engine, the pool and the per-layout history."""
+        with self._lock:
+            self.backend.synchronize()
+            self._retire(count=False)
+            self.layouts.clear()
 
     # ------------------------------------------------------------------ policy
     def _check_model(self, model: torch.nn.Module) -> None:
         fp = model_fingerprint(model)
-        if self._fingerprint is not None and fp != self._fingerprint and (self.engines or self.seen or self.rejected):
-            self.clear()
+        if self._fingerprint is not None and fp != self._fingerprint and (self.engines or self.layouts):
+            self.backend.synchronize()
+            self._retire(count=False)
+            self.layouts.clear()
             self.counters["invalidations"] += 1
         self._fingerprint = fp
 
-    def _regular(self, why: str) -> None:
+    def _regular(self) -> None:
         self.counters["regular_calls"] += 1
-        self.last_event = why
         return None
 
-    @staticmethod
-    def _key(calc: Any, call: CallInputs, forces: bool) -> tuple[str, tuple]:
-        width = call.mask.shape[1] if call.mask is not None else call.pos.shape[0]
-        if call.layout in ("single", "dense") and width < calc.nb_threshold:
-            rows = call.num_graphs if call.layout == "dense" else 1
-            return "dense", ("dense", rows, width, bool(forces))
-        return "sparse", ("sparse", call.pos.shape[0], call.num_graphs, bool(forces))
+    def _sight(self, key: tuple) -> tuple[bool, bool]:
+        """Note a sighting of ``key``: ``(new, rejected)``; only :attr:`max_layouts` keys are remembered."""
+        if key in self.layouts:
+            self.layouts.move_to_end(key)
+            return False, self.layouts[key] is not None
+        self.layouts[key] = None
+        while len(self.layouts) > self.max_layouts:
+            self.layouts.popitem(last=False)
+        return True, False
 
-    def _lookup(self, key: tuple, call: CallInputs) -> StaticEngine | None:
+    @staticmethod
+    def _key(calc: Any, call: CallInputs, forces: bool) -> tuple:
+        width = call.mask.shape[1] if call.mask is not None else call.pos.shape[0]
+        if call.layout in ("single", "dense") and width <= calc.nb_threshold:
+            rows = call.num_graphs if call.layout == "dense" else 1
+            return ("dense", rows, width, bool(forces))
+        return ("sparse", call.pos.shape[0], call.num_graphs, bool(forces))
+
+    def _lookup(self, key: tuple) -> StaticEngine | None:
         if key in self.engines:
             return self.engines[key]
         if key[0] != "dense":
@@ -157,7 +232,7 @@ class GraphEngineCache:
         ]
         return self.engines[min(fits, key=lambda k: k[1])] if fits else None
 
-    def _replay(self, calc: Any, engine: StaticEngine, call: CallInputs, forces: bool) -> Outputs | None:
+    def _replay(self, calc: Any, engine: StaticEngine, call: CallInputs, key: tuple, forces: bool) -> Outputs | None:
         raw = engine.replay(call)
         if isinstance(engine, SparseEngine):
             count = engine.overflowed()
@@ -168,10 +243,29 @@ class GraphEngineCache:
                 return self._build_and_admit(calc, call, engine.key, forces, edges=count)
         self.engines.move_to_end(engine.key)
         self.counters["replays"] += 1
-        if engine.key != self._key(calc, call, forces)[1]:
+        if engine.key != key:
             self.counters["padded_replays"] += 1
-        self.last_event = "replay"
         return raw
+
+    def _check_reuse(self, calc: Any, engine: StaticEngine, call: CallInputs, key: tuple, forces: bool) -> Outputs:
+        """First reuse of a larger dense graph for ``key``'s row count: checked once like a capture."""
+        self.counters["padded_checks"] += 1
+        got = engine.replay(call)
+        want = calc._run_regular(call, forces=forces, stress=False)
+        problem = self._compare(calc, got, want, call)
+        self.counters["regular_calls"] += 1
+        if problem is not None:
+            self._reject(calc, key, f"reusing the graph of {engine.key[1]} rows: {problem}")
+            return want
+        self.checked[key] = engine.key
+        self.engines.move_to_end(engine.key)
+        return want
+
+    @staticmethod
+    def _compare(calc: Any, got: Outputs, want: Outputs, call: CallInputs) -> str | None:
+        info = calc.info
+        per_atom = {"forces", info.atomic_energy, *info.node_outputs} - {None}
+        return mismatch(convert(got, call, info), convert(want, call, info), call.counts, per_atom)
 
     def _build(self, calc: Any, call: CallInputs, key: tuple, forces: bool, edges: int | None) -> StaticEngine:
         if key[0] == "dense":
@@ -181,67 +275,120 @@ class GraphEngineCache:
             needed = probe.edge_count(call) if edges is None else edges
             probe.release()
             engine = SparseEngine(calc, key[1], key[2], forces, capacity=capacity_for(needed))
+        self._building = engine
         engine.load(call)
         engine.capture(self.backend)
         self.counters["captures"] += 1
         return engine
+
+    def retained_bytes(self, extra: StaticEngine | None = None) -> int:
+        """What the cache retains: the pool's segments + the static buffers of every engine (and ``extra``)."""
+        static = sum(e.static_bytes for e in self.engines.values())
+        return int(self.backend.pool_bytes()) + static + (extra.static_bytes if extra is not None else 0)
 
     def _build_and_admit(
         self, calc: Any, call: CallInputs, key: tuple, forces: bool, edges: int | None = None
     ) -> Outputs | None:
         self.budget_bytes = int(self.budget_fraction * self.backend.total_memory(calc.device))
         if key[0] == "sparse" and estimated_bytes(key[1]) > self.budget_bytes:
-            return self._reject_budget(calc, key, estimated_bytes(key[1]))  # never allocate the O(N^2) pairs
+            self._reject_budget(calc, key, estimated_bytes(key[1]))  # never allocate the O(N^2) pairs
+            raise _Rejected
         engine = self._build(calc, call, key, forces, edges)
-        size = engine.total_bytes
-        if size > self.budget_bytes:
+        if self.backend.pool_bytes() <= 0:
+            self._building = None
             engine.release()
-            return self._reject_budget(calc, key, size)
+            self._reject(calc, key, "the captured graph's memory pool reports no segments", warn=False)
+            self._retire_if_needed()
+            raise _Rejected
+        size = self.retained_bytes(engine)
+        if size > self.budget_bytes:
+            self._building = None
+            engine.release()
+            self._reject_budget(calc, key, size)
+            raise _Rejected
         got = engine.replay(call)
         want = calc._run_regular(call, forces=forces, stress=False)
-        problem = mismatch(convert(got, call, calc.info), convert(want, call, calc.info), call.counts)
+        problem = self._compare(calc, got, want, call)
         if problem is None and isinstance(engine, SparseEngine) and engine.overflowed() is not None:
             problem = "edge buffer overflow during validation"
+        self._building = None
+        self.counters["regular_calls"] += 1
         if problem is not None:
             engine.release()
-            self.rejected[key] = problem
-            self.counters["rejected"] += 1
+            self._reject(calc, key, problem)
+            return want
+        while len(self.engines) >= self.max_engines:
+            _, old = self.engines.popitem(last=False)
+            old.release()
+            self.counters["evictions"] += 1
+        self.engines[key] = engine
+        self.counters["admitted"] += 1
+        return want
+
+    def _reject(self, calc: Any, key: tuple, problem: str, *, warn: bool = True) -> None:
+        self.layouts[key] = problem
+        self.layouts.move_to_end(key)
+        self.counters["rejected"] += 1
+        if warn:
             calc._warnings.warn(
                 "cuda_graph",
                 "rejected",
                 f"a captured CUDA graph did not match the regular path ({problem}); that layout stays on the "
                 "regular path",
             )
-            self.counters["regular_calls"] += 1
-            self.last_event = "rejected"
-            return want
-        self._make_room(size)
-        self.engines[key] = engine
-        self.counters["admitted"] += 1
-        self.counters["regular_calls"] += 1
-        self.last_event = "admitted"
-        return want
+        self._retire_if_needed()
 
     def _reject_budget(self, calc: Any, key: tuple, size: int) -> None:
-        self.rejected[key] = "budget"
+        self.layouts[key] = "budget"
         self.counters["budget_rejected"] += 1
         calc._warnings.warn(
             "cuda_graph",
             "budget",
-            f"a CUDA graph of {size} bytes does not fit the budget of {self.budget_bytes} bytes "
+            f"a CUDA graph retaining {size} bytes does not fit the budget of {self.budget_bytes} bytes "
             f"({self.budget_fraction:.0%} of device memory); that layout stays on the regular path",
         )
-        return self._regular("budget")
+        self._retire_if_needed()
 
-    def _make_room(self, size: int) -> None:
-        held = sum(e.total_bytes for e in self.engines.values())
-        while self.engines and (len(self.engines) >= self.max_engines or held + size > self.budget_bytes):
-            key, old = self.engines.popitem(last=False)
-            held -= old.total_bytes
-            old.release()
-            self.counters["evictions"] += 1
+    def _failed(self, calc: Any, key: tuple, engine: StaticEngine | None, exc: Exception) -> None:
+        """A capture, check or replay raised: release what it touched, reject ``key``, warn once."""
+        self.counters["failures"] += 1
+        building, self._building = self._building, None
+        if building is not None:
+            building.release()
+        for broken in {key, *((engine.key,) if engine is not None else ())}:
+            self._drop(broken)
+        self.layouts[key] = f"failed: {type(exc).__name__}: {exc}"
+        calc._warnings.warn(
+            "cuda_graph",
+            "failure",
+            f"a CUDA-graph capture, check or replay failed ({type(exc).__name__}: {exc}); that layout "
+            "uses the regular path",
+            GraphFallbackWarning,
+        )
+        if is_out_of_memory(exc):
+            self._retire()
+        else:
+            self._retire_if_needed()
+
+    def _retire_if_needed(self) -> None:
+        """Retire the generation when no admitted engine remains or what remains exceeds the budget."""
+        if not self.engines or self.retained_bytes() > self.budget_bytes:
+            if self.engines or self.backend.pool_bytes() > 0:
+                self._retire()
+
+    def _retire(self, *, count: bool = True) -> None:
+        """Release every engine and the shared pool (the layout history is kept)."""
+        for engine in self.engines.values():
+            engine.release()
+        self.engines.clear()
+        self.checked.clear()
+        self.backend.release_pool()
+        if count:
+            self.counters["retirements"] += 1
 
     def _drop(self, key: tuple) -> None:
         engine = self.engines.pop(key, None)
         if engine is not None:
             engine.release()
+        self.checked = {k: v for k, v in self.checked.items() if v != key}
+

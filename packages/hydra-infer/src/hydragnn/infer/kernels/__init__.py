@@ -41,7 +41,7 @@ def interpreter_requested() -> bool:
 def available(device: str | torch.device) -> tuple[bool, str | None]:
     """Whether the kernels can run on ``device``: ``(True, None)`` or ``(False, reason)``.
 
-    CUDA needs triton and a CUDA device. CPU needs triton's interpreter, which triton reads when
+    CUDA needs triton and a CUDA device of compute capability 8.0 or more. CPU needs triton's interpreter, which triton reads when
     our kernels are decorated (the first import of :mod:`._triton`): ``TRITON_INTERPRET=1`` must
     be set before that (the interpreter is slow: for correctness tests only). Other devices are
     not supported. On CUDA with the interpreter active, the kernels run interpreted on host
@@ -50,6 +50,13 @@ def available(device: str | torch.device) -> tuple[bool, str | None]:
     device = torch.device(device)
     if device.type not in ("cuda", "cpu"):
         return False, f"the Triton inference kernels run on CUDA (or on CPU under TRITON_INTERPRET=1), not on {device}"
+    if device.type == "cuda" and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(device)
+        if (major, minor) < (8, 0):
+            return False, (
+                f"the GPU has compute capability {major}.{minor}, below the 8.0 the Triton kernels need; "
+                "the stock torch primitives run instead"
+            )
     try:
         import triton  # noqa: F401
     except ImportError as exc:
