@@ -84,6 +84,20 @@ def test_graph_engines_replay_the_regular_path(served):
     assert stats["replays"] >= 2 and stats["engines"] == 2, (name, stats)
 
 
+def test_periodic_engine_replays_the_regular_path(served, cuau_atoms):
+    """The periodic engine (in-graph neighbour list, cell as input) for every served variant."""
+    name, model, _ = served
+    calc = HydraCalculator(model, cuda_graph=True, _graph_backend="replay")
+    ref = HydraCalculator(model)
+    atoms = cuau_atoms[3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step in range(3):
+            moved, cell = atoms.positions + 0.02 * step, atoms.cell.array * (1 + 0.005 * step)
+            assert_same(calc(moved, atoms.numbers, cell=cell, forces=True), ref(moved, atoms.numbers, cell=cell, forces=True))
+    assert calc.memory_stats()["replays"] == 1, name
+
+
 def test_inference_kernels_refuse_gps_and_fall_back():
     model = tiny_model(**VARIANTS["SchNet+GPS-multihead"])
     same, why = install(model)

@@ -280,16 +280,16 @@ def test_sparse_flat_batch(model64):
 def test_ineligible_calls_fall_back_with_one_warning_each(model64, cuau_atoms):
     calc = graph_calc(model64)
     a = cuau_atoms[0]
-    with pytest.warns(HydraInferWarning, match="a cell was given"):
-        calc(a.positions, a.numbers, cell=a.cell.array)
+    with pytest.warns(HydraInferWarning, match="a cell with non-periodic directions"):
+        calc(a.positions, a.numbers, cell=a.cell.array, pbc=[True, False, True])
     with pytest.warns(HydraInferWarning) as record:
-        calc(a.positions, a.numbers, cell=a.cell.array, stress=True)
+        calc(a.positions, a.numbers, cell=a.cell.array, pbc=[True, False, True], stress=True)
     assert [str(w.message) for w in record if "stress was requested" in str(w.message)]
     with pytest.warns(HydraInferWarning, match="require grad"):
         calc(torch.tensor(POS, requires_grad=True), Z)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        calc(a.positions, a.numbers, cell=a.cell.array, stress=True)
+        calc(a.positions, a.numbers, cell=a.cell.array, pbc=[True, False, True], stress=True)
         calc(torch.tensor(POS, requires_grad=True), Z)
     assert stats(calc)["first_sightings"] == 0  # the engine never saw them
     assert {code for _, code in calc._warnings.issued} == {"cell", "stress", "requires_grad"}

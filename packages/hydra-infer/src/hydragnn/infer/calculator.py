@@ -9,8 +9,8 @@ Modes on every device:
   ``torch.compile(dynamic=True)`` so varying atom and edge counts reuse one compiled graph.
 * ``cuda_graph=True`` (or ``None`` with ``HYDRAGNN_CUDA_GRAPH`` set): on a CUDA device, the
   :class:`~.graphs.GraphEngineCache` in ``_graph_engine`` captures a layout on its second sighting
-  and replays it after admission (see :mod:`.graphs.engine`); ineligible calls (cell, stress,
-  inputs requiring grad, other devices) fall back to the regular path with one
+  and replays it after admission (see :mod:`.graphs.engine`); ineligible calls (partly periodic
+  cells, stress, inputs requiring grad, other devices, ...) fall back to the regular path with one
   :class:`HydraInferWarning` per calculator and reason (see :mod:`.modes`). For tests only,
   ``_graph_backend="replay"`` (or ``HYDRAGNN_GRAPH_BACKEND=replay``) builds the engine with the
   CPU replay backend, which runs the same static-buffer code path without a GPU.
@@ -302,7 +302,7 @@ class HydraCalculator:
             model=self.model,
             model_problem=self._graph_model_problem,
             dependency_problem=self._graph_dependency,
-            has_cell=call.cell is not None,
+            partly_periodic=call.cell is not None and not bool(call.pbc.all()),
             requires_grad=call.requires_grad,
             stress=stress,
         )

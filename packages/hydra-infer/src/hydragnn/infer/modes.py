@@ -30,7 +30,8 @@ _FALSE = frozenset({"", "0", "false", "no", "off"})
 
 GRAPH_REASONS: dict[str, str] = {
     "device": "CUDA-graph replay needs a CUDA device; the calculator runs on {device}",
-    "cell": "a cell was given: CUDA-graph replay covers non-periodic structures only",
+    "cell": "a cell with non-periodic directions was given: CUDA-graph replay covers non-periodic structures and "
+    "fully periodic cells",
     "requires_grad": "the inputs (coordinates, cell, charge or spin) require grad: CUDA-graph replay returns "
     "detached results only",
     "trainable": "the model has parameters that require grad: CUDA-graph replay serves frozen models only "
@@ -112,7 +113,7 @@ def graph_reasons(
     model: Any,
     model_problem: str | None,
     dependency_problem: str | None,
-    has_cell: bool,
+    partly_periodic: bool,
     requires_grad: bool,
     stress: bool,
 ) -> list[tuple[str, str]]:
@@ -124,7 +125,7 @@ def graph_reasons(
     if device.type != "cuda" and not replay_backend:
         return [("device", GRAPH_REASONS["device"].format(device=device))]
     reasons = []
-    if has_cell:
+    if partly_periodic:
         reasons.append(("cell", GRAPH_REASONS["cell"]))
     if requires_grad:
         reasons.append(("requires_grad", GRAPH_REASONS["requires_grad"]))

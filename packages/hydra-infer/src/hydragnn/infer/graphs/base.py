@@ -27,6 +27,9 @@ def static_forward(
     num_graphs: int,
     graph_attr: torch.Tensor | None,
     forces: bool,
+    edge_shift: torch.Tensor | None = None,
+    cell: torch.Tensor | None = None,
+    pbc: torch.Tensor | None = None,
 ) -> Outputs:
     """The eager model on static tensors (energy, forces by ``autograd.grad``, every head).
 
@@ -39,6 +42,9 @@ def static_forward(
         num_graphs: B + 1.
         graph_attr: ``[B + 1, G]`` graph inputs (total charge, spin) of a model with any, else ``None``.
         forces: compute forces.
+        edge_shift: ``[E, 3]`` Cartesian image offsets of a periodic batch (zeros on padding).
+        cell: ``[B + 1, 3, 3]`` cells of a periodic batch (the sink graph's is any invertible cell).
+        pbc: ``[B + 1, 3]`` periodic flags of a periodic batch.
     """
     b = Batch()
     b.x = numbers.to(model.dtype).unsqueeze(-1)
@@ -48,6 +54,8 @@ def static_forward(
     b._num_graphs = num_graphs
     if graph_attr is not None:
         b.graph_attr = graph_attr.to(model.dtype)
+    if edge_shift is not None:
+        b.edge_shift, b.cell, b.pbc = edge_shift, cell, pbc
     with torch.no_grad():
         return dict(model(b, compute_forces=forces, compute_stress=False))
 
@@ -119,3 +127,7 @@ class StaticEngine:
 
     def node_index(self, call: CallInputs) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def overflowed(self) -> int | None:
+        """After a replay: ``None`` when the engine's buffers held the call, else the size it needed."""
+        return None

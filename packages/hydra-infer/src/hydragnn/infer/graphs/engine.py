@@ -1,7 +1,7 @@
 """``GraphEngineCache``: the CUDA-graph policy of one calculator (the ``_graph_engine`` seam).
 
-Policy, per layout key (``("dense", rows, N, forces)`` for ``N <= nb_threshold``, else
-``("sparse", N, B, forces)``):
+Policy, per layout key (``("periodic", counts, forces)`` for fully periodic cells, else
+``("dense", rows, N, forces)`` for ``N <= nb_threshold``, else ``("sparse", N, B, forces)``):
 
 1. first sighting: the regular path answers (``run`` returns ``None``) and the key is noted;
 2. second sighting: an engine is built (static buffers), captured after one warm-up, its retained
@@ -15,8 +15,9 @@ Policy, per layout key (``("dense", rows, N, forces)`` for ``N <= nb_threshold``
    after checking that reuse once against the regular path (a failed check keeps that row count
    regular).
 
-A sparse engine whose in-graph neighbour list overflowed its spare capacity is rebuilt with more
-room and re-validated. Engines live in an LRU of :data:`MAX_ENGINES` per calculator and share one
+A sparse or periodic engine whose in-graph neighbour list overflowed its spare capacity (or, for
+a periodic one, whose cell now needs more periodic images) is rebuilt for the current call and
+re-validated. Engines live in an LRU of :data:`MAX_ENGINES` per calculator and share one
 memory pool (a generation). A capture or rebuild that would exceed :data:`BUDGET_FRACTION` of the
 device memory rejects that layout and evicts nothing; the generation (every engine and the pool) is
 retired when no admitted engine remains after a rejection or failure, when the remaining retained
@@ -44,6 +45,7 @@ from .admission import mismatch
 from .backends import Outputs
 from .base import StaticEngine
 from .dense import DenseEngine
+from .periodic import PeriodicEngine, neighbour_capacity
 from .sparse import SparseEngine, capacity_for, estimated_bytes
 
 MAX_ENGINES = 16
@@ -212,6 +214,8 @@ class GraphEngineCache:
 
     @staticmethod
     def _key(calc: Any, call: CallInputs, forces: bool) -> tuple:
+        if call.cell is not None:  # fully periodic (other cells never reach the engine)
+            return ("periodic", tuple(int(c) for c in call.counts.tolist()), bool(forces))
         width = call.mask.shape[1] if call.mask is not None else call.pos.shape[0]
         if call.layout in ("single", "dense") and width <= calc.nb_threshold:
             rows = call.num_graphs if call.layout == "dense" else 1
@@ -234,13 +238,12 @@ class GraphEngineCache:
 
     def _replay(self, calc: Any, engine: StaticEngine, call: CallInputs, key: tuple, forces: bool) -> Outputs | None:
         raw = engine.replay(call)
-        if isinstance(engine, SparseEngine):
-            count = engine.overflowed()
-            if count is not None:
-                self.counters["overflows"] += 1
-                self._drop(engine.key)
-                self.counters["rebuilds"] += 1
-                return self._build_and_admit(calc, call, engine.key, forces, edges=count)
+        count = engine.overflowed()
+        if count is not None:
+            self.counters["overflows"] += 1
+            self._drop(engine.key)
+            self.counters["rebuilds"] += 1
+            return self._build_and_admit(calc, call, engine.key, forces, edges=count)
         self.engines.move_to_end(engine.key)
         self.counters["replays"] += 1
         if engine.key != key:
@@ -270,6 +273,11 @@ class GraphEngineCache:
     def _build(self, calc: Any, call: CallInputs, key: tuple, forces: bool, edges: int | None) -> StaticEngine:
         if key[0] == "dense":
             engine: StaticEngine = DenseEngine(calc, key[1], key[2], forces)
+        elif key[0] == "periodic":
+            capacity = neighbour_capacity(call, calc.info.cutoff)
+            if edges is not None:
+                capacity = max(capacity, -(-int(edges * 1.25 + 1) // 8) * 8)
+            engine = PeriodicEngine(calc, key[1], forces, call, capacity)
         else:
             probe = SparseEngine(calc, key[1], key[2], forces, capacity=1)
             needed = probe.edge_count(call) if edges is None else edges
@@ -309,8 +317,8 @@ class GraphEngineCache:
         got = engine.replay(call)
         want = calc._run_regular(call, forces=forces, stress=False)
         problem = self._compare(calc, got, want, call)
-        if problem is None and isinstance(engine, SparseEngine) and engine.overflowed() is not None:
-            problem = "edge buffer overflow during validation"
+        if problem is None and engine.overflowed() is not None:
+            problem = "neighbour buffer overflow during validation"
         self._building = None
         self.counters["regular_calls"] += 1
         if problem is not None:

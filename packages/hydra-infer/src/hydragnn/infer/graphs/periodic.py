@@ -1,0 +1,185 @@
+"""Periodic engine: fully periodic cells of fixed atom counts, the cell a per-call graph input.
+
+Key ``("periodic", counts, forces)`` (``counts``: atoms of each structure, so the batch layout is
+fixed). Static inputs: ``pos [N, 3]``, ``numbers [N]``, ``cell [B, 3, 3]`` and ``graph_attr``;
+species, positions and the cell may change on every call (MD at constant or varying cell).
+
+The neighbour list runs inside the graph with nvalchemi-toolkit-ops' batched naive search on
+preallocated buffers (neighbour matrix ``[N, capacity]``, integer image shifts, counts, wrapping
+scratch) and a fixed range of periodic images prepared at build time, so that nothing
+synchronises with the host. Candidates are searched a little beyond the cutoff and then kept by
+the regular path's rule (``|r_j - r_i + S cell| < cutoff``, no zero-shift self pair); empty slots
+become sink -> sink edges. Two static outputs tell, after a replay, whether the buffers still
+fit: ``_max_neighbours`` (the true largest neighbour count, which nvalchemi reports even when
+the matrix truncated) and ``_images_short`` (1 when the current cell needs more periodic images
+than were prepared, from the perpendicular widths ``V / |a_j x a_k|``). Either makes the cache
+rebuild the engine for the current cell and check it again. The naive search is O(N^2) per
+structure; its images are prepared for a cutoff :data:`IMAGE_MARGIN` larger, so a cell may shrink
+that much before a rebuild.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from ..inputs import CallInputs
+from .backends import Outputs
+from .base import StaticEngine, static_forward
+
+SPARE = 1.25
+"""Neighbour-matrix width = ``SPARE`` x the largest count seen at build, rounded up to 8."""
+IMAGE_MARGIN = 0.05
+"""Periodic images are prepared for ``(1 + IMAGE_MARGIN) x`` the search cutoff."""
+
+
+def perpendicular_widths(cell: torch.Tensor) -> torch.Tensor:
+    """``[B, 3]`` distances between opposite faces of each cell (``V / |a_j x a_k|``), capture-safe."""
+    a, b, c = cell[:, 0], cell[:, 1], cell[:, 2]
+    volume = torch.linalg.cross(a, b).mul(c).sum(-1).abs()
+    faces = torch.stack(
+        [torch.linalg.cross(b, c).norm(dim=-1), torch.linalg.cross(c, a).norm(dim=-1), torch.linalg.cross(a, b).norm(dim=-1)],
+        dim=-1,
+    )
+    return volume.unsqueeze(-1) / faces
+
+
+def images_needed(cell: torch.Tensor, cutoff: float) -> torch.Tensor:
+    """``[B, 3]`` periodic images to search in each direction (nvalchemi's shift range)."""
+    return torch.ceil(cutoff / perpendicular_widths(cell)).to(torch.int32)
+
+
+def search_cutoff(cutoff: float, dtype: torch.dtype) -> float:
+    """The candidate search radius: a little beyond the cutoff, so rounding inside the kernel loses no pair."""
+    return cutoff * (1 + 1e-5) + 1e3 * torch.finfo(dtype).eps
+
+
+def neighbour_capacity(call: CallInputs, cutoff: float) -> int:
+    """Largest neighbour count of any atom of ``call`` (eager, at build), with room to spare."""
+    from hydragnn.data.neighbors import radius_graph
+
+    edge_index, _ = radius_graph(call.pos, cutoff, batch=call.batch, cell=call.cell, pbc=call.pbc)
+    most = int(torch.bincount(edge_index[1], minlength=call.pos.shape[0]).max()) if edge_index.numel() else 0
+    return max(8, -(-math.ceil(most * SPARE + 1) // 8) * 8)
+
+
+class PeriodicEngine(StaticEngine):
+    """Static-buffer engine for fully periodic structures (see the module docstring)."""
+
+    kind = "periodic"
+
+    def __init__(self, calc: Any, counts: tuple[int, ...], forces: bool, call: CallInputs, capacity: int) -> None:
+        from nvalchemiops.torch.neighbors.neighbor_utils import compute_naive_num_shifts  # slow import: lazy
+
+        super().__init__(calc, ("periodic", counts, forces), forces)
+        self.counts = counts
+        self.num_nodes, self.num_graphs, self.capacity = sum(counts), len(counts), capacity
+        self.search_cutoff = search_cutoff(self.cutoff, self.dtype)
+        n, b, dev = self.num_nodes, self.num_graphs, self.device
+        sizes = torch.tensor(counts, dtype=torch.long, device=dev)
+        ptr = torch.zeros(b + 1, dtype=torch.int32, device=dev)
+        ptr[1:] = torch.cumsum(sizes, 0)
+        pbc = torch.ones(b, 3, dtype=torch.bool, device=dev)
+        cell = call.cell.to(self.dtype)
+        shift_range, num_shifts, max_shifts = compute_naive_num_shifts(
+            cell, self.search_cutoff * (1 + IMAGE_MARGIN), pbc
+        )
+        self.max_shifts = int(max_shifts)
+        self.max_atoms = int(max(counts))
+        self.buffers = {
+            "pos": torch.zeros(n, 3, dtype=self.dtype, device=dev),
+            "numbers": torch.zeros(n, dtype=torch.long, device=dev),
+            "cell": torch.zeros(b, 3, 3, dtype=self.dtype, device=dev),
+            "batch": torch.repeat_interleave(torch.arange(b, device=dev), sizes),
+            "batch_idx": torch.repeat_interleave(torch.arange(b, device=dev, dtype=torch.int32), sizes),
+            "batch_ptr": ptr,
+            "pbc": pbc,
+            "shift_range": shift_range.contiguous(),
+            "num_shifts": num_shifts.contiguous(),
+            "matrix": torch.full((n, capacity), n, dtype=torch.int32, device=dev),
+            "shifts": torch.zeros(n, capacity, 3, dtype=torch.int32, device=dev),
+            "num_neighbours": torch.zeros(n, dtype=torch.int32, device=dev),
+            "wrapped": torch.zeros(n, 3, dtype=self.dtype, device=dev),
+            "cell_offsets": torch.zeros(n, 3, dtype=torch.int32, device=dev),
+            "inv_cell": torch.zeros(b, 3, 3, dtype=self.dtype, device=dev),
+            "targets": torch.arange(n, device=dev).unsqueeze(1).expand(n, capacity).contiguous(),
+            "slots": torch.arange(capacity, device=dev),
+        }
+        self.graph_inputs = calc.info.graph_inputs
+        if self.graph_inputs:
+            self.buffers["graph_attr"] = torch.zeros(b + 1, len(self.graph_inputs), dtype=self.dtype, device=dev)
+
+    def fn(self) -> Outputs:
+        from nvalchemiops.torch.neighbors import batch_naive_neighbor_list
+
+        buf = self.buffers
+        sink = self.num_nodes
+        matrix, num, shifts = batch_naive_neighbor_list(
+            buf["pos"],
+            self.search_cutoff,
+            batch_idx=buf["batch_idx"],
+            batch_ptr=buf["batch_ptr"],
+            pbc=buf["pbc"],
+            cell=buf["cell"],
+            neighbor_matrix=buf["matrix"],
+            neighbor_matrix_shifts=buf["shifts"],
+            num_neighbors=buf["num_neighbours"],
+            shift_range_per_dimension=buf["shift_range"],
+            num_shifts_per_system=buf["num_shifts"],
+            max_shifts_per_system=self.max_shifts,
+            max_atoms_per_system=self.max_atoms,
+            positions_wrapped_buffer=buf["wrapped"],
+            per_atom_cell_offsets_buffer=buf["cell_offsets"],
+            inv_cell_buffer=buf["inv_cell"],
+        )
+        pos = torch.cat([buf["pos"], buf["pos"].new_zeros(1, 3)])
+        z = torch.cat([buf["numbers"], buf["numbers"].new_zeros(1)])
+        batch = torch.cat([buf["batch"], buf["batch"].new_full((1,), self.num_graphs)])
+        src = matrix.long().clamp(0, sink).reshape(-1)
+        dst = buf["targets"].reshape(-1)
+        image = shifts.to(self.dtype).reshape(-1, 3)
+        offset = torch.einsum("ek,ekj->ej", image, buf["cell"][buf["batch"]][dst])
+        vec = pos[src] - pos[dst] + offset
+        filled = (buf["slots"].unsqueeze(0) < num.unsqueeze(1)).reshape(-1) & (src < sink)
+        self_pair = (src == dst) & (shifts.reshape(-1, 3) == 0).all(dim=-1)
+        valid = filled & ~self_pair & (vec.pow(2).sum(-1) < self.cutoff * self.cutoff)
+        edge_index = torch.stack([torch.where(valid, src, sink), torch.where(valid, dst, sink)])
+        edge_shift = torch.where(valid.unsqueeze(-1), offset, torch.zeros_like(offset))
+        cell = torch.cat([buf["cell"], torch.eye(3, dtype=self.dtype, device=self.device).unsqueeze(0)])
+        out = static_forward(
+            self.model,
+            pos=pos,
+            numbers=z,
+            batch=batch,
+            edge_index=edge_index,
+            num_graphs=self.num_graphs + 1,
+            graph_attr=buf.get("graph_attr"),
+            forces=self.forces,
+            edge_shift=edge_shift,
+            cell=cell,
+            pbc=torch.cat([buf["pbc"], buf["pbc"].new_zeros(1, 3)]),
+        )
+        out["_max_neighbours"] = num.max()
+        out["_images_short"] = (images_needed(buf["cell"], self.search_cutoff) > buf["shift_range"]).any()
+        return out
+
+    def load(self, call: CallInputs) -> None:
+        buf = self.buffers
+        buf["pos"].copy_(call.pos.to(self.dtype))
+        buf["numbers"].copy_(call.numbers)
+        buf["cell"].copy_(call.cell.to(self.dtype))
+        if "graph_attr" in buf:
+            buf["graph_attr"].zero_()
+            buf["graph_attr"][: call.num_graphs].copy_(call.graph_attr(self.graph_inputs, self.dtype))
+
+    def overflowed(self) -> int | None:
+        """After a replay: ``None`` when the buffers fit, else a reason to rebuild (the neighbour count)."""
+        most = int(self.graph.outputs["_max_neighbours"])
+        if most > self.capacity or bool(self.graph.outputs["_images_short"]):
+            return most
+        return None
+
+    def node_index(self, call: CallInputs) -> torch.Tensor:
+        return torch.arange(self.num_nodes, device=self.device)
