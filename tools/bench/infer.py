@@ -1,24 +1,32 @@
-"""Benchmark of ``HydraCalculator`` modes: regular vs compile (vs kernels when they exist).
+"""Benchmark of ``HydraCalculator`` modes, the fair way (same model, inputs, precision, threads).
 
-Fair-benchmark practice: one untrained SchNet MLIP (fp32) for every mode; energy-only and
-energy+forces measured separately; fixed geometry (the same coordinates every call) and moving
-geometry (new coordinates every call, so the neighbour list is rebuilt from new data); cold
-start (a fresh calculator's first call, including ``torch.compile``) reported apart from the
-steady state; several rounds with the order of the modes alternating; the median over rounds
-reported with the ratio to the regular mode of the same run; memory reported separately (peak
-RSS growth during the steady-state calls, sampled every millisecond). No timing is asserted.
+Modes: the four combinations of CUDA-graph replay and inference kernels (``regular``,
+``kernels``, ``graph``, ``graph+kernels``), then compile-only (``compile``). One untrained SchNet
+MLIP (fp32) serves every mode; energy-only and energy+forces are measured separately; fixed
+geometry (the same coordinates every call) and moving geometry (new coordinates every call, so
+the neighbour list is rebuilt); periodic cells and molecules (clusters cut from the same bulk);
+cold start (a fresh calculator's first two calls: regular, then capture or compile) reported apart
+from the steady state; several rounds with the order of the modes alternating, the median
+reported with the ratio to ``regular`` of the same run. On CUDA every timing is bracketed by
+``torch.cuda.synchronize`` and memory is reported as peak allocated / peak reserved during the
+steady state and the bytes the graph cache retains; on CPU as peak RSS growth. Each steady-state
+point is first checked against the regular mode (max |dE| per atom, max |dF|). No timing is
+asserted anywhere.
 
     python tools/bench/infer.py --sizes 32 256 2048 --rounds 3
-    python tools/bench/infer.py --sizes 20 100 500 1000 5000      # the 20..5,000 atom range
+    python tools/bench/infer.py --device cuda --modes regular kernels graph graph+kernels compile
+    python tools/bench/infer.py --replay-backend --modes regular graph   # graph code path on CPU (tests)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,6 +36,14 @@ from hydragnn.data import Schema
 from hydragnn.data.reference import CUAU_VARIABLES
 from hydragnn.infer import HydraCalculator, HydraInferWarning
 from hydragnn.models import build_model
+
+MODES = {
+    "regular": {},
+    "kernels": {"inference_kernels": True},
+    "graph": {"cuda_graph": True},
+    "graph+kernels": {"cuda_graph": True, "inference_kernels": True},
+    "compile": {"compile_model": True},
+}
 
 
 def make_model(cutoff: float):
@@ -41,18 +57,20 @@ def make_model(cutoff: float):
         "output_heads": {"node": {"num_headlayers": 1}},
     }
     torch.manual_seed(0)
-    return build_model(arch, Schema.from_dict(CUAU_VARIABLES)).eval()
+    return build_model(arch, Schema.from_dict(CUAU_VARIABLES)).eval().requires_grad_(False)
 
 
-def structure(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A periodic Cu-Au fcc cell with ``n`` atoms (the smallest cubic supercell, vacancies at the end)."""
+def structure(n: int, system: str = "periodic", seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A Cu-Au fcc structure of ``n`` atoms: a periodic cell (the smallest cubic supercell, vacancies at
+    the end) or a molecule (the same atoms without the cell, so the cluster has surfaces)."""
     k = 1
     while 4 * k**3 < n:
         k += 1
     atoms = bulk("Cu", "fcc", a=3.8, cubic=True).repeat(k)
     rng = np.random.default_rng(seed)
     pos = atoms.positions[:n] + rng.normal(0, 0.05, size=(n, 3))
-    return pos, rng.choice([29, 79], size=n), atoms.cell.array
+    cell = atoms.cell.array if system == "periodic" else None
+    return pos, rng.choice([29, 79], size=n), cell
 
 
 def rss_bytes() -> int:
@@ -60,119 +78,197 @@ def rss_bytes() -> int:
         return int(fh.read().split()[1]) * 4096
 
 
-class PeakRSS:
-    """Peak RSS growth over a block, sampled every millisecond by a thread."""
+class Memory:
+    """Peak memory over a block: CUDA peak allocated / reserved, or peak RSS growth on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
 
     def __enter__(self):
-        self.base = self.peak = rss_bytes()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self.base = self.peak = rss_bytes()
+            self._stop = False
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
         return self
 
-    def _run(self):
+    def _sample(self):
         while not self._stop:
             self.peak = max(self.peak, rss_bytes())
             time.sleep(0.001)
 
     def __exit__(self, *exc):
-        self._stop = True
-        self._thread.join()
-        self.peak = max(self.peak, rss_bytes())
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.result = {
+                "peak_allocated_mb": torch.cuda.max_memory_allocated() / 2**20,
+                "peak_reserved_mb": torch.cuda.max_memory_reserved() / 2**20,
+            }
+        else:
+            self._stop = True
+            self._thread.join()
+            self.result = {"rss_growth_mb": (max(self.peak, rss_bytes()) - self.base) / 2**20}
 
-    @property
-    def growth_mb(self) -> float:
-        return (self.peak - self.base) / 2**20
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
-def steady(calc, geoms, numbers, cell, forces: bool, min_time: float, min_calls: int) -> float:
+def steady(calc, geoms, numbers, cell, forces: bool, min_time: float, min_calls: int, device) -> float:
     """Calls per second over at least ``min_time`` s and ``min_calls`` calls (after one warm-up call)."""
     calc(geoms[0], numbers, cell=cell, forces=forces)
+    sync(device)
     calls, start = 0, time.perf_counter()
     while calls < min_calls or time.perf_counter() - start < min_time:
         calc(geoms[calls % len(geoms)], numbers, cell=cell, forces=forces)
         calls += 1
+    sync(device)
     return calls / (time.perf_counter() - start)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256, 2048])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--modes", nargs="+", default=["regular", "compile"], choices=["regular", "compile", "kernels"])
-    parser.add_argument("--cutoff", type=float, default=5.0)
-    parser.add_argument("--min-time", type=float, default=0.5, help="seconds per steady-state measurement")
-    parser.add_argument("--min-calls", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
+def deviation(calc, ref, pos, numbers, cell) -> dict[str, float]:
+    """Max |dE| per atom (eV) and max |dF| (eV/Å) of ``calc`` against ``ref`` on one structure."""
+    got, want = calc(pos, numbers, cell=cell, forces=True), ref(pos, numbers, cell=cell, forces=True)
+    de = float((got["energy"].double() - want["energy"].double()).abs().max()) / len(numbers)
+    df = float((got["forces"].double() - want["forces"].double()).abs().max())
+    return {"energy_per_atom": de, "forces": df}
+
+
+def build(model, mode: str, device: torch.device, replay_backend: bool) -> HydraCalculator:
+    options = dict(MODES[mode])
+    if replay_backend and options.get("cuda_graph"):
+        options["_graph_backend"] = "replay"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", HydraInferWarning)
+        return HydraCalculator(model, device=device, **options)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Measure every mode, size, system, task and geometry; return the report (and print tables)."""
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
-    model = make_model(args.cutoff)
-    options = {"regular": {}, "compile": {"compile_model": True}, "kernels": {"inference_kernels": True}}
-    data = {n: structure(n) for n in args.sizes}
-    rng = np.random.default_rng(1)
-    moving = {n: [p + rng.normal(0, 0.02, size=p.shape) for _ in range(8)] for n, (p, _, _) in data.items()}
+    model = make_model(args.cutoff).to(device)
+    report: dict = {"device": str(device), "threads": args.threads, "modes": args.modes, "cold": [], "steady": []}
 
-    # Process warm-up (Warp kernel JIT of the neighbour list), not charged to any mode.
     t0 = time.perf_counter()
-    HydraCalculator(model)(*data[args.sizes[0]][:2], cell=data[args.sizes[0]][2])
-    print(f"process warm-up (Warp neighbour-list JIT): {time.perf_counter() - t0:.2f} s\n")
+    probe = structure(args.sizes[0])
+    HydraCalculator(model, device=device)(probe[0], probe[1], cell=probe[2])
+    report["process_warmup_s"] = time.perf_counter() - t0
+    print(f"process warm-up (Warp neighbour-list JIT): {report['process_warmup_s']:.2f} s\n")
 
-    calcs, cold = {}, {}
-    n0 = args.sizes[0]
-    pos0, z0, cell0 = data[n0]
-    for mode in args.modes:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", HydraInferWarning)
-            calc = HydraCalculator(model, **options[mode])
+    data = {(n, s): structure(n, s) for n in args.sizes for s in args.systems}
+    rng = np.random.default_rng(1)
+    moving = {key: [p + rng.normal(0, 0.02, size=p.shape) for _ in range(8)] for key, (p, _, _) in data.items()}
+    regular = build(model, "regular", device, args.replay_backend)
+
+    print("cold start: the first two calls of a fresh calculator (s): regular, then capture / compile")
+    for system in args.systems:
+        pos, z, cell = data[(args.sizes[0], system)]
+        for mode in args.modes:
             for forces in (False, True):
-                t0 = time.perf_counter()
-                calc(pos0, z0, cell=cell0, forces=forces)
-                cold[(mode, forces)] = time.perf_counter() - t0
-        calcs[mode] = calc
-    print(f"cold start: first call of a fresh calculator at {n0} atoms (s; compile included)")
-    print(f"{'mode':10s} {'energy':>10s} {'energy+forces':>14s}")
-    for mode in args.modes:
-        print(f"{mode:10s} {cold[(mode, False)]:10.2f} {cold[(mode, True)]:14.2f}")
+                calc = build(model, mode, device, args.replay_backend)
+                times = []
+                for _ in range(2):
+                    sync(device)
+                    t0 = time.perf_counter()
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", HydraInferWarning)
+                        calc(pos, z, cell=cell, forces=forces)
+                    sync(device)
+                    times.append(time.perf_counter() - t0)
+                row = {"atoms": args.sizes[0], "system": system, "mode": mode, "forces": forces, "first_s": times[0], "second_s": times[1]}
+                report["cold"].append(row)
+                print(f"  {system:9s} {mode:14s} {'E+F' if forces else 'E':3s} {times[0]:8.3f} {times[1]:8.3f}")
 
+    calcs = {mode: build(model, mode, device, args.replay_backend) for mode in args.modes}
     rates: dict[tuple, list[float]] = {}
-    memory: dict[tuple, float] = {}
+    memory: dict[tuple, dict] = {}
+    checks: dict[tuple, dict] = {}
     for r in range(args.rounds):
         order = args.modes if r % 2 == 0 else list(reversed(args.modes))
-        for n in args.sizes:
-            pos, z, cell = data[n]
+        for (n, system), (pos, z, cell) in data.items():
             for forces in (False, True):
-                for geometry, geoms in (("fixed", [pos]), ("moving", moving[n])):
+                for geometry, geoms in (("fixed", [pos]), ("moving", moving[(n, system)])):
                     for mode in order:
+                        calc = calcs[mode]
                         with warnings.catch_warnings():
                             warnings.simplefilter("ignore", HydraInferWarning)
-                            with PeakRSS() as mem:
-                                rate = steady(calcs[mode], geoms, z, cell, forces, args.min_time, args.min_calls)
-                        key = (n, forces, geometry, mode)
+                            with Memory(device) as mem:
+                                rate = steady(calc, geoms, z, cell, forces, args.min_time, args.min_calls, device)
+                            key = (n, system, forces, geometry, mode)
+                            if key not in checks:
+                                checks[key] = deviation(calc, regular, geoms[-1], z, cell)
                         rates.setdefault(key, []).append(rate)
-                        memory[key] = max(memory.get(key, 0.0), mem.growth_mb)
+                        memory[key] = mem.result | {
+                            "graph_retained_mb": (
+                                calc.memory_stats()["graph_pool_bytes"] + calc.memory_stats()["static_buffer_bytes"]
+                            )
+                            / 2**20
+                        }
 
     print(f"\nsteady state: calls/s, median of {args.rounds} rounds (mode order alternating); ratio vs regular")
-    header = f"{'atoms':>6s} {'task':14s} {'geometry':8s}" + "".join(f" {m:>16s}" for m in args.modes)
-    print(header)
-    for n in args.sizes:
+    print(f"{'atoms':>6s} {'system':9s} {'task':4s} {'geometry':8s}" + "".join(f" {m:>20s}" for m in args.modes))
+    for n, system in data:
         for forces in (False, True):
             for geometry in ("fixed", "moving"):
-                base = statistics.median(rates[(n, forces, geometry, "regular")]) if "regular" in args.modes else None
+                base = statistics.median(rates[(n, system, forces, geometry, "regular")]) if "regular" in args.modes else None
                 cells = []
                 for mode in args.modes:
-                    med = statistics.median(rates[(n, forces, geometry, mode)])
-                    ratio = f"({med / base:.2f}x)" if base else ""
-                    cells.append(f" {med:9.1f} {ratio:>6s}")
-                task = "energy+forces" if forces else "energy"
-                print(f"{n:6d} {task:14s} {geometry:8s}" + "".join(cells))
+                    key = (n, system, forces, geometry, mode)
+                    med = statistics.median(rates[key])
+                    ratio = med / base if base else None
+                    cells.append(f" {med:11.1f} {f'({ratio:.2f}x)' if ratio else '':>8s}")
+                    report["steady"].append(
+                        {
+                            "atoms": n,
+                            "system": system,
+                            "forces": forces,
+                            "geometry": geometry,
+                            "mode": mode,
+                            "calls_per_s": med,
+                            "ratio_vs_regular": ratio,
+                            "max_deviation": checks[key],
+                            "memory": memory[key],
+                        }
+                    )
+                print(f"{n:6d} {system:9s} {'E+F' if forces else 'E':4s} {geometry:8s}" + "".join(cells))
 
-    print("\nmemory: peak RSS growth during the steady-state calls (MB, max over rounds)")
-    print(f"{'atoms':>6s} {'task':14s}" + "".join(f" {m:>10s}" for m in args.modes))
-    for n in args.sizes:
-        for forces in (False, True):
-            task = "energy+forces" if forces else "energy"
-            vals = [max(memory[(n, forces, g, m)] for g in ("fixed", "moving")) for m in args.modes]
-            print(f"{n:6d} {task:14s}" + "".join(f" {v:10.1f}" for v in vals))
+    worst = max((row["max_deviation"]["forces"] for row in report["steady"]), default=0.0)
+    print(f"\nlargest force deviation from the regular mode over every point: {worst:.2e} eV/Å")
+    print("memory (MB, last round): " + ("peak allocated / peak reserved / graph cache retained" if device.type == "cuda" else "peak RSS growth / graph cache retained"))
+    for n, system in data:
+        for mode in args.modes:
+            m = memory[(n, system, True, "moving", mode)]
+            print(f"  {n:6d} {system:9s} {mode:14s} " + " / ".join(f"{v:.1f}" for v in m.values()))
+    return report
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[32, 256, 2048])
+    p.add_argument("--systems", nargs="+", default=["periodic", "molecule"], choices=["periodic", "molecule"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--modes", nargs="+", default=["regular", "compile"], choices=list(MODES))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--replay-backend", action="store_true", help="graph modes through the CPU replay backend (tests)")
+    p.add_argument("--cutoff", type=float, default=5.0)
+    p.add_argument("--min-time", type=float, default=0.5, help="seconds per steady-state measurement")
+    p.add_argument("--min-calls", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", type=Path, help="also write the report here")
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parser().parse_args(argv)
+    report = run(args)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1))
+    return report
 
 
 if __name__ == "__main__":
