@@ -384,3 +384,14 @@ def test_static_forward_runs_on_meta_tensors(model64, kind):
     out = engine.fn()
     nodes = 22 if kind == "dense" else 13
     assert out["forces"].shape == (nodes, 3) and out["forces"].device.type == "meta"
+
+
+def test_padded_batch_above_nb_threshold_uses_the_sparse_engine(model64):
+    """An extension of the reference policy (documented in the README): padded ``[B, N, 3]``
+    batches with ``N > nb_threshold`` replay the sparse engine on their real atoms."""
+    calc, ref = graph_calc(model64, nb_threshold=4), HydraCalculator(model64)
+    for seed in (0, 0, 3):
+        batch = dense_batch([5, 7, 6], width=7, seed=seed)
+        out = calc(*batch, forces=True)
+    assert_same(out, ref(*batch, forces=True))
+    assert stats(calc)["replays"] == 1 and list(calc._graph_engine.engines) == [("sparse", 18, 3, True)]
