@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from train_helpers import FILE_ARCH as ARCH
 
 from hydragnn.data import write_dataset
 from hydragnn.data.atomic_references import fit_average
@@ -33,14 +34,6 @@ def files(tmp_path_factory):
     return folder
 
 
-ARCH = {
-    "mpnn_type": "SchNet",
-    "hidden_dim": 8,
-    "num_conv_layers": 1,
-    "radius": 4.0,
-    "num_radial": 8,
-    "enable_interatomic_potential": True,
-}
 
 
 def _config(dataset: dict, **arch) -> dict:

@@ -7,22 +7,14 @@ import copy
 
 import pytest
 import torch
+from train_helpers import FILE_ARCH as ARCH
+from train_helpers import REF_KEYS as KEYS
 
 from hydragnn.data.reference import generate_cuau_atoms, isolated_atom_frames, write_extxyz
 from hydragnn.models import load_artifact
 from hydragnn.train import ConfigError, load_config
 from hydragnn.train.data import load_run_data
 from hydragnn.train.pipeline import predict, run_training
-
-ARCH = {
-    "mpnn_type": "SchNet",
-    "hidden_dim": 8,
-    "num_conv_layers": 1,
-    "radius": 4.0,
-    "num_radial": 8,
-    "enable_interatomic_potential": True,
-}
-KEYS = {"energy_key": "REF_energy", "forces_key": "REF_forces", "stress_key": None}
 
 
 @pytest.fixture(scope="module")

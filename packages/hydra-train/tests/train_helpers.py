@@ -96,3 +96,15 @@ def build(kind: str = "graph", seed: int = 0):
 
 def params(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+# An MLIP trained from extxyz files by the file / fine-tuning / source tests.
+FILE_ARCH = {
+    "mpnn_type": "SchNet",
+    "hidden_dim": 8,
+    "num_conv_layers": 1,
+    "radius": 4.0,
+    "num_radial": 8,
+    "enable_interatomic_potential": True,
+}
+REF_KEYS = {"energy_key": "REF_energy", "forces_key": "REF_forces", "stress_key": None}
