@@ -13,7 +13,7 @@ from conformance import CUTOFF, build
 from graphs import collate, periodic_samples
 
 from hydragnn.models import FORMAT_VERSION, ArtifactError, load_artifact, read_manifest, save_artifact
-from hydragnn.models.artifact import _HEADER, MAGIC
+from hydragnn.models.artifact import _HEADER, CHECKSUM_BYTES, MAGIC
 
 
 @pytest.fixture()
@@ -30,13 +30,16 @@ def _parts(path):
     data = path.read_bytes()
     _, version, length = _HEADER.unpack_from(data)
     manifest = json.loads(data[_HEADER.size : _HEADER.size + length])
-    return version, manifest, data[_HEADER.size + length :]
+    end = len(data) - (CHECKSUM_BYTES if version >= 2 else 0)
+    return version, manifest, data[_HEADER.size + length : end]
 
 
 def _write(path, manifest, weights, version=None):
+    """Write an artifact as a careful forger would: consistent header and, from format 2, checksum."""
     blob = json.dumps(manifest).encode()
     version = manifest["format_version"] if version is None else version
-    path.write_bytes(_HEADER.pack(MAGIC, version, len(blob)) + blob + weights)
+    body = _HEADER.pack(MAGIC, version, len(blob)) + blob + weights
+    path.write_bytes(body + (hashlib.sha256(body).digest() if version >= 2 else b""))
 
 
 def test_round_trip_bit_identical_with_manifest(model, batch, tmp_path):
@@ -119,10 +122,52 @@ def test_corrupted_weight_byte(model, tmp_path):
 
 def test_corrupted_manifest(model, tmp_path):
     path = save_artifact(model, tmp_path / "m.hydra")
-    data = bytearray(path.read_bytes())
-    data[_HEADER.size] = ord("#")
-    path.write_bytes(bytes(data))
+    version, manifest, weights = _parts(path)
+    blob = b"#" + json.dumps(manifest).encode()[1:]
+    body = _HEADER.pack(MAGIC, version, len(blob)) + blob + weights
+    path.write_bytes(body + hashlib.sha256(body).digest())  # a valid checksum around broken JSON
     with pytest.raises(ArtifactError, match="corrupted artifact manifest"):
+        load_artifact(path)
+
+
+def test_one_flipped_manifest_bit_is_refused(model, tmp_path):
+    """radius 4.0 -> 5.0 changes energies by tens of eV: the checksum covers the manifest too."""
+    path = save_artifact(model, tmp_path / "m.hydra")
+    data = path.read_bytes()
+    assert data.count(b'"radius": 4.0') == 1
+    path.write_bytes(data.replace(b'"radius": 4.0', b'"radius": 5.0'))
+    with pytest.raises(ArtifactError, match="do not match the file's SHA-256 checksum"):
+        load_artifact(path)
+    with pytest.raises(ArtifactError, match="SHA-256"):
+        read_manifest(path)
+
+
+def test_format_1_artifacts_are_still_read(model, batch, tmp_path):
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, weights = _parts(path)
+    manifest["format_version"] = 1
+    old = tmp_path / "old.hydra"
+    _write(old, manifest, weights)
+    assert not old.read_bytes().endswith(hashlib.sha256(old.read_bytes()[:-CHECKSUM_BYTES]).digest())
+    loaded = load_artifact(old)
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value)
+    assert read_manifest(old)["format_version"] == 1
+
+
+def test_architecture_too_large_for_its_weights_is_refused_before_allocating(model, tmp_path):
+    """A 30000-wide architecture around a tiny model's weights (checksums forged): refused from
+    the requested sizes, never allocated (3.6 GB per layer)."""
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, weights = _parts(path)
+    manifest["architecture"]["hidden_dim"] = 30000
+    _write(path, manifest, weights)
+    with pytest.raises(ArtifactError, match="does not fit its weights.*allocate a tensor of shape"):
+        load_artifact(path)
+    manifest["architecture"]["hidden_dim"] = 16
+    manifest["architecture"]["num_conv_layers"] = 20000  # many small layers: the running total trips
+    _write(path, manifest, weights)
+    with pytest.raises(ArtifactError, match="does not fit its weights.*allowed in all"):
         load_artifact(path)
 
 
@@ -195,3 +240,12 @@ def test_save_rejects_bad_inputs(model, tmp_path):
     with pytest.raises(ArtifactError, match="extra.*not JSON-serialisable"):
         save_artifact(model, tmp_path / "x.hydra", extra={"f": object()})
     assert not list(tmp_path.iterdir())
+
+
+def test_artifact_permissions_follow_the_umask(model, tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = save_artifact(model, tmp_path / "m.hydra")
+    finally:
+        os.umask(old)
+    assert oct(path.stat().st_mode & 0o777) == oct(0o644)  # readable by the group, as open() would make it

@@ -18,7 +18,7 @@ from hydragnn.train import (
     test,
     train_validate_test,
 )
-from hydragnn.train.checkpoint import atomic_save
+from hydragnn.train.checkpoint import atomic_save, load_checkpoint
 
 
 def _nn(epochs: int = 2, **training) -> dict:
@@ -190,3 +190,17 @@ def test_load_existing_model_refuses_another_architecture(tmp_path):
     save_model(build(), None, "run", path=str(tmp_path))
     with pytest.raises(CheckpointError, match="missing keys|unexpected keys|shape mismatches"):
         load_existing_model(build("mlip"), "run", path=str(tmp_path))
+
+
+def test_a_checkpoint_holding_code_is_refused_with_its_cause(tmp_path):
+    import os
+
+    class Evil:
+        def __reduce__(self):
+            return (os.mkdir, (str(tmp_path / "pwned"),))
+
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"model": Evil()}, path)
+    with pytest.raises(CheckpointError, match="corrupted or unsafe checkpoint: it holds a Python object") as err:
+        load_checkpoint(path)
+    assert "weights_only=False" not in str(err.value) and not (tmp_path / "pwned").exists()

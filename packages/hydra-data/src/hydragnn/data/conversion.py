@@ -35,6 +35,7 @@ import numpy as np
 from torch_geometric.data import Data
 
 from .ase_source import AseSource, Frame, FrameLabels, iter_frames, labelled_sample, resolve_outputs
+from .atomic import atomic_write
 from .containers import ContainerDataset, open_dataset, write_dataset
 from .download import default_cache_dir as user_cache_dir
 from .download import sha256_file
@@ -133,12 +134,7 @@ def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _atomic_json(path: Path, value: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        json.dump(value, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(value, indent=1, sort_keys=True).encode())
 
 
 class _Progress:

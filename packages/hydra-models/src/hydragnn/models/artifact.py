@@ -6,7 +6,15 @@ Layout (little-endian)::
     u32 format_version      readable before anything else, so a newer file is refused cleanly
     u64 manifest_length
     manifest                UTF-8 JSON
-    weights                 safetensors bytes (to the end of the file)
+    weights                 safetensors bytes
+    sha256                  32 bytes (format 2): SHA-256 of everything before it
+
+Format 2 covers the header, the manifest and the weights with one checksum, verified before
+anything is parsed (one flipped bit of ``radius`` is an error, not a different model); format 1
+files (no trailing checksum, the weights alone checked) are still read. Before the model is
+built, no single tensor it allocates may be much larger than the largest tensor in the file, nor
+all of them much more than the file's weights (:func:`_allocation_limits`), so a crafted architecture (``hidden_dim: 30000`` around a few KB
+of weights) is refused instead of allocating gigabytes.
 
 The manifest holds ``format``, ``format_version``, ``writer`` (package versions),
 ``architecture`` (the full ``Architecture`` section), ``schema`` (the ``Variables`` section),
@@ -18,9 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import struct
-import tempfile
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -29,15 +37,19 @@ from typing import Any
 import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hydragnn.data import Schema
+from hydragnn.data.atomic import atomic_write
 
 from .errors import ArtifactError, ModelError
 from .model import HydraModel, build_model
 
 MAGIC = b"HYDRAGNN"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """The newest artifact format this version writes and reads."""
+CHECKSUM_BYTES = 32
+"""Length of the trailing SHA-256 of format 2."""
 FORMAT_NAME = "hydragnn-model"
 _HEADER = struct.Struct("<8sIQ")
 
@@ -110,21 +122,11 @@ def save_artifact(
         "extra": _jsonable(extra, "extra"),
     }
     blob = json.dumps(manifest, sort_keys=True).encode("utf-8")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    body = _HEADER.pack(MAGIC, FORMAT_VERSION, len(blob)) + blob + weights
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_HEADER.pack(MAGIC, FORMAT_VERSION, len(blob)))
-            fh.write(blob)
-            fh.write(weights)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        return atomic_write(path, body + hashlib.sha256(body).digest())
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot write the model artifact: {exc}") from exc
 
 
 def _read(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
@@ -147,6 +149,15 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
         )
     if version < 1:
         raise ArtifactError(f"{path}: invalid artifact format version {version}")
+    if version >= 2:
+        if len(data) < _HEADER.size + CHECKSUM_BYTES:
+            raise ArtifactError(f"{path}: truncated artifact: {len(data)} bytes")
+        data, digest = data[:-CHECKSUM_BYTES], data[-CHECKSUM_BYTES:]
+        if hashlib.sha256(data).digest() != digest:
+            raise ArtifactError(
+                f"{path}: corrupted or truncated artifact: its header, manifest and weights do not match the "
+                "file's SHA-256 checksum"
+            )
     end = _HEADER.size + length
     if end > len(data):
         raise ArtifactError(
@@ -202,9 +213,15 @@ def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu"
     except Exception as exc:  # safetensors raises its own error types
         raise ArtifactError(f"{path}: corrupted artifact weights: {exc}") from exc
     try:
-        with torch.random.fork_rng(devices=[]):  # initialisation must not move the caller's RNG
+        with torch.random.fork_rng(devices=[]), _AllocationGuard(_allocation_limits(state)):  # RNG untouched
             model = build_model(manifest["architecture"], Schema.from_dict(manifest["schema"]))
-    except (ModelError, ValueError, KeyError) as exc:
+    except _TooLarge as exc:
+        raise ArtifactError(
+            f"{path}: the manifest's architecture does not fit its weights: building it would allocate a tensor "
+            f"of shape {exc.shape} ({exc.nbytes / 2**20:.1f} MiB), {exc.what}, for "
+            f"{sum(t.numel() * t.element_size() for t in state.values()) / 2**20:.3f} MiB of weights"
+        ) from None
+    except (ModelError, ValueError, KeyError, TypeError) as exc:
         raise ArtifactError(f"{path}: cannot rebuild the model from the manifest: {exc}") from exc
     dtype = getattr(torch, str(manifest.get("dtype")), None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -216,3 +233,59 @@ def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu"
         raise ArtifactError(f"{path}: the weights do not fit the architecture: {exc}") from exc
     model.manifest = manifest
     return model.to(device).eval()
+
+
+def _largest_bytes(state: Mapping[str, torch.Tensor]) -> int:
+    return max((t.numel() * t.element_size() for t in state.values()), default=0)
+
+
+def _allocation_limits(state: Mapping[str, torch.Tensor]) -> tuple[int, int]:
+    """``(per_tensor, total)`` bytes a model of these weights may allocate while it is built.
+
+    Per tensor: 8x the file's largest weight + 16 MiB; in all: 4x the file's weights + 64 MiB.
+    The allowances cover float64 builds of float32 files and initialisers' temporaries (e3nn's
+    normalisation samples 10^6 points: 7.6 MiB; a small MACE allocates 16 MiB in all for 0.7 MiB
+    of weights), while a crafted architecture (a huge width, thousands of layers) is refused
+    from the requested sizes before it allocates anything large.
+    """
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    return 8 * _largest_bytes(state) + 16 * 2**20, 4 * total + 64 * 2**20
+
+
+class _TooLarge(Exception):
+    def __init__(self, shape: tuple[int, ...], nbytes: int, what: str) -> None:
+        super().__init__(f"{shape}: {nbytes} bytes ({what})")
+        self.shape, self.nbytes, self.what = shape, nbytes, what
+
+
+_FACTORIES = frozenset(
+    {"empty", "empty_strided", "zeros", "ones", "full", "rand", "randn", "randint", "new_empty", "new_zeros", "new_ones", "new_full"}
+)
+
+
+class _AllocationGuard(TorchDispatchMode):
+    """Refuses a factory allocation (``empty``, ``zeros``, ``randn``, ...) above ``per_tensor``
+    bytes, or one that takes the running total above ``total``, from the requested size,
+    before anything is allocated."""
+
+    def __init__(self, limits: tuple[int, int]) -> None:
+        super().__init__()
+        self.per_tensor, self.total = limits
+        self.allocated = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in _FACTORIES:
+            size = args[1] if name.startswith("new_") and len(args) > 1 else (args[0] if args else kwargs.get("size"))
+            if isinstance(size, (list, tuple)) and all(isinstance(n, int) for n in size):
+                dtype = kwargs.get("dtype") or (args[0].dtype if name.startswith("new_") else torch.get_default_dtype())
+                nbytes = math.prod(size) * dtype.itemsize
+                if nbytes > self.per_tensor:
+                    raise _TooLarge(tuple(size), nbytes, f"more than the {self.per_tensor / 2**20:.1f} MiB allowed per tensor")
+                self.allocated += nbytes
+                if self.allocated > self.total:
+                    raise _TooLarge(
+                        tuple(size), nbytes, f"taking the build past the {self.total / 2**20:.1f} MiB allowed in all"
+                    )
+        return func(*args, **kwargs)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from hydragnn.data.atomic import atomic_write
+from hydragnn.data.safe_load import load_tensors
 
 from .errors import CheckpointError
 
@@ -42,26 +44,16 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save(obj)`` to a temporary file beside ``path``, then ``os.replace``.
 
     A failure at any point leaves ``path`` as it was (absent or the previous file) and no
-    temporary file behind.
+    temporary file behind (see :func:`hydragnn.data.atomic.atomic_write`: permissions follow the
+    umask, temporaries of killed writers are removed by the next write).
 
     Raises:
         CheckpointError: the file cannot be written.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, Exception):
-            raise CheckpointError(f"{path}: cannot write the checkpoint: {exc}") from exc
-        raise
-    return path
+        return atomic_write(path, lambda fh: torch.save(obj, fh))
+    except Exception as exc:
+        raise CheckpointError(f"{path}: cannot write the checkpoint: {exc}") from exc
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -70,9 +62,11 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise CheckpointError(f"{path}: corrupted or unsafe checkpoint: {exc}") from exc
+        return load_tensors(path.read_bytes())
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read the checkpoint: {exc}") from None
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: corrupted or unsafe checkpoint: {exc}") from None
 
 
 def load_state_strict(model: nn.Module, state: Mapping[str, torch.Tensor], where: str) -> None:

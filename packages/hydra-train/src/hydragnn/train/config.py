@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hydragnn.data import BatchingConfig, DataError, Schema, SchemaError
+from hydragnn.data.atomic import atomic_write
 from hydragnn.models import ModelConfig, ModelConfigError
 from hydragnn.models.config import COMMON_KEYS as ARCH_COMMON_KEYS
 
@@ -299,12 +300,7 @@ class RunConfig:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write :meth:`to_dict` as JSON (atomically)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
+        return atomic_write(path, (json.dumps(self.to_dict(), indent=2) + "\n").encode())
 
     def nn_config(self) -> dict[str, Any]:
         """The completed ``NeuralNetwork`` section (what ``train_validate_test`` takes)."""

@@ -32,6 +32,7 @@ from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
 from torch_geometric.data.storage import GlobalStorage
 
 from ..errors import ContainerError
+from ..safe_load import load_tensors
 from .base import ContainerDataset, check_version, parse_header_bytes
 from .codec import build_data, loads_json, sample_fields
 
@@ -157,11 +158,6 @@ class PtDirectoryDataset(ContainerDataset):
     @staticmethod
     def _load(raw: bytes, where: str, safe_globals: list[Any]) -> Any:
         try:
-            with torch.serialization.safe_globals(safe_globals):
-                return torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-        except Exception as exc:
-            msg = str(exc).strip().splitlines()
-            detail = next((m for m in msg if "Unsupported global" in m), msg[0] if msg else "")
-            raise ContainerError(
-                f"{where}: cannot be loaded with weights_only=True ({type(exc).__name__}: {detail.strip()})"
-            ) from None
+            return load_tensors(raw, safe_globals)
+        except ValueError as exc:
+            raise ContainerError(f"{where}: not a readable .pt sample: {exc}") from None
