@@ -77,6 +77,8 @@ def test_defaults_filled_and_round_trip(tmp_path):
             "NeuralNetwork.Training.Batching.max_nodez: unknown key",
         ),
         ("Extra", 1, "config.Extra: unknown key"),
+        ("NeuralNetwork.Training.Optimizer.learning_rate", float("nan"), "learning_rate: expected a finite float"),
+        ("NeuralNetwork.Training.clip_grad_norm", float("inf"), "clip_grad_norm: expected a finite float"),
     ],
 )
 def test_invalid_names_the_path(path, value, expected):
@@ -126,3 +128,12 @@ def test_attention_heads_must_divide_hidden_dim():
     cfg["NeuralNetwork"]["Architecture"]["global_attn_heads"] = 5
     with pytest.raises(ConfigError, match=r"NeuralNetwork\.Training\.global_attn_redraw_interval"):
         load_config(cfg)
+
+
+def test_nan_written_in_a_config_file_is_refused(tmp_path):
+    """json reads the non-standard NaN / Infinity literals as floats: they must not pass."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config()).replace('"radius": 4.0', '"radius": NaN'))
+    assert "NaN" in path.read_text()
+    with pytest.raises(ConfigError, match="radius: expected a finite float"):
+        load_config(path)

@@ -115,11 +115,20 @@ def test_nan_loss_skip_policy(tmp_path):
     train, val, _ = create_dataloaders(data[:8], data[8:12], None, 4)
     model = build()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    summary = train_validate_test(
-        model, optimizer, train, val, None, None, None, _nn(2, nan_policy="skip"), "skip", 0, run_dir=tmp_path
-    )
+    nn_cfg = _nn(2, nan_policy="skip", max_skipped_fraction=0.5)
+    summary = train_validate_test(model, optimizer, train, val, None, None, None, nn_cfg, "skip", 0, run_dir=tmp_path)
     assert summary["skipped_batches"] == 2  # one poisoned batch per epoch
     assert all(torch.isfinite(v).all() for v in params(model).values())
+
+
+def test_skipping_more_than_the_allowed_fraction_aborts(tmp_path):
+    data = samples("graph", 16)
+    _poison(data, 3)
+    train, val, _ = create_dataloaders(data[:8], data[8:12], None, 4)
+    model = build()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    with pytest.raises(TrainingAborted, match=r"1 of 2 training batches .*more than max_skipped_fraction=0\.1"):
+        train_validate_test(model, optimizer, train, val, None, None, None, _nn(2, nan_policy="skip"), "s", 0, run_dir=tmp_path)
 
 
 def test_atomic_checkpoint_leaves_no_partial_file(tmp_path):

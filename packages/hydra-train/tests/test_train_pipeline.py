@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from train_helpers import config
 
 from hydragnn.models import load_artifact
+from hydragnn.train import TrainingAborted
 from hydragnn.train.pipeline import run_training, split_indices
 
 
@@ -62,3 +64,18 @@ def test_pna_degree_histogram_filled_from_the_training_split(tmp_path):
     assert list(fixed.encoder.pna_deg) == [0, 3, 5]
     schnet = load_config(config("graph")).model_config
     assert fill_degree_histogram(schnet, prepared) is schnet
+
+
+@pytest.mark.parametrize(
+    "fraction, message",
+    [(None, "more than max_skipped_fraction=0.1"), (1.0, "no epoch of 2 reached a finite validation loss")],
+)
+def test_a_diverged_run_fails_and_writes_no_artifact(tmp_path, fraction, message):
+    """nan_policy 'skip' with a learning rate that blows the weights up: never exit 0 with them."""
+    training = {"nan_policy": "skip", "Optimizer": {"type": "SGD", "learning_rate": 1e30}}
+    if fraction is not None:
+        training["max_skipped_fraction"] = fraction
+    cfg = config("graph", n=12, epochs=2, **training)
+    with pytest.raises(TrainingAborted, match=message):
+        run_training(cfg, tmp_path)
+    assert not (tmp_path / "model.hydra").exists() and not (tmp_path / "metrics.json").exists()

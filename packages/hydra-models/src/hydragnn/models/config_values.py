@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,18 +10,20 @@ from .errors import ModelConfigError
 
 
 def check_typed(value: Any, kind: str, where: str, *, optional: bool = False) -> Any:
-    """Check a scalar JSON value: kind is int, float, bool or str (ints accepted as floats)."""
+    """Check a scalar JSON value: kind is int, float (finite: JSON's NaN / Infinity are refused), bool or str
+    (ints accepted as floats)."""
     if value is None and optional:
         return None
     ok = {
         "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
         "bool": isinstance(value, bool),
         "str": isinstance(value, str),
     }[kind]
     if not ok:
         found = "null" if value is None else f"{type(value).__name__} {value!r}"
-        raise ModelConfigError(f"{where}: expected {kind}{' or null' if optional else ''}, found {found}")
+        expected = "a finite float" if isinstance(value, float) and kind == "float" else kind
+        raise ModelConfigError(f"{where}: expected {expected}{' or null' if optional else ''}, found {found}")
     return float(value) if kind == "float" else value
 
 

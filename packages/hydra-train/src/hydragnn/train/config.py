@@ -97,6 +97,9 @@ class TrainingConfig:
         Batching [null] (``hydragnn.data`` cost-aware batching section),
         optimizer, scheduler, early_stopping, checkpoint, parallelism, local_sgd,
         nan_policy ["error" | "skip"]: a non-finite loss stops training, or skips the batch.
+        max_skipped_fraction [0.1]: under ``nan_policy: "skip"``, training stops with an error
+            (and writes no artifact) once more than this fraction of the training batches so far
+            were skipped; a run with no finite validation loss fails the same way.
         max_time_s [null]: wall-clock budget of the training loop; it stops at the epoch boundary
             where the next epoch would overrun it, keeps the best model and says so.
         clip_grad_norm [null]: clip the gradients' global 2-norm to this before each step.
@@ -121,6 +124,7 @@ class TrainingConfig:
     parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
     local_sgd: LocalSGDConfig = field(default_factory=LocalSGDConfig)
     nan_policy: str = "error"
+    max_skipped_fraction: float = 0.1
     max_time_s: float | None = None
     clip_grad_norm: float | None = None
     ema: EMAConfig = field(default_factory=EMAConfig)
@@ -148,6 +152,7 @@ class TrainingConfig:
             },
             "LocalSGD": plain(self.local_sgd),
             "nan_policy": self.nan_policy,
+            "max_skipped_fraction": self.max_skipped_fraction,
             "max_time_s": self.max_time_s,
             "clip_grad_norm": self.clip_grad_norm,
             "EMA": plain(self.ema),
@@ -174,6 +179,7 @@ _TRAINING_KEYS = {
     "Parallelism",
     "LocalSGD",
     "nan_policy",
+    "max_skipped_fraction",
     "max_time_s",
     "clip_grad_norm",
     "EMA",
@@ -230,6 +236,11 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
         )
     if "nan_policy" in v:
         kw["nan_policy"] = choice(v["nan_policy"], NAN_POLICIES, f"{where}.nan_policy")
+    if v.get("max_skipped_fraction") is not None:
+        fraction = typed(v["max_skipped_fraction"], "float", f"{where}.max_skipped_fraction")
+        if not 0.0 <= fraction <= 1.0:
+            raise ConfigError(f"{where}.max_skipped_fraction: expected a fraction in [0, 1], found {fraction!r}")
+        kw["max_skipped_fraction"] = fraction
     for key in ("max_time_s", "clip_grad_norm"):
         if v.get(key) is not None:
             kw[key] = typed(v[key], "float", f"{where}.{key}")

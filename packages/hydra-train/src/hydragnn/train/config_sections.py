@@ -26,9 +26,10 @@ def typed(value: Any, kind: str, where: str, *, optional: bool = False) -> Any:
     """Check a scalar JSON value (``int``, ``float``, ``bool`` or ``str``; ints pass as floats)."""
     if value is None and optional:
         return None
-    if not _KINDS[kind](value):
+    if not _KINDS[kind](value) or (kind == "float" and not math.isfinite(value)):
         found = "null" if value is None else f"{type(value).__name__} {value!r}"
-        raise ConfigError(f"{where}: expected {kind}{' or null' if optional else ''}, found {found}")
+        expected = "a finite float" if isinstance(value, float) and kind == "float" else kind
+        raise ConfigError(f"{where}: expected {expected}{' or null' if optional else ''}, found {found}")
     return float(value) if kind == "float" else value
 
 

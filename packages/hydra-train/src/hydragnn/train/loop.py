@@ -240,7 +240,7 @@ def train_validate_test(
 
     history: list[dict[str, Any]] = []
     best_loss, best_epoch, best_state = math.inf, -1, None
-    start_epoch, since_best, skipped_total = 0, 0, 0
+    start_epoch, since_best, skipped_total, batches_total = 0, 0, 0, 0
     redraw = ProjectionRedraw(module, cfg.global_attn_redraw_interval, cfg.seed)
     warmup = Warmup(optimizer, cfg.scheduler.warmup_steps)
     average = WeightAverage(module, cfg.ema.decay) if cfg.ema.enabled else None
@@ -267,6 +267,7 @@ def train_validate_test(
         best_state = ckpt["best_state"]
         since_best = int(ckpt["since_best"])
         skipped_total = int(ckpt["skipped_batches"])
+        batches_total = int(ckpt.get("seen_batches", 0))
         history = list(ckpt["history"])
         redraw.batches = int(ckpt.get("train_batches", 0))
         warmup.done = int(ckpt.get("warmup_done", 0))
@@ -298,6 +299,14 @@ def train_validate_test(
             strategy, train_loader, epoch, cfg.nan_policy, progress, redraw, warmup, average
         )
         skipped_total += skipped
+        batches_total += len(train_loader)
+        if skipped_total > cfg.max_skipped_fraction * batches_total:
+            raise TrainingAborted(
+                f"{skipped_total} of {batches_total} training batches so far had a non-finite loss and were skipped "
+                f"(more than max_skipped_fraction={cfg.max_skipped_fraction:g}) at epoch {epoch}: the model is "
+                "diverging; lower the learning rate, clip gradients (clip_grad_norm) or check the data. No artifact "
+                "was written"
+            )
         averaged = average.applied(module) if average is not None else contextlib.nullcontext()
         with averaged:
             if val_loader is not None:
@@ -368,6 +377,7 @@ def train_validate_test(
                 "best_state": best_state,
                 "since_best": since_best,
                 "skipped_batches": skipped_total,
+                "seen_batches": batches_total,
                 "train_batches": redraw.batches,
                 "warmup_done": warmup.done,
                 "second_stage_epoch": second_stage_epoch,
@@ -391,6 +401,11 @@ def train_validate_test(
                 )
             break
 
+    if best_epoch < 0 and history:
+        raise TrainingAborted(
+            f"no epoch of {len(history)} reached a finite validation loss (last: {history[-1]['val_loss']}); "
+            f"{skipped_total} batch(es) were skipped for a non-finite loss. No artifact was written"
+        )
     if best_state is not None:
         strategy.load_model_state_dict(best_state)
         what = "EMA weights" if average is not None else "weights"

@@ -34,6 +34,7 @@ FREE_KEYS = (
     "Dataset.cache_dir",
     "NeuralNetwork.Training.num_epoch",
     "NeuralNetwork.Training.max_time_s",
+    "NeuralNetwork.Training.max_skipped_fraction",
     "NeuralNetwork.Training.EarlyStopping",
     "NeuralNetwork.Training.Checkpoint",
     "NeuralNetwork.Training.Parallelism.timeout_s",

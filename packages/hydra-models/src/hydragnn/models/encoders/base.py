@@ -13,6 +13,7 @@ sizes (``num_nodes``, ``num_graphs``) taken from Python ints carried by :class:`
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -130,6 +131,8 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
         if opt == "int" and isinstance(value, int) and not isinstance(value, bool):
             return value
         if opt == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ModelConfigError(f"{where}: expected a finite float, found {value!r}")
             return float(value)
         if opt == "str" and isinstance(value, str):
             return value
