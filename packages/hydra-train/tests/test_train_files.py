@@ -9,10 +9,11 @@ import math
 import subprocess
 import sys
 
+import ase.io
 import pytest
 from train_helpers import FILE_ARCH as ARCH
 
-from hydragnn.data import write_dataset
+from hydragnn.data import DataError, write_dataset
 from hydragnn.data.atomic_references import fit_average
 from hydragnn.data.reference import generate_cuau_atoms, isolated_atom_frames, write_extxyz
 from hydragnn.models import load_artifact
@@ -185,3 +186,29 @@ def test_config_round_trip_with_files(files):
     assert again.to_dict() == run.to_dict() and again.dataset == run.dataset
     assert run.dataset.index == "3" and run.dataset.config_types == ("bulk",)
     assert run.dataset.explicit_keys == {"energy", "forces", "stress", "q"}
+
+
+def test_bad_structures_are_refused_by_training_and_predict(files, tmp_path):
+    """Atomic number 150 in a stored container, a cell 20x too small in a file to predict: named
+    errors (rc 2), never an IndexError deep in torch or millions of edges."""
+    data = load_run_data(load_config(_config({"train_file": str(files / "train.xyz"), **KEYS})))
+    samples = [copy.copy(s) for s in data.train + data.val]
+    samples[3].atomic_number = samples[3].atomic_number.clone()
+    samples[3].atomic_number[0] = 150
+    write_dataset(tmp_path / "bad.pt", samples, "pt", schema=data.schema)
+    cfg = _config({"path": str(tmp_path / "bad.pt"), "split": [0.5, 0.25, 0.25]})
+    with pytest.raises(DataError, match=r"bad.pt: sample 3: 'atomic_number': atomic numbers \[150\]"):
+        load_run_data(load_config(cfg))
+
+    run_dir = tmp_path / "run"
+    run_training(_config({"train_file": str(files / "train.xyz"), **KEYS}), run_dir, verbosity=0)
+    atoms = ase.io.read(files / "test.xyz", index=0)
+    atoms.set_cell(atoms.cell.array / 20, scale_atoms=True)
+    ase.io.write(tmp_path / "tiny.xyz", atoms, format="extxyz")
+    code = "import sys; from hydragnn.train.cli import predict_main; sys.exit(predict_main())"
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(run_dir / "model.hydra"), str(tmp_path / "tiny.xyz")],
+        capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "too small for the cutoff" in out.stderr

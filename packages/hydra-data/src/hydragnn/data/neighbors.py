@@ -28,6 +28,7 @@ from torch_geometric.data import Data
 from .errors import NeighborListError
 from .neighbors_inputs import GraphInputs, check_inputs, check_max_neighbours, complete_cell
 from .neighbors_reference import brute_force_radius_graph, finalize_edges
+from .validation import DEFAULT_MAX_CELL_IMAGES, check_cell_size
 
 __all__ = ["add_edges", "brute_force_radius_graph", "radius_graph"]
 
@@ -141,6 +142,7 @@ def radius_graph(
     pbc: torch.Tensor | None = None,
     max_neighbours: int | None = None,
     self_loops: bool = False,
+    max_cell_images: int = DEFAULT_MAX_CELL_IMAGES,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """All pairs closer than ``cutoff``, with periodic images, for one graph or a batch.
 
@@ -157,6 +159,8 @@ def radius_graph(
         max_neighbours: ``None`` keeps every neighbour; ``k`` keeps the ``k`` nearest of each
             centre (ties broken by source index, then shift), deterministically.
         self_loops: Add one ``(i, i)`` edge with zero shift per atom (not counted in ``k``).
+        max_cell_images: periodic images allowed per direction; a cell needing more is too small
+            for the cutoff (:func:`hydragnn.data.validation.check_cell_size`).
 
     Returns:
         ``edge_index [2, E]`` int64 (``edge_index[0]`` source j, ``edge_index[1]`` target i) and
@@ -168,8 +172,11 @@ def radius_graph(
         NeighborListError: Wrong shapes or dtypes, NaN/inf positions or cells, non-positive
             cutoff, singular periodic cell, unsorted or wrong-length ``batch``, fewer cells than
             graphs, bad ``max_neighbours``.
+        StructureError: a periodic cell too small for the cutoff.
     """
     inputs = check_inputs(pos, cutoff, batch, cell, pbc)
+    if inputs.cell is not None:
+        check_cell_size(inputs.cell, inputs.pbc, inputs.cutoff, max_cell_images)
     k = check_max_neighbours(max_neighbours)
     if inputs.pos.shape[0] == 0:
         empty = torch.zeros(0, dtype=torch.long, device=inputs.pos.device)

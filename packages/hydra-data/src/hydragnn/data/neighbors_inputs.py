@@ -215,6 +215,13 @@ def check_inputs(
 
 
 def complete_cell(inputs: GraphInputs) -> torch.Tensor:
+    """:func:`complete_cells` of checked inputs (identity cells without a cell)."""
+    if inputs.cell is None:
+        return torch.eye(3, dtype=torch.float64, device=inputs.pos.device).expand(inputs.num_graphs, 3, 3).clone()
+    return complete_cells(inputs.cell, inputs.pbc)
+
+
+def complete_cells(cell: torch.Tensor, pbc: torch.Tensor) -> torch.Tensor:
     """Full-rank float64 cells whose non-periodic rows are an orthonormal complement.
 
     The periodic rows of each cell are kept; the rows of non-periodic directions (which may be
@@ -223,17 +230,15 @@ def complete_cell(inputs: GraphInputs) -> torch.Tensor:
     the non-periodic rows, so this changes no result while making every cell invertible.
 
     Args:
-        inputs: Checked inputs.
+        cell: ``[B, 3, 3]`` cells (rows are lattice vectors).
+        pbc: ``[B, 3]`` bool flags.
 
     Returns:
         ``[B, 3, 3]`` float64 cells.
     """
-    b, device = inputs.num_graphs, inputs.pos.device
-    eye = torch.eye(3, dtype=torch.float64, device=device).expand(b, 3, 3)
-    if inputs.cell is None:
-        return eye.clone()
-    pbc = inputs.pbc
-    periodic = torch.where(pbc.unsqueeze(-1), inputs.cell.detach().to(torch.float64), torch.zeros_like(eye))
+    b = cell.shape[0]
+    eye = torch.eye(3, dtype=torch.float64, device=cell.device).expand(b, 3, 3)
+    periodic = torch.where(pbc.unsqueeze(-1), cell.detach().to(torch.float64), torch.zeros_like(eye))
     # Right singular vectors of zero singular value span the complement of the periodic rows.
     _, _, vh = torch.linalg.svd(periodic)
     m = pbc.sum(dim=1, keepdim=True)  # [B, 1] number of periodic directions

@@ -29,6 +29,7 @@ from torch_geometric.data import Data
 
 from .errors import SchemaError
 from .schema import LEVELS, RESERVED_NAMES, Schema, Variable
+from .validation import check_sample
 
 _DERIVED_BY_LEVEL = {
     "node": ("x", "node_output"),
@@ -151,6 +152,8 @@ def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:
 
     Raises:
         SchemaError: naming the sample index, the variable, expected and found shape/dtype.
+        StructureError: atomic numbers outside 1..118 or not integers, non-finite positions or cell
+            (:func:`hydragnn.data.validation.check_sample`).
     """
     where = _where(index)
     if not isinstance(sample, Data):
@@ -163,6 +166,7 @@ def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:
         if key not in RESERVED_NAMES:
             data[key] = value
     _check_geometry(data, counts, where)
+    check_sample(data, schema, where)
 
     for level in LEVELS:
         feature_key, output_key = _DERIVED_BY_LEVEL[level]

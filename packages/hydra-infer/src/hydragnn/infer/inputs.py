@@ -27,10 +27,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from hydragnn.data import NeighborListError
+from hydragnn.data.neighbors_inputs import check_periodic_cells
+from hydragnn.data.validation import DEFAULT_MAX_CELL_IMAGES, MAX_ATOMIC_NUMBER, StructureError, check_cell_size
+
 from .errors import InferenceError
 
-DEFAULT_MAX_CELL_IMAGES = 8
-"""Default for ``HydraCalculator(max_cell_images=...)``: periodic images searched per direction."""
+__all__ = ["DEFAULT_MAX_CELL_IMAGES", "CallInputs", "check_call"]
 
 
 @dataclass
@@ -254,6 +257,9 @@ def _check_species(z: torch.Tensor, species: frozenset[int] | None, max_species:
             raise InferenceError(
                 f"numbers: atomic numbers {unknown} are outside the model's species embedding (expected 1..{max_species - 1})"
             )
+    heavy = sorted(s for s in present if s > MAX_ATOMIC_NUMBER)
+    if heavy:
+        raise InferenceError(f"numbers: atomic numbers {heavy} are not elements (expected 1..{MAX_ATOMIC_NUMBER})")
 
 
 def _check_cell(
@@ -290,56 +296,10 @@ def _check_cell(
     return cell_t.contiguous(), pbc_t.to(device).contiguous(), grad
 
 
-def _completed(cell: torch.Tensor, pbc: torch.Tensor) -> torch.Tensor:
-    """float64 cells whose non-periodic rows are replaced by an orthonormal complement of the periodic rows."""
-    c = cell.to(torch.float64)
-    periodic = torch.where(pbc.unsqueeze(-1), c, torch.zeros_like(c))
-    _, _, vh = torch.linalg.svd(periodic)
-    m = pbc.sum(dim=1, keepdim=True)
-    slot = (m + torch.cumsum((~pbc).long(), dim=1) - 1).clamp(max=2)
-    complement = torch.gather(vh, 1, slot.unsqueeze(-1).expand(c.shape[0], 3, 3))
-    return torch.where(pbc.unsqueeze(-1), periodic, complement)
-
-
-def perpendicular_widths(cell: torch.Tensor, pbc: torch.Tensor | None = None) -> torch.Tensor:
-    """``[B, 3]`` distance between the opposite faces of each cell, ``|V| / |a_i x a_j|``.
-
-    With ``pbc``, non-periodic rows are first replaced by unit vectors orthogonal to the periodic
-    ones, so a periodic direction's width is its distance to the span of the other periodic rows.
-    """
-    c = cell.to(torch.float64) if pbc is None else _completed(cell, pbc)
-    volume = torch.linalg.det(c).abs().unsqueeze(-1)
-    cross = torch.stack(
-        [
-            torch.linalg.cross(c[:, 1], c[:, 2]),
-            torch.linalg.cross(c[:, 2], c[:, 0]),
-            torch.linalg.cross(c[:, 0], c[:, 1]),
-        ],
-        dim=1,
-    ).norm(dim=-1)
-    return torch.where(cross > 0, volume / cross.clamp_min(1e-300), torch.zeros_like(cross))
-
-
 def _check_cell_size(cell: torch.Tensor, pbc: torch.Tensor, cutoff: float, max_cell_images: int) -> None:
-    c = _completed(cell, pbc)
-    lengths = c.norm(dim=-1)
-    volume = torch.linalg.det(c).abs()
-    periodic = pbc.any(dim=1)
-    singular = periodic & (volume <= 1e-9 * lengths.prod(dim=1).clamp_min(1e-300))
-    if bool(singular.any()):
-        b = int(singular.nonzero()[0])
-        raise InferenceError(
-            f"cell: expected linearly independent periodic lattice vectors, found structure {b} with a singular cell "
-            f"{cell[b].tolist()} (pbc {pbc[b].tolist()})"
-        )
-    widths = perpendicular_widths(c)
-    needed = cutoff / max_cell_images
-    small = pbc & (widths < needed)
-    if bool(small.any()):
-        b, k = (int(i) for i in small.nonzero()[0])
-        raise InferenceError(
-            f"cell: too small for the model cutoff {cutoff} Å: structure {b} has a perpendicular width of "
-            f"{float(widths[b, k]):.4g} Å along periodic lattice vector {k}; expected >= cutoff / max_cell_images = "
-            f"{needed:.4g} Å (more images would be searched than max_cell_images={max_cell_images}); "
-            "check the units (Å), build a supercell, or raise max_cell_images"
-        )
+    """hydra-data's cell checks (singular periodic rows, too small for the cutoff) as InferenceErrors."""
+    try:
+        check_periodic_cells(cell, pbc)
+        check_cell_size(cell, pbc, cutoff, max_cell_images, where="cell")
+    except (StructureError, NeighborListError) as exc:
+        raise InferenceError(str(exc)) from None

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from hydragnn.data import Normalizer
+from hydragnn.data.validation import SPECIES_INPUT_NAMES
 from hydragnn.models import HydraModel
-from hydragnn.models.config import SPECIES_INPUT_NAMES
 
 from .errors import InferenceError
 

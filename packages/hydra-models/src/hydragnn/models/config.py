@@ -54,8 +54,7 @@ ROLE_WEIGHTS: dict[str, str] = {"energy_weight": "energy", "forces_weight": "for
 GLOBAL_ATTN_ENGINES: tuple[str, ...] = ("GPS", "EquivariantTransformer")
 GLOBAL_ATTN_TYPES: tuple[str, ...] = ("multihead", "performer")
 CONDITIONING_MODES: tuple[str, ...] = ("concat_node", "film", "fuse_pool")
-SPECIES_INPUT_NAMES: frozenset[str] = frozenset({"atomic_number", "atomic_numbers", "numbers", "z", "Z"})
-"""A first node input with one of these names makes ``num_species`` default to 119."""
+# A first node input named like one of hydra-data's SPECIES_INPUT_NAMES makes num_species default to 119.
 _ALIASES = {"activation_function": "activation"}
 
 

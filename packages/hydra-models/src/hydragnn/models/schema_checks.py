@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hydragnn.data import Schema
+from hydragnn.data.validation import SPECIES_INPUT_NAMES
 
-from .config import ROLE_WEIGHTS, SPECIES_INPUT_NAMES, ModelConfig
+from .config import ROLE_WEIGHTS, ModelConfig
 from .errors import ModelConfigError
 
 ROOT = "NeuralNetwork.Architecture"

@@ -34,6 +34,7 @@ from hydragnn.data import (
 )
 from hydragnn.data.containers.api import detect_format
 from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.validation import check_sample
 
 from .config import RunConfig
 from .config_dataset import DatasetConfig
@@ -162,6 +163,8 @@ def container_samples(path: Path, schema: Schema | None, cutoff: float, pe_dim: 
                 f"Variables: differ from the schema stored with the prepared dataset {path} (stored: "
                 f"{stored.to_dict()}); a prepared dataset is used as stored: leave Variables out or re-prepare it"
             )
+        for i, sample in enumerate(raw):  # stored samples skip prepare(): check them here
+            check_sample(sample, stored, f"{path}: sample {i}")
         return stored, [_complete(s, cutoff, pe_dim) for s in raw]
     schema = schema or stored
     if schema is None:

@@ -12,7 +12,7 @@ the regular path's rule (``|r_j - r_i + S cell| < cutoff``, no zero-shift self p
 become sink -> sink edges. Two static outputs tell, after a replay, whether the buffers still
 fit: ``_max_neighbours`` (the true largest neighbour count, which nvalchemi reports even when
 the matrix truncated) and ``_images_short`` (1 when the current cell needs more periodic images
-than were prepared, from the perpendicular widths ``V / |a_j x a_k|``). Either makes the cache
+than were prepared, from the perpendicular widths ``V / |a_j x a_k|``, capture-safe). Either makes the cache
 rebuild the engine for the current cell and check it again. The naive search is O(N^2) per
 structure; its images are prepared for a cutoff :data:`IMAGE_MARGIN` larger, so a cell may shrink
 that much before a rebuild.
@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from hydragnn.data.validation import perpendicular_widths
+
 from ..inputs import CallInputs
 from .backends import Outputs
 from .base import StaticEngine, static_forward
@@ -33,17 +35,6 @@ SPARE = 1.25
 """Neighbour-matrix width = ``SPARE`` x the largest count seen at build, rounded up to 8."""
 IMAGE_MARGIN = 0.05
 """Periodic images are prepared for ``(1 + IMAGE_MARGIN) x`` the search cutoff."""
-
-
-def perpendicular_widths(cell: torch.Tensor) -> torch.Tensor:
-    """``[B, 3]`` distances between opposite faces of each cell (``V / |a_j x a_k|``), capture-safe."""
-    a, b, c = cell[:, 0], cell[:, 1], cell[:, 2]
-    volume = torch.linalg.cross(a, b).mul(c).sum(-1).abs()
-    faces = torch.stack(
-        [torch.linalg.cross(b, c).norm(dim=-1), torch.linalg.cross(c, a).norm(dim=-1), torch.linalg.cross(a, b).norm(dim=-1)],
-        dim=-1,
-    )
-    return volume.unsqueeze(-1) / faces
 
 
 def images_needed(cell: torch.Tensor, cutoff: float) -> torch.Tensor:
