@@ -76,8 +76,8 @@ def integrity_record(path: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
-def check_integrity(path: Path, version: int) -> None:
-    """Compare a ``.bp`` directory with its integrity record before ADIOS2 opens it.
+def check_integrity(path: Path, version: int) -> dict[str, Any]:
+    """Compare a ``.bp`` directory with its integrity record before ADIOS2 opens it; return the record.
 
     Raises:
         ContainerError: the record is missing or newer than ``version``, or a file is missing,
@@ -105,6 +105,7 @@ def check_integrity(path: Path, version: int) -> None:
             )
         if expected.get("crc32") is not None and zlib.crc32(file.read_bytes()) != expected["crc32"]:
             raise ContainerError(f"{where}: ADIOS2 file {name!r} is corrupted (checksum mismatch)")
+    return record
 
 
 class ColumnWriter:
