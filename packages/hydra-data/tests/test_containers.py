@@ -517,3 +517,24 @@ def test_dataset_pickles_for_worker_processes(tmp_path, samples, fmt):
     loader = torch.utils.data.DataLoader(ds, batch_size=None, shuffle=True, num_workers=2)
     seen = sorted(int(d.step) for d in loader)  # read in two forked workers
     assert seen == list(range(len(samples)))
+
+
+def test_pt_samples_that_are_not_bounded_regular_files_are_refused(tmp_path, samples):
+    """A FIFO would block the reader forever, a link to /dev/zero would read until MemoryError,
+    an oversized file would be read whole before its size was checked."""
+    path = write(tmp_path, samples, "pt", schema=SCHEMA)
+    ds = open_dataset(path)
+    fifo = ds.file_of(0)
+    fifo.unlink()
+    os.mkfifo(fifo)
+    with pytest.raises(ContainerError, match=r"sample 0: not a regular file \(a FIFO, device or socket\)"):
+        open_dataset(path)[0]
+    zero = ds.file_of(1)
+    zero.unlink()
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(ContainerError, match=r"sample 1: not a regular file"):
+        open_dataset(path)[1]
+    big = ds.file_of(2)
+    big.write_bytes(big.read_bytes() + b"\0" * 4096)
+    with pytest.raises(ContainerError, match=r"sample 2: sample file is \d+ bytes, more than the \d+ bytes the manifest records"):
+        open_dataset(path)[2]

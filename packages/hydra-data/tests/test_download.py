@@ -19,6 +19,7 @@ SHA = hashlib.sha256(CONTENT).hexdigest()
 class _Server(http.server.ThreadingHTTPServer):
     files: dict[str, bytes]
     honour_range: bool
+    wrong_range: bool  # answer a Range request with 206 and a Content-Range from byte 0
     cut_after: int | None  # send only this many body bytes, then drop the connection
     requests: list[dict]
 
@@ -38,7 +39,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         start = 0
         rng = self.headers.get("Range")
-        if rng and self.server.honour_range:
+        if rng and self.server.wrong_range:
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes 0-{len(body) - 1}/{len(body)}")
+        elif rng and self.server.honour_range:
             start = int(rng.removeprefix("bytes=").split("-")[0])
             if start >= len(body):
                 self.send_response(416)
@@ -67,6 +71,7 @@ def server(monkeypatch):
     srv = _Server(("127.0.0.1", 0), _Handler)
     srv.files = {"/data/file.bin": CONTENT, "/other.bin": b"something else"}
     srv.honour_range = True
+    srv.wrong_range = False
     srv.cut_after = None
     srv.requests = []
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -197,3 +202,38 @@ def test_bad_arguments_and_default_dir(tmp_path, monkeypatch):
     assert DownloadCache().root == tmp_path / "env"
     monkeypatch.delenv("HYDRAGNN_CACHE")
     assert default_cache_dir() == Path.home() / ".cache" / "hydragnn"
+
+
+def test_a_wrong_content_range_restarts_the_part_instead_of_failing_forever(server, tmp_path):
+    server.wrong_range = True
+    part = _entry(tmp_path, "file.bin.part")
+    part.parent.mkdir(parents=True)
+    part.write_bytes(CONTENT[:4000])
+    path = download(server.base + "/data/file.bin", SHA, cache_dir=tmp_path)
+    assert path.read_bytes() == CONTENT
+    assert [r["range"] for r in server.requests] == ["bytes=4000-", None]
+
+
+def test_size_cap_and_deadline(server, tmp_path):
+    url = server.base + "/data/file.bin"
+    with pytest.raises(DownloadError, match=r"10244 bytes, more than max_bytes=1000; the partial file was deleted"):
+        download(url, SHA, cache_dir=tmp_path, max_bytes=1000)
+    assert not _entry(tmp_path, "file.bin.part").exists()
+    with pytest.raises(DownloadError, match=r"longer than deadline_s=0 s; the partial file .* is kept"):
+        download(url, SHA, cache_dir=tmp_path, deadline_s=0)
+    assert _entry(tmp_path, "file.bin.part").exists()
+    assert download(url, SHA, cache_dir=tmp_path).read_bytes() == CONTENT  # and it resumes
+    local = tmp_path / "big.bin"
+    local.write_bytes(CONTENT)
+    with pytest.raises(DownloadError, match="more than max_bytes=10"):
+        download(local, SHA, cache_dir=tmp_path / "other", max_bytes=10)
+
+
+def test_a_symlinked_part_is_never_written_through(server, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    part = _entry(tmp_path / "cache", "file.bin.part")
+    part.parent.mkdir(parents=True)
+    part.symlink_to(victim)
+    path = download(server.base + "/data/file.bin", SHA, cache_dir=tmp_path / "cache")
+    assert path.read_bytes() == CONTENT and victim.read_bytes() == b"precious" and not path.is_symlink()

@@ -28,6 +28,7 @@ POS, Z = cluster(4)
         ({"numbers": np.array([29, 0, 29, 29])}, "padding"),
         ({"mol_idx": [0, 1, 0, 1]}, "mol_idx: expected sorted"),
         ({"mol_idx": [0, 0, 1]}, "mol_idx: expected one entry per atom"),
+        ({"mol_idx": [0, 0, 1, 10**9]}, r"mol_idx: indices up to 1000000000 for 4 atoms would make"),
         ({"cell": np.eye(2)}, r"cell: expected \[3, 3\]"),
         ({"cell": 10 * np.eye(3), "pbc": [True, False]}, r"pbc: expected \[3\]"),
         ({"pbc": [True, True, True]}, "cell: periodic boundary conditions"),

@@ -8,7 +8,11 @@ Layout under the cache root (``$HYDRAGNN_CACHE``, else ``~/.cache/hydragnn``)::
 
 A cached file whose hash matches is returned without touching the network. Otherwise the
 content streams into ``.part``; an existing ``.part`` is resumed with an HTTP ``Range``
-request (a server that answers ``200`` instead of ``206`` restarts the transfer from byte 0).
+request (a server that answers ``200`` instead of ``206``, or ``206`` with another range,
+restarts the transfer from byte 0). A planted symbolic link in place of the ``.part`` is
+removed, never written through. Content larger than ``max_bytes`` is refused (from
+``Content-Length`` and while streaming) and a transfer longer than ``deadline_s`` stops (the part
+is kept).
 A transfer cut short (network error, timeout, or a body shorter than its ``Content-Length``)
 raises :class:`~hydragnn.data.errors.DownloadError` and keeps the ``.part`` for the next call.
 The hash is checked before the atomic rename; on mismatch the part is deleted and
@@ -24,6 +28,7 @@ import hashlib
 import http.client
 import os
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -40,6 +45,10 @@ ProgressCallback = Callable[[int, "int | None"], None]
 
 _CHUNK = 1 << 20
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+DEFAULT_MAX_BYTES = 64 << 30
+"""Largest download accepted unless ``max_bytes`` says otherwise (64 GiB)."""
+DEFAULT_DEADLINE_S = 6 * 3600.0
+"""Longest a single ``fetch`` may transfer before it stops (the part is kept for resuming)."""
 
 
 def default_cache_dir() -> Path:
@@ -107,14 +116,51 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _copy(src: BinaryIO, dst: BinaryIO, done: int, total: int | None, progress: ProgressCallback | None) -> int:
+class _Limits:
+    """Size cap and wall-clock deadline of one fetch."""
+
+    def __init__(self, where: str, max_bytes: int, deadline_s: float) -> None:
+        self.where, self.max_bytes = where, max_bytes
+        self.deadline_s, self.end = deadline_s, time.monotonic() + deadline_s
+
+    def check_size(self, size: int, part: Path) -> None:
+        if size > self.max_bytes:
+            part.unlink(missing_ok=True)
+            raise DownloadError(
+                f"{self.where}: the content is {size} bytes, more than max_bytes={self.max_bytes}; the partial file "
+                "was deleted"
+            )
+
+    def check_time(self, part: Path) -> None:
+        if time.monotonic() > self.end:
+            raise DownloadError(
+                f"{self.where}: the transfer took longer than deadline_s={self.deadline_s:g} s; the partial file "
+                f"{part} is kept, run again to resume"
+            )
+
+
+def _copy(
+    src: BinaryIO, dst: BinaryIO, done: int, total: int | None, progress: ProgressCallback | None, limits: _Limits, part: Path
+) -> int:
     """Stream ``src`` into ``dst``; returns the byte count including the ``done`` already there."""
     while chunk := src.read(_CHUNK):
         dst.write(chunk)
         done += len(chunk)
         if progress is not None:
             progress(done, total)
+        if done > limits.max_bytes:
+            dst.close()
+            limits.check_size(done, part)
+        limits.check_time(part)
     return done
+
+
+def _open_part(part: Path, append: bool) -> BinaryIO:
+    """Open the partial file for writing without following a symbolic link planted in its place."""
+    if part.is_symlink():
+        part.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(os.open(part, flags, 0o666), "ab" if append else "wb")
 
 
 def _content_range(header: str | None) -> tuple[int, int | None] | None:
@@ -123,6 +169,10 @@ def _content_range(header: str | None) -> tuple[int, int | None] | None:
     if not m:
         return None
     return int(m.group(1)), None if m.group(3) == "*" else int(m.group(3))
+
+
+class _RangeMismatch(Exception):
+    """Internal: a resumed request got another byte range than the one asked for."""
 
 
 class DownloadCache:
@@ -154,6 +204,8 @@ class DownloadCache:
         filename: str | None = None,
         progress: ProgressCallback | None = None,
         timeout: float = 60.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        deadline_s: float = DEFAULT_DEADLINE_S,
     ) -> Path:
         """Return the verified cached copy of ``url``, downloading only when needed.
 
@@ -163,6 +215,9 @@ class DownloadCache:
             filename: name of the cached file; the last component of the URL by default.
             progress: optional ``progress(bytes_done, total)``, called after each chunk.
             timeout: socket timeout in seconds for HTTP.
+            max_bytes: refuse content larger than this (checked against ``Content-Length`` and
+                while streaming; the part is deleted).
+            deadline_s: stop a transfer running longer than this (the part is kept for resuming).
 
         Returns:
             Path of the verified file inside the cache.
@@ -186,11 +241,12 @@ class DownloadCache:
             if self.lookup(sha, name) is not None:  # another process finished it meanwhile
                 return final
             part = final.with_name(name + ".part")
-            resumed = self._transfer(kind, location, part, progress, timeout)
+            limits = _Limits(os.fspath(url), max_bytes, deadline_s)
+            resumed = self._transfer(kind, location, part, progress, timeout, limits)
             actual = sha256_file(part)
             if actual != sha and resumed:  # a stale partial file: start over once
                 part.unlink(missing_ok=True)
-                self._transfer(kind, location, part, progress, timeout)
+                self._transfer(kind, location, part, progress, timeout, limits)
                 actual = sha256_file(part)
             if actual != sha:
                 part.unlink(missing_ok=True)
@@ -202,20 +258,28 @@ class DownloadCache:
         return final
 
     def _transfer(
-        self, kind: str, location: str, part: Path, progress: ProgressCallback | None, timeout: float
+        self, kind: str, location: str, part: Path, progress: ProgressCallback | None, timeout: float, limits: _Limits
     ) -> bool:
         """Fill ``part`` with the content; ``True`` when it continued an existing part."""
         if kind == "file":
             try:
-                with open(location, "rb") as src, open(part, "wb") as dst:
+                with open(location, "rb") as src:
                     total = os.fstat(src.fileno()).st_size
-                    _copy(src, dst, 0, total, progress)
+                    limits.check_size(total, part)
+                    with _open_part(part, append=False) as dst:
+                        _copy(src, dst, 0, total, progress, limits, part)
             except OSError as exc:
                 raise DownloadError(f"{location}: cannot read local file: {exc}") from exc
             return False
-        return self._http(location, part, progress, timeout)
+        try:
+            return self._http(location, part, progress, timeout, limits)
+        except _RangeMismatch:  # the server answered another range: the part cannot be trusted
+            part.unlink(missing_ok=True)
+            return self._http(location, part, progress, timeout, limits)
 
-    def _http(self, url: str, part: Path, progress: ProgressCallback | None, timeout: float) -> bool:
+    def _http(self, url: str, part: Path, progress: ProgressCallback | None, timeout: float, limits: _Limits) -> bool:
+        if part.is_symlink():
+            part.unlink()
         offset = part.stat().st_size if part.is_file() else 0
         request = urllib.request.Request(url, headers={"User-Agent": "hydragnn-data"})
         if offset:
@@ -234,8 +298,10 @@ class DownloadCache:
             crange = _content_range(response.headers.get("Content-Range"))
             resume = offset > 0 and status == 206 and crange is not None and crange[0] == offset
             if status == 206 and not resume:
+                if offset:
+                    raise _RangeMismatch  # restart the part from byte 0 (once)
                 raise DownloadError(
-                    f"{url}: asked for bytes {offset}- but the server sent Content-Range "
+                    f"{url}: asked for the whole file but the server sent Content-Range "
                     f"{response.headers.get('Content-Range')!r}"
                 )
             if resume:
@@ -244,9 +310,11 @@ class DownloadCache:
                 offset = 0
                 length = response.headers.get("Content-Length")
                 total = int(length) if length and length.isdigit() else None
+            if total is not None:
+                limits.check_size(total, part)
             try:
-                with open(part, "ab" if resume else "wb") as dst:
-                    done = _copy(response, dst, offset, total, progress)
+                with _open_part(part, append=resume) as dst:
+                    done = _copy(response, dst, offset, total, progress, limits, part)
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 raise DownloadError(f"{url}: transfer interrupted ({exc!r}); run again to resume") from exc
         if total is not None and done < total:
@@ -265,6 +333,8 @@ def download(
     filename: str | None = None,
     progress: ProgressCallback | None = None,
     timeout: float = 60.0,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    deadline_s: float = DEFAULT_DEADLINE_S,
 ) -> Path:
     """Fetch ``url`` into the checksum-keyed cache and return the verified file.
 
@@ -277,6 +347,8 @@ def download(
         filename: cached file name; the URL's last component by default.
         progress: optional ``progress(bytes_done, total)`` callback.
         timeout: socket timeout in seconds for HTTP.
+        max_bytes: refuse larger content (the part is deleted).
+        deadline_s: stop a longer transfer (the part is kept for resuming).
 
     Returns:
         ``<cache_dir>/<sha256[:2]>/<sha256>/<filename>``.
@@ -285,4 +357,6 @@ def download(
         DownloadError: on network or file errors, or a checksum mismatch.
         DataError: on a malformed ``sha256`` or ``filename``.
     """
-    return DownloadCache(cache_dir).fetch(url, sha256, filename=filename, progress=progress, timeout=timeout)
+    return DownloadCache(cache_dir).fetch(
+        url, sha256, filename=filename, progress=progress, timeout=timeout, max_bytes=max_bytes, deadline_s=deadline_s
+    )

@@ -6,7 +6,8 @@ Three layouts are accepted (N atoms, B structures):
 * dense: ``coord [B, N, 3]``, ``numbers [B, N]``, padded with ``numbers == 0`` (the padded
   coordinates are ignored, even NaN);
 * flat: ``coord [N, 3]``, ``numbers [N]``, ``mol_idx [N]`` (sorted, ``>= 0``; B is
-  ``mol_idx.max() + 1``, so skipped indices are empty structures with energy 0).
+  ``mol_idx.max() + 1 <= N``, so skipped indices are empty structures with energy 0; indices far
+  apart, which would size every per-structure tensor by the largest, are refused).
 
 ``cell`` is ``[3, 3]`` (shared) or ``[B, 3, 3]``, rows are lattice vectors (ASE's convention);
 ``pbc`` is ``[3]`` or ``[B, 3]`` bool, ``None`` with a cell meaning periodic everywhere.
@@ -185,6 +186,11 @@ def check_call(
                     "mol_idx: expected sorted (non-decreasing) indices >= 0, found an unsorted or negative vector"
                 )
             num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+            if num_graphs > batch.numel():  # every per-structure tensor is sized by the largest index
+                raise InferenceError(
+                    f"mol_idx: indices up to {num_graphs - 1} for {batch.numel()} atoms would make {num_graphs} "
+                    "structures; expected at most one structure per atom (consecutive indices from 0)"
+                )
     else:
         raise InferenceError(f"coord: expected [N, 3] or [B, N, 3], found {_shape(coord_t)}")
 

@@ -21,6 +21,7 @@ import io
 import json
 import os
 import re
+import stat
 import zlib
 from collections.abc import Iterable, Sized
 from pathlib import Path
@@ -49,6 +50,9 @@ def _has_pt_files(path: Path) -> bool:
     with os.scandir(path) as entries:
         return any(e.name.endswith(".pt") and e.is_file() for e in entries)
 
+
+MAX_FOREIGN_SAMPLE_BYTES = 1 << 30
+"""Largest sample file read from a ``.pt`` directory without a manifest (1 GiB)."""
 
 class PtDirectoryDataset(ContainerDataset):
     """Random-access dataset stored as a directory of ``.pt`` files (see the module docstring).
@@ -132,9 +136,21 @@ class PtDirectoryDataset(ContainerDataset):
         file = self.file_of(index)
         where = f"{file}: sample {index}"
         try:
-            raw = file.read_bytes()
+            info = file.stat()
         except FileNotFoundError:
             raise ContainerError(f"{where}: sample file is missing") from None
+        except OSError as exc:
+            raise ContainerError(f"{where}: cannot read the sample file: {exc}") from None
+        if not stat.S_ISREG(info.st_mode):  # a FIFO would block, /dev/zero would never end
+            raise ContainerError(f"{where}: not a regular file (a FIFO, device or socket); refused")
+        limit = self._sizes[index] if self._foreign is None else MAX_FOREIGN_SAMPLE_BYTES
+        if info.st_size > limit:
+            raise ContainerError(
+                f"{where}: sample file is {info.st_size} bytes, more than the {limit} bytes "
+                f"{'the manifest records' if self._foreign is None else 'allowed for a sample'}; refused before reading"
+            )
+        with open(file, "rb") as fh:
+            raw = fh.read(limit + 1)  # bounded even if the file grows after the stat
         if self._foreign is None:
             if len(raw) != self._sizes[index]:
                 raise ContainerError(
