@@ -79,3 +79,26 @@ def test_a_diverged_run_fails_and_writes_no_artifact(tmp_path, fraction, message
     with pytest.raises(TrainingAborted, match=message):
         run_training(cfg, tmp_path)
     assert not (tmp_path / "model.hydra").exists() and not (tmp_path / "metrics.json").exists()
+
+
+def test_disk_full_at_the_final_files_is_a_clean_error_and_resume_finishes(tmp_path, monkeypatch):
+    import errno
+
+    import hydragnn.train.pipeline as pipeline
+    from hydragnn.train import TrainError
+
+    real = pipeline.atomic_write
+
+    def full(path, content, **kw):
+        if str(path).endswith("metrics.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, content, **kw)
+
+    cfg = config("graph", n=12, epochs=1, Checkpoint={"every": 1})
+    monkeypatch.setattr(pipeline, "atomic_write", full)
+    with pytest.raises(TrainError, match=r"metrics.json: cannot be written .*No space left.*--resume"):
+        run_training(cfg, tmp_path)
+    assert not (tmp_path / "metrics.json").exists()
+    monkeypatch.setattr(pipeline, "atomic_write", real)
+    again = run_training(cfg, tmp_path, resume=True)
+    assert (tmp_path / "metrics.json").exists() and again["epochs_run"] == 1

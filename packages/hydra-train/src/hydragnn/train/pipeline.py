@@ -20,12 +20,13 @@ from typing import Any
 import torch
 
 from hydragnn.data import create_dataloaders, write_dataset
+from hydragnn.data.atomic import atomic_write
 from hydragnn.models import ModelConfig, build_model, save_artifact
 
 from .checkpoint import load_checkpoint
 from .config import RunConfig, load_config
 from .data import cuau_samples, load_run_data, prepare_samples, split_indices
-from .errors import CheckpointError
+from .errors import CheckpointError, TrainError
 from .evaluate import mae_report
 from .finetune import initialise_from, load_base
 from .loop import CHECKPOINT_NAME, train_validate_test
@@ -279,12 +280,22 @@ def run_training(
             if testset is not None:
                 paths["test_set"] = str(write_dataset(run_dir / "test_set.pkl", testset, "pickle", schema=cfg.schema))
             if trues:
-                paths["plots"] = [
-                    str(p) for p in parity_plots(trues, preds, run_dir, natoms=natoms, mae=summary["test"]["mae"])
-                ]
+                try:
+                    plots = parity_plots(trues, preds, run_dir, natoms=natoms, mae=summary["test"]["mae"])
+                except OSError as exc:
+                    raise TrainError(
+                        f"{run_dir}: cannot write the parity plots ({exc}); free some space and run again with --resume"
+                    ) from exc
+                paths["plots"] = [str(p) for p in plots]
             metrics["wall_s"] = time.perf_counter() - t_start
             metrics["paths"] = paths
-            (run_dir / "metrics.json").write_text(json.dumps(_jsonable(metrics), indent=2) + "\n")
+            try:
+                atomic_write(run_dir / "metrics.json", (json.dumps(_jsonable(metrics), indent=2) + "\n").encode())
+            except OSError as exc:
+                raise TrainError(
+                    f"{run_dir / 'metrics.json'}: cannot be written ({exc}); model.hydra and the training "
+                    "checkpoint are in place: free some space and run again with --resume to finish"
+                ) from exc
             paths["metrics"] = str(run_dir / "metrics.json")
             if summary["test"] is not None:
                 progress.log(1, "test errors per head (energies per atom, vectors per component):")
@@ -356,7 +367,9 @@ def predict(
     if trained.get("sources"):  # several sources: the keys of the one whose head is served
         served = model.energy_head_names[model.energy_head.default_head]
         trained = next((s for s in trained["sources"] if s.get("name") == served), trained["sources"][0])
-    options: dict[str, Any] = {k: trained[k] for k in ("energy_key", "forces_key", "stress_key", "config_type_key") if k in trained}
+    options: dict[str, Any] = {
+        k: trained[k] for k in ("energy_key", "forces_key", "stress_key", "config_type_key") if k in trained
+    }
     if trained.get("keys"):
         options["extra_keys"] = tuple(trained["keys"].items())
     options.update(labels or {})
