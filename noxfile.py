@@ -89,6 +89,14 @@ for _dist in PACKAGES:
 
 
 @nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """The fuzz suite (tools/tests/test_fuzz.py) with 500 fresh random cases per reader."""
+    _install_editable(session, list(PACKAGES))
+    env = {"PYTHONHASHSEED": "0", "HYDRAGNN_FUZZ_EXAMPLES": "500", "HYDRAGNN_FUZZ_RANDOM": "1"}
+    session.run("pytest", str(ROOT / "tools" / "tests" / "test_fuzz.py"), *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff over the whole tree."""
     session.install("ruff>=0.6")

@@ -249,3 +249,25 @@ def test_artifact_permissions_follow_the_umask(model, tmp_path):
     finally:
         os.umask(old)
     assert oct(path.stat().st_mode & 0o777) == oct(0o644)  # readable by the group, as open() would make it
+
+
+@pytest.mark.parametrize(
+    "precision, key, value",
+    [("fp64", "radius", 3.402823466385289e38), ("fp32", "hidden_dim", -4), ("fp32", "mpnn_type", "NoSuchNet"), ("fp32", "num_radial", 2**40)],
+)
+def test_hostile_architecture_values_are_artifact_errors(tmp_path, precision, key, value):
+    """Found by the fuzz suite (tools/tests/test_fuzz.py): a huge radius in an fp64 model overflowed
+    inside the build with a RuntimeError instead of an ArtifactError."""
+    from hydragnn.data import Schema
+    from hydragnn.data.reference import CUAU_VARIABLES
+    from hydragnn.models import build_model
+
+    arch = {"mpnn_type": "SchNet", "hidden_dim": 8, "num_conv_layers": 1, "radius": 4.0, "num_radial": 8,
+            "enable_interatomic_potential": True, "output_heads": {"node": {"num_headlayers": 1}}, "precision": precision}  # fmt: skip
+    model = build_model(arch, Schema.from_dict(CUAU_VARIABLES))
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, weights = _parts(path)
+    manifest["architecture"][key] = value
+    _write(path, manifest, weights)
+    with pytest.raises(ArtifactError):
+        load_artifact(path)

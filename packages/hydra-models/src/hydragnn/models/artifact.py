@@ -42,7 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from hydragnn.data import Schema
 from hydragnn.data.atomic import atomic_write
 
-from .errors import ArtifactError, ModelError
+from .errors import ArtifactError
 from .model import HydraModel, build_model
 
 MAGIC = b"HYDRAGNN"
@@ -221,8 +221,8 @@ def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu"
             f"of shape {exc.shape} ({exc.nbytes / 2**20:.1f} MiB), {exc.what}, for "
             f"{sum(t.numel() * t.element_size() for t in state.values()) / 2**20:.3f} MiB of weights"
         ) from None
-    except (ModelError, ValueError, KeyError, TypeError) as exc:
-        raise ArtifactError(f"{path}: cannot rebuild the model from the manifest: {exc}") from exc
+    except Exception as exc:  # a crafted value may break the build anywhere (overflow, bad shapes, ...)
+        raise ArtifactError(f"{path}: cannot rebuild the model from the manifest: {type(exc).__name__}: {exc}") from exc
     dtype = getattr(torch, str(manifest.get("dtype")), None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ArtifactError(f"{path}: corrupted artifact manifest: unknown dtype {manifest.get('dtype')!r}")
