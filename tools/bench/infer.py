@@ -180,9 +180,11 @@ def run(args: argparse.Namespace) -> dict:
                         calc(pos, z, cell=cell, forces=forces)
                     sync(device)
                     times.append(time.perf_counter() - t0)
-                row = {"atoms": args.sizes[0], "system": system, "mode": mode, "forces": forces, "first_s": times[0], "second_s": times[1]}
+                row = {"atoms": args.sizes[0], "system": system, "mode": mode, "forces": forces, "first_s": times[0],
+                       "second_s": times[1], "compile_fell_back": bool(MODES[mode].get("compile_model")) and not calc.compile_model}  # fmt: skip
                 report["cold"].append(row)
-                print(f"  {system:9s} {mode:14s} {'E+F' if forces else 'E':3s} {times[0]:8.3f} {times[1]:8.3f}")
+                note = "  (torch.compile failed: eager fallback)" if row["compile_fell_back"] else ""
+                print(f"  {system:9s} {mode:14s} {'E+F' if forces else 'E':3s} {times[0]:8.3f} {times[1]:8.3f}{note}")
 
     calcs = {mode: build(model, mode, device, args.replay_backend) for mode in args.modes}
     rates: dict[tuple, list[float]] = {}

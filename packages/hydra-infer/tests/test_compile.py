@@ -4,11 +4,15 @@ The only test that runs inductor (tens of seconds on CPU for a tiny model)."""
 
 from __future__ import annotations
 
+import warnings
+
+import pytest
 import torch
 import torch._dynamo.utils as dynamo_utils
 from infer_helpers import cluster
 
 from hydragnn.infer import HydraCalculator
+from hydragnn.infer.errors import GraphFallbackWarning
 
 
 def test_compiled_matches_eager_without_recompiling(model64):
@@ -27,4 +31,26 @@ def test_compiled_matches_eager_without_recompiling(model64):
     assert graphs[0] > 0, "nothing was compiled"
     # at most one recompilation round (dynamic shapes): never a compile per size
     assert graphs[-1] <= 2 * graphs[0], f"compiled graphs per call: {graphs}"
+    assert compiled.compile_model, "compilation failed and the calculator fell back to eager"
+    torch._dynamo.reset()
+
+
+def test_a_failing_compile_falls_back_to_eager_with_one_warning(model64):
+    """Inductor can fail on a model (torch 2.13 CPU codegen on a float32 SchNet cell, for one): the
+    call must still be answered, by the eager model, with one warning."""
+
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("backend broke (test)")
+
+    torch._dynamo.reset()
+    calc = HydraCalculator(model64, compile_model=True, compile_options={"backend": broken_backend})
+    pos, z = cluster(8)
+    with pytest.warns(GraphFallbackWarning, match=r"torch.compile failed on this model .*backend broke"):
+        out = calc(pos, z, forces=True)
+    want = HydraCalculator(model64)(pos, z, forces=True)
+    torch.testing.assert_close(out["forces"], want["forces"])
+    assert calc.compile_model is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        calc(pos, z)
     torch._dynamo.reset()

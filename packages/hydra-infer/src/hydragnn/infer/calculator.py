@@ -30,7 +30,7 @@ from torch_geometric.data import Batch
 from hydragnn.data.neighbors import radius_graph
 from hydragnn.models import HydraModel, load_artifact
 
-from .errors import InferenceError
+from .errors import GraphFallbackWarning, InferenceError
 from .inputs import DEFAULT_MAX_CELL_IMAGES, CallInputs, check_call
 from .model_info import ModelInfo, model_fingerprint, model_info
 from .modes import (
@@ -348,6 +348,17 @@ class HydraCalculator:
 
     def _run_regular(self, call: CallInputs, *, forces: bool, stress: bool) -> dict[str, torch.Tensor]:
         batch = self.build_batch(call)
+        if self.compile_model:
+            try:
+                return self._evaluate(batch, forces=forces, stress=stress)
+            except Exception as exc:
+                if not _is_compile_failure(exc):
+                    raise
+                self._compile_failed(exc)  # eager from now on, for this calculator
+                batch = self.build_batch(call)
+        return self._evaluate(batch, forces=forces, stress=stress)
+
+    def _evaluate(self, batch: Batch, *, forces: bool, stress: bool) -> dict[str, torch.Tensor]:
         kwargs: dict[str, Any] = {}
         if self.model.mlip:
             if self.compile_model and forces and not stress:
@@ -355,6 +366,20 @@ class HydraCalculator:
             kwargs = {"compute_forces": forces, "compute_stress": stress}
         with torch.no_grad():
             return self._forward(batch, **kwargs)
+
+    def _compile_failed(self, exc: BaseException) -> None:
+        """``torch.compile`` could not compile the model: warn once, run the eager model from now on."""
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("Set TORCH")]
+        first = " ".join(lines[:2])[:300]
+        self._warnings.warn(
+            "compile",
+            "failure",
+            f"torch.compile failed on this model ({type(exc).__name__}: {first}); this calculator runs the eager "
+            "model from now on (results are unchanged, only slower)",
+            GraphFallbackWarning,
+        )
+        self.compile_model = False
+        self._build_forward()
 
     def _compiled_energy_forces(self, batch: Batch) -> dict[str, torch.Tensor]:
         """Compile mode with forces: the compiled forward computes the energy, autograd the forces.
@@ -376,6 +401,15 @@ class HydraCalculator:
         result = {k: v.detach() for k, v in out.items()}
         result[self.info.forces] = -grad if grad is not None else torch.zeros_like(pos)
         return result
+
+
+def _is_compile_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from torch.compile's machinery (Dynamo, AOTAutograd, Inductor), not the model."""
+    for cls in type(exc).__mro__:
+        module = getattr(cls, "__module__", "") or ""
+        if module.startswith(("torch._dynamo", "torch._inductor", "torch._functorch")):
+            return True
+    return False
 
 
 def positional_encodings(
