@@ -67,3 +67,17 @@ def test_cell_size_rule_counts_periodic_directions_only():
     with pytest.raises(StructureError, match="along periodic lattice vector 2"):
         check_cell_size(slab, torch.tensor([[True, True, True]]), cutoff=5.0)
     check_cell_size(slab, torch.tensor([[True, True, True]]), cutoff=5.0, max_cell_images=64)
+
+
+def test_containers_check_samples_on_request(tmp_path):
+    from hydragnn.data import open_dataset, write_dataset
+
+    samples = [prepare(s, Schema.from_dict(CUAU_VARIABLES), index=i) for i, s in enumerate(generate_cuau(3, seed=0))]
+    samples[2].atomic_number = samples[2].atomic_number.clone()
+    samples[2].atomic_number[0] = 150
+    path = write_dataset(tmp_path / "ds.pkl", samples, "pickle", schema=Schema.from_dict(CUAU_VARIABLES))
+    assert int(open_dataset(path)[2].atomic_number[0]) == 150  # stored as written: loading is authoritative
+    checked = open_dataset(path, validate=True)
+    checked[1]
+    with pytest.raises(StructureError, match=r"ds.pkl: sample 2: 'atomic_number': atomic numbers \[150\]"):
+        checked[2]

@@ -34,7 +34,6 @@ from hydragnn.data import (
 )
 from hydragnn.data.containers.api import detect_format
 from hydragnn.data.reference import CUAU_VARIABLES
-from hydragnn.data.validation import check_sample
 
 from .config import RunConfig
 from .config_dataset import DatasetConfig
@@ -154,7 +153,7 @@ def container_samples(path: Path, schema: Schema | None, cutoff: float, pe_dim: 
         ConfigError: a ``schema`` other than the stored one of a prepared container, or raw
             samples without any schema.
     """
-    container = open_dataset(path)
+    container = open_dataset(path, validate=True)  # stored prepared samples skip prepare(): check them on reading
     raw = [container[i] for i in range(len(container))]
     stored = container.schema
     if stored is not None and raw and _is_prepared(raw[0]):
@@ -163,8 +162,6 @@ def container_samples(path: Path, schema: Schema | None, cutoff: float, pe_dim: 
                 f"Variables: differ from the schema stored with the prepared dataset {path} (stored: "
                 f"{stored.to_dict()}); a prepared dataset is used as stored: leave Variables out or re-prepare it"
             )
-        for i, sample in enumerate(raw):  # stored samples skip prepare(): check them here
-            check_sample(sample, stored, f"{path}: sample {i}")
         return stored, [_complete(s, cutoff, pe_dim) for s in raw]
     schema = schema or stored
     if schema is None:

@@ -122,11 +122,13 @@ def write_dataset(
     return path
 
 
-def open_dataset(path: str | Path) -> ContainerDataset:
+def open_dataset(path: str | Path, *, validate: bool = False) -> ContainerDataset:
     """Open the dataset at ``path``, detecting its format from its on-disk marker.
 
     Args:
         path: a pickle container file, a ``.pt`` directory or an ADIOS2 ``.bp`` directory.
+        validate: check every sample read (species, finite positions and cell; a
+            ``StructureError`` names the sample), as hydra-train does for stored datasets.
 
     Returns:
         A :class:`ContainerDataset` (a torch ``Dataset`` of PyG ``Data``).
@@ -141,4 +143,6 @@ def open_dataset(path: str | Path) -> ContainerDataset:
     if name is None:
         kinds = "a pickle container file, a directory of .pt files, or an ADIOS2 .bp directory"
         raise ContainerError(f"{path}: not a HydraGNN dataset; expected {kinds}")
-    return REGISTRY[name](path)
+    dataset = REGISTRY[name](path)
+    dataset.validate = validate
+    return dataset

@@ -103,6 +103,8 @@ class ContainerDataset(Dataset):
 
     FORMAT: ClassVar[str] = ""
     VERSION: ClassVar[int] = 1
+    validate: bool = False
+    """Check every sample read with :func:`hydragnn.data.validation.check_sample` (``open_dataset(validate=True)``)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -212,11 +214,16 @@ class ContainerDataset(Dataset):
         if not 0 <= i < n:
             raise IndexError(f"{self.path}: index {index} is out of range for a dataset of {n} samples")
         try:
-            return self._read(i)
+            sample = self._read(i)
         except ContainerError:
             raise
         except Exception as exc:
             raise ContainerError(f"{self.path}: sample {i} cannot be read ({type(exc).__name__}: {exc})") from exc
+        if self.validate:
+            from ..validation import check_sample
+
+            check_sample(sample, self._schema, f"{self.path}: sample {i}")
+        return sample
 
     def close(self) -> None:
         """Release open file handles (reopened on the next access)."""
