@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 
+import pytest
 from train_helpers import config
 
 TIMEOUT_S = 240
@@ -104,3 +105,19 @@ def test_train_under_torchrun_ddp(tmp_path):
     assert metrics["test"]["mae"]["energy"]["count"] == 4
     assert metrics["test"]["mae"]["forces"]["count"] == 4 * 32
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_predict_json_is_valid_json_when_errors_are_nan(monkeypatch, capsys, tmp_path):
+    """A diverged model's NaN errors are printed as null: strict JSON parsers accept the output."""
+    import json as json_module
+
+    import hydragnn.train.pipeline as pipeline
+    from hydragnn.train.cli import predict_main
+
+    result = {"loss": float("nan"), "mae": {"energy": {"mae": float("nan"), "rmse": float("inf"), "unit": "eV/atom"}}}
+    monkeypatch.setattr(pipeline, "predict", lambda *a, **k: (result, {}, {}))
+    assert predict_main([str(tmp_path / "m.hydra"), str(tmp_path / "d.xyz"), "--json"]) == 0
+    text = capsys.readouterr().out.strip()
+    assert "NaN" not in text and "Infinity" not in text
+    parsed = json_module.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+    assert parsed["loss"] is None and parsed["mae"]["energy"] == {"mae": None, "rmse": None, "unit": "eV/atom"}
