@@ -81,9 +81,15 @@ def _equal(a: Data, b: Data) -> bool:
     )
 
 
-def _read_all(path: Path) -> list[Data]:
-    ds = open_dataset(path)
-    return [ds[i] for i in range(len(ds))]
+def _error_or_intact(path: Path, samples: list[Data], deadline_s: float = CASE_DEADLINE_S) -> None:
+    """Reading the dataset at ``path`` ends in a DataError, or in exactly ``samples``."""
+    with case_deadline(deadline_s):
+        try:
+            ds = open_dataset(path)
+            got = [ds[i] for i in range(len(ds))]
+        except DataError:
+            return
+    assert len(got) == len(samples) and all(_equal(a, b) for a, b in zip(samples, got))
 
 
 flips = st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=4)
@@ -113,12 +119,7 @@ def pickle_file(tmp_path_factory, samples):
 def test_pickle_container(pickle_file, samples, tmp_path_factory, changes, cut):
     path = tmp_path_factory.mktemp("case") / "ds.pkl"
     path.write_bytes(_garble(pickle_file.read_bytes(), changes, cut))
-    with case_deadline():
-        try:
-            got = _read_all(path)
-        except DataError:
-            return
-    assert len(got) == len(samples) and all(_equal(a, b) for a, b in zip(samples, got))
+    _error_or_intact(path, samples)
 
 
 @pytest.fixture(scope="module")
@@ -133,12 +134,7 @@ def test_pt_directory(pt_dir, samples, tmp_path_factory, target, changes, cut):
     shutil.copytree(pt_dir, path)
     file = path / "manifest.json" if target == "manifest.json" else open_dataset(path).file_of(1)
     file.write_bytes(_garble(file.read_bytes(), changes, cut))
-    with case_deadline():
-        try:
-            got = _read_all(path)
-        except DataError:
-            return
-    assert len(got) == len(samples) and all(_equal(a, b) for a, b in zip(samples, got))
+    _error_or_intact(path, samples)
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +154,7 @@ def test_adios_through_the_child_process(adios_dir, samples, tmp_path_factory, n
         return
     (path / name).write_bytes(_garble((path / name).read_bytes(), changes, None))
     (path / INTEGRITY).write_text(json.dumps({"version": 1, "files": integrity_record(path)}))  # a stranger's record
-    with case_deadline(180):
-        try:
-            got = _read_all(path)
-        except DataError:
-            return
-    assert len(got) == len(samples) and all(_equal(a, b) for a, b in zip(samples, got))
+    _error_or_intact(path, samples, deadline_s=180)
 
 
 @pytest.fixture(scope="module")
