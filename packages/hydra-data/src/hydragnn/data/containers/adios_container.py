@@ -45,6 +45,7 @@ from torch_geometric.data import Data
 from ..errors import ContainerError
 from .adios_format import (
     ATTRIBUTE,
+    ATTRIBUTE_CRC,
     INTEGRITY,
     ColumnWriter,
     check_integrity,
@@ -121,7 +122,14 @@ class AdiosDataset(ContainerDataset):
         if attribute is None:
             raise ContainerError(f"{self.path}: ADIOS2 file has no {ATTRIBUTE!r} attribute; not a HydraGNN dataset")
         text = attribute.data_string()
-        header = parse_header_bytes(text[0] if isinstance(text, list) else text, str(self.path))
+        text = text[0] if isinstance(text, list) else text
+        stamp = self._io.inquire_attribute(ATTRIBUTE_CRC)
+        if stamp is not None:  # written by every writer since the header CRC was added
+            value = stamp.data_string()
+            value = value[0] if isinstance(value, list) else value
+            if value != str(zlib.crc32(text.encode())):
+                raise ContainerError(f"{self.path}: the dataset header is corrupted (checksum mismatch)")
+        header = parse_header_bytes(text, str(self.path))
         self._set_header(header)
         keys = header.get("keys")
         if not isinstance(keys, list) or not all(isinstance(k, dict) for k in keys):

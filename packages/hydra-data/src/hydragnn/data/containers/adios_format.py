@@ -22,6 +22,8 @@ from .codec import DTYPES, JSON_KIND, dtype_name, sample_fields
 INTEGRITY = "hydragnn-integrity.json"
 _IGNORED = {INTEGRITY, "profiling.json"}
 ATTRIBUTE = "hydragnn"
+ATTRIBUTE_CRC = "hydragnn-crc32"
+"""CRC of the header attribute's text (absent in files of older writers)."""
 _CHUNK_BYTES = 32 << 20
 _NATIVE = {
     "uint8",
@@ -207,7 +209,9 @@ class ColumnWriter:
                 self._put(f"k{j}/shapes", np.frombuffer(self.shapes[j], dtype=np.int64), 0)
         self._put("crc32", np.frombuffer(self.crcs, dtype=np.uint32), 0)
         full = {**header, "n_samples": self.n, "keys": keys}
-        self.stream.write_attribute(ATTRIBUTE, header_bytes(full).decode())
+        text = header_bytes(full).decode()
+        self.stream.write_attribute(ATTRIBUTE, text)
+        self.stream.write_attribute(ATTRIBUTE_CRC, str(zlib.crc32(text.encode())))
         self.close()
         return self.n
 
