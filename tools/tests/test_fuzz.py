@@ -5,7 +5,7 @@ Targets: pickle and ``.pt`` containers (byte flips, truncations), ADIOS2 dataset
 metadata with a recomputed integrity record, through the child-process check), model artifacts
 (byte flips; structurally valid manifests with hostile values, checksums recomputed), ``prepare``
 and the calculator (random bad inputs). ``HYDRAGNN_FUZZ_EXAMPLES`` sets the examples per target
-(CI: 20, the same cases every run); ``nox -s fuzz`` runs 500 new random ones per target
+(CI: 12, the same cases every run); ``nox -s fuzz`` runs 500 new random ones per target
 (``HYDRAGNN_FUZZ_RANDOM=1``).
 """
 
@@ -34,7 +34,7 @@ from hydragnn.infer import HydraCalculator, InferenceError
 from hydragnn.models import ArtifactError, build_model, load_artifact, save_artifact
 from hydragnn.models.artifact import _HEADER, CHECKSUM_BYTES, MAGIC
 
-EXAMPLES = int(os.environ.get("HYDRAGNN_FUZZ_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("HYDRAGNN_FUZZ_EXAMPLES", "12"))
 CASE_DEADLINE_S = 60
 FUZZ = settings(
     max_examples=EXAMPLES,

@@ -37,7 +37,7 @@ from ..errors import ContainerError
 KEY_FILE = "adios-writer.key"
 VERIFIED_FILE = "adios-verified.json"
 MAX_VERIFIED = 10_000
-PROBE_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_S = 10.0
 """Seconds a probe may take, plus one per 100 MB of the dataset."""
 
 
