@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from .errors import DataError
+from .neighbors_inputs import complete_cells
 
 MAX_ATOMIC_NUMBER = 118
 """The heaviest element (oganesson)."""
@@ -89,8 +90,6 @@ def check_cell_size(
         cutoff: the neighbour cutoff (Å).
         max_cell_images: images allowed per direction.
     """
-    from .neighbors_inputs import complete_cells
-
     if not bool(pbc.any()):
         return
     widths = perpendicular_widths(complete_cells(cell, pbc))

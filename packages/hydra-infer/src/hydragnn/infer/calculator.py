@@ -30,6 +30,7 @@ from torch_geometric.data import Batch
 from hydragnn.data.neighbors import radius_graph
 from hydragnn.models import HydraModel, load_artifact
 
+from .compiled import compiled_energy_forces, energy_only, is_compile_failure
 from .errors import GraphFallbackWarning, InferenceError
 from .inputs import DEFAULT_MAX_CELL_IMAGES, CallInputs, check_call
 from .model_info import ModelInfo, model_fingerprint, model_info
@@ -45,6 +46,7 @@ from .modes import (
     resolve_cuda_graph,
 )
 from .outputs import convert
+from .positional import positional_encodings
 
 
 class HydraCalculator:
@@ -161,7 +163,7 @@ class HydraCalculator:
             stock = self.model
             self._forward = torch.compile(stock, dynamic=True, **self._compile_options)
             self._named_tensors = [*stock.named_parameters(), *stock.named_buffers()]
-            self._compiled_energy = torch.compile(_energy_only(stock), dynamic=True, **self._compile_options)
+            self._compiled_energy = torch.compile(energy_only(stock), dynamic=True, **self._compile_options)
 
     def _warn_overridden_options(self) -> None:
         """One warning at construction for every option another one overrides (see the README's precedence)."""
@@ -352,7 +354,7 @@ class HydraCalculator:
             try:
                 return self._evaluate(batch, forces=forces, stress=stress)
             except Exception as exc:
-                if not _is_compile_failure(exc):
+                if not is_compile_failure(exc):
                     raise
                 self._compile_failed(exc)  # eager from now on, for this calculator
                 batch = self.build_batch(call)
@@ -362,7 +364,7 @@ class HydraCalculator:
         kwargs: dict[str, Any] = {}
         if self.model.mlip:
             if self.compile_model and forces and not stress:
-                return self._compiled_energy_forces(batch)
+                return compiled_energy_forces(self._compiled_energy, self._named_tensors, batch, self.info)
             kwargs = {"compute_forces": forces, "compute_stress": stress}
         with torch.no_grad():
             return self._forward(batch, **kwargs)
@@ -380,69 +382,3 @@ class HydraCalculator:
         )
         self.compile_model = False
         self._build_forward()
-
-    def _compiled_energy_forces(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """Compile mode with forces: the compiled forward computes the energy, autograd the forces.
-
-        Inside ``torch.compile``, the model's own ``torch.autograd.grad`` (and the
-        ``requires_grad_`` on its positions) break the graph, which made compiled energy+forces
-        slower than eager. Here the positions require grad before the compiled call, the compiled
-        region is energy-only (AOTAutograd compiles its backward too) and the gradient is taken
-        outside it. The weights enter as detached inputs (``functional_call``), so the compiled
-        backward computes the position gradient only, not the (unused) weight gradients.
-        """
-        pos = batch.pos.detach().requires_grad_(True)
-        batch.pos = pos
-        weights = {name: t.detach() for name, t in self._named_tensors}
-        with torch.enable_grad():
-            out = self._compiled_energy(weights, batch)
-            energy = out[self.info.energy]
-            (grad,) = torch.autograd.grad(energy.sum(), [pos], allow_unused=True)
-        result = {k: v.detach() for k, v in out.items()}
-        result[self.info.forces] = -grad if grad is not None else torch.zeros_like(pos)
-        return result
-
-
-def _is_compile_failure(exc: BaseException) -> bool:
-    """Whether ``exc`` comes from torch.compile's machinery (Dynamo, AOTAutograd, Inductor), not the model."""
-    for cls in type(exc).__mro__:
-        module = getattr(cls, "__module__", "") or ""
-        if module.startswith(("torch._dynamo", "torch._inductor", "torch._functorch")):
-            return True
-    return False
-
-
-def positional_encodings(
-    edge_index: torch.Tensor, node_batch: torch.Tensor, counts: torch.Tensor, pe_dim: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``lap_pe``, ``rw_pe`` ``[N, pe_dim]`` of a batch, structure by structure (as hydra-data
-    computes them for one prepared graph: the Laplacian of a batch is block-diagonal, and its
-    eigenvectors would mix structures with equal spectra)."""
-    from torch_geometric.data import Data
-
-    from hydragnn.data.positional import add_positional_encodings
-
-    device = edge_index.device
-    ei, nb = edge_index.cpu(), node_batch.cpu()
-    starts = torch.cumsum(counts.cpu(), 0) - counts.cpu()
-    owner = nb[ei[0]]
-    lap, rw = [], []
-    for g, (start, n) in enumerate(zip(starts.tolist(), counts.cpu().tolist())):
-        if n == 0:
-            continue
-        local = ei[:, owner == g] - start
-        pe = add_positional_encodings(Data(edge_index=local, num_nodes=n), pe_dim)
-        lap.append(pe.lap_pe)
-        rw.append(pe.rw_pe)
-    return torch.cat(lap).to(device), torch.cat(rw).to(device)
-
-
-def _energy_only(model: HydraModel) -> Any:
-    """``f(weights, batch) -> outputs`` without forces: ``model`` called with ``weights`` swapped in."""
-
-    def energy(weights: dict[str, torch.Tensor], batch: Batch) -> dict[str, torch.Tensor]:
-        return torch.func.functional_call(
-            model, weights, (batch,), {"compute_forces": False, "compute_stress": False}, strict=False
-        )
-
-    return energy

@@ -45,6 +45,7 @@ from .admission import mismatch
 from .backends import Outputs
 from .base import StaticEngine
 from .dense import DenseEngine
+from .failures import is_fatal, is_out_of_memory
 from .periodic import PeriodicEngine, neighbour_capacity
 from .sparse import SparseEngine, capacity_for, estimated_bytes
 
@@ -69,29 +70,6 @@ COUNTERS = (
     "retirements",
     "invalidations",
 )
-
-FATAL_CUDA_ERRORS = (
-    "illegal memory access",
-    "an illegal instruction",
-    "misaligned address",
-    "device-side assert",
-    "unspecified launch failure",
-    "cudaErrorIllegalAddress",
-    "cudaErrorAssert",
-    "cudaErrorLaunchFailure",
-)
-"""Messages of CUDA errors that leave the context unusable: re-raised, never answered by a fallback."""
-
-
-def is_fatal(exc: BaseException) -> bool:
-    """Whether ``exc`` is a CUDA error after which the context cannot be used (see :data:`FATAL_CUDA_ERRORS`)."""
-    text = str(exc)
-    return any(marker in text for marker in FATAL_CUDA_ERRORS)
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
 
 class _Rejected(Exception):
     """Internal: a layout rejected while it was being built (the reason is already recorded)."""
