@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import threading
 import time
 import warnings
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import torch
@@ -35,6 +37,7 @@ from ase.build import bulk
 from hydragnn.data import Schema
 from hydragnn.data.reference import CUAU_VARIABLES
 from hydragnn.infer import HydraCalculator, HydraInferWarning
+from hydragnn.infer.modes import ENV_GRAPH_BACKEND
 from hydragnn.models import build_model
 
 MODES = {
@@ -140,9 +143,8 @@ def deviation(calc, ref, pos, numbers, cell) -> dict[str, float]:
 
 def build(model, mode: str, device: torch.device, replay_backend: bool) -> HydraCalculator:
     options = dict(MODES[mode])
-    if replay_backend and options.get("cuda_graph"):
-        options["_graph_backend"] = "replay"
-    with warnings.catch_warnings():
+    replay = {ENV_GRAPH_BACKEND: "replay"} if replay_backend and options.get("cuda_graph") else {}
+    with warnings.catch_warnings(), mock.patch.dict(os.environ, replay):
         warnings.simplefilter("ignore", HydraInferWarning)
         return HydraCalculator(model, device=device, **options)
 
@@ -217,7 +219,11 @@ def run(args: argparse.Namespace) -> dict:
     for n, system in data:
         for forces in (False, True):
             for geometry in ("fixed", "moving"):
-                base = statistics.median(rates[(n, system, forces, geometry, "regular")]) if "regular" in args.modes else None
+                base = (
+                    statistics.median(rates[(n, system, forces, geometry, "regular")])
+                    if "regular" in args.modes
+                    else None
+                )
                 cells = []
                 for mode in args.modes:
                     key = (n, system, forces, geometry, mode)
@@ -241,7 +247,14 @@ def run(args: argparse.Namespace) -> dict:
 
     worst = max((row["max_deviation"]["forces"] for row in report["steady"]), default=0.0)
     print(f"\nlargest force deviation from the regular mode over every point: {worst:.2e} eV/Å")
-    print("memory (MB, last round): " + ("peak allocated / peak reserved / graph cache retained" if device.type == "cuda" else "peak RSS growth / graph cache retained"))
+    print(
+        "memory (MB, last round): "
+        + (
+            "peak allocated / peak reserved / graph cache retained"
+            if device.type == "cuda"
+            else "peak RSS growth / graph cache retained"
+        )
+    )
     for n, system in data:
         for mode in args.modes:
             m = memory[(n, system, True, "moving", mode)]

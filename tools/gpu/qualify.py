@@ -108,11 +108,15 @@ def gpu_tests(ctx: dict) -> dict:
 
 
 def _calculator(model, ctx: dict, **kwargs):
-    from hydragnn.infer import HydraCalculator
+    """A ``cuda_graph=True`` calculator; off CUDA (``--dry-run``) its engine runs on the replay backend."""
+    from unittest import mock
 
-    if ctx["device"] != "cuda":
-        kwargs.setdefault("_graph_backend", "replay")
-    return HydraCalculator(model, device=ctx["device"], cuda_graph=True, **kwargs)
+    from hydragnn.infer import HydraCalculator
+    from hydragnn.infer.modes import ENV_GRAPH_BACKEND
+
+    replay = {ENV_GRAPH_BACKEND: "replay"} if ctx["device"] != "cuda" else {}
+    with mock.patch.dict(os.environ, replay):
+        return HydraCalculator(model, device=ctx["device"], cuda_graph=True, **kwargs)
 
 
 def lifecycle(ctx: dict) -> dict:
@@ -271,7 +275,11 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.redirect_stdout(sys.stderr):  # stdout carries the JSON report alone
                 result = globals()[name](ctx)
         except Exception as exc:  # a qualification reports what broke instead of dying
-            result = {"status": "fail", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-3000:]}
+            result = {
+                "status": "fail",
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-3000:],
+            }
         result["seconds"] = round(time.perf_counter() - t0, 1)
         report["sections"][name] = result
         print(f"[qualify] {name}: {result['status']} ({result['seconds']} s)", file=sys.stderr)

@@ -64,10 +64,10 @@ def test_artifact_calculator_equals_model(served, cuau_atoms):
     torch.testing.assert_close(both["forces"], torch.cat([one["forces"], two["forces"]]), rtol=1e-9, atol=1e-10)
 
 
-def test_graph_engines_replay_the_regular_path(served):
+def test_graph_engines_replay_the_regular_path(served, graph_backend):
     """Dense (one cluster) and sparse (flat batch) engines: capture, then replay on new positions."""
     name, model, _ = served
-    calc = HydraCalculator(model, cuda_graph=True, _graph_backend="replay")
+    calc = HydraCalculator(model, cuda_graph=True)
     ref = HydraCalculator(model)
     pos, z = cluster(6, seed=4)
     with warnings.catch_warnings():
@@ -84,32 +84,35 @@ def test_graph_engines_replay_the_regular_path(served):
     assert stats["replays"] >= 2 and stats["engines"] == 2, (name, stats)
 
 
-def test_periodic_engine_replays_the_regular_path(served, cuau_atoms):
+def test_periodic_engine_replays_the_regular_path(served, cuau_atoms, graph_backend):
     """The periodic engine (in-graph neighbour list, cell as input) for every served variant."""
     name, model, _ = served
-    calc = HydraCalculator(model, cuda_graph=True, _graph_backend="replay")
+    calc = HydraCalculator(model, cuda_graph=True)
     ref = HydraCalculator(model)
     atoms = cuau_atoms[3]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for step in range(3):
             moved, cell = atoms.positions + 0.02 * step, atoms.cell.array * (1 + 0.005 * step)
-            assert_same(calc(moved, atoms.numbers, cell=cell, forces=True), ref(moved, atoms.numbers, cell=cell, forces=True))
+            assert_same(
+                calc(moved, atoms.numbers, cell=cell, forces=True), ref(moved, atoms.numbers, cell=cell, forces=True)
+            )
     assert calc.memory_stats()["replays"] == 1, name
 
 
-def test_inference_kernels_refuse_gps_and_fall_back():
+def test_inference_kernels_cover_gps_models():
+    """The kernels replace primitives, not encoders: a SchNet+GPS model gets them around its mixers."""
+    from hydragnn.models.nn import Primitive
+
     model = tiny_model(**VARIANTS["SchNet+GPS-multihead"])
-    same, why = install(model)
-    assert same is model and "GPS global attention" in why
-    calc = HydraCalculator(model, inference_kernels=True)
-    pos, z = cluster(5)
-    with pytest.warns(HydraInferWarning):
-        out = calc(pos, z, forces=True)
-    assert_same(out, HydraCalculator(model)(pos, z, forces=True))
+    patched, why = install(model)
+    assert why is None and patched is not model
+    on_triton = {type(m).__name__ for m in patched.modules() if isinstance(m, Primitive) and m.backend == "triton"}
+    assert on_triton == {"RadialFilter", "ContinuousFilterConv"}
+    assert patched.encoder.mixers is not None
 
 
-def test_positional_encodings_are_computed_per_structure(cuau_atoms):
+def test_positional_encodings_are_computed_per_structure(cuau_atoms, graph_backend):
     """A GPS model with pe_dim: the calculator computes lap_pe / rw_pe per structure exactly as
     hydra-data prepares them, batched or not; CUDA graphs are refused with the reason."""
     from torch_geometric.data import Batch
@@ -135,7 +138,7 @@ def test_positional_encodings_are_computed_per_structure(cuau_atoms):
     got = calc(coord, numbers, cell=cells, forces=True)
     torch.testing.assert_close(got["energy"], want["energy"].reshape(-1), rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(got["forces"].reshape(-1, 3), want["forces"], rtol=1e-8, atol=1e-9)
-    graphs = HydraCalculator(model, cuda_graph=True, _graph_backend="replay")
+    graphs = HydraCalculator(model, cuda_graph=True)
     with pytest.warns(HydraInferWarning, match="positional encodings"):
         graphs(coord[0], numbers[0], cell=cells[0])
 
@@ -148,7 +151,7 @@ def test_positional_encodings_are_computed_per_structure(cuau_atoms):
     ],
     ids=["UMA", "AllScAIP"],
 )
-def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms):
+def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms, graph_backend):
     """UMA and AllScAIP MLIPs (extra hydra-models[fairchem]) from an artifact: the calculator
     equals the model on a periodic cell, and graph replay equals the regular path."""
     pytest.importorskip("fairchem.core", reason="needs hydra-models[fairchem]")
@@ -158,7 +161,7 @@ def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms):
     args = (atoms.positions, atoms.numbers)
     got = calc(*args, cell=atoms.cell.array, forces=True, stress=True)
     assert_same(got, HydraCalculator(model)(*args, cell=atoms.cell.array, forces=True, stress=True))
-    graphs = HydraCalculator(model, cuda_graph=True, _graph_backend="replay")
+    graphs = HydraCalculator(model, cuda_graph=True)
     pos, z = cluster(6, seed=4)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -168,10 +171,10 @@ def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms):
     assert graphs.memory_stats()["replays"] == 1
 
 
-def test_uma_with_experts_is_served_without_capture():
+def test_uma_with_experts_is_served_without_capture(graph_backend):
     pytest.importorskip("fairchem.core", reason="needs hydra-models[fairchem]")
     model = tiny_model(mpnn_type="UMA", hidden_dim=8, lmax=1, mmax=1, num_experts=2)
-    calc = HydraCalculator(model, cuda_graph=True, _graph_backend="replay")
+    calc = HydraCalculator(model, cuda_graph=True)
     pos, z = cluster(5)
     with pytest.warns(HydraInferWarning, match="not capture-safe"):
         out = calc(pos, z, forces=True)

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 import torch
 from infer_helpers import cluster, tiny_model
-from test_graphs import POS, Z, assert_same, dense_batch, graph_calc, stats
+from test_graphs import POS, Z, assert_same, dense_batch, stats
 
 from hydragnn.infer import HydraCalculator, HydraInferWarning, InferenceError
 from hydragnn.infer.errors import GraphFallbackWarning
 from hydragnn.infer.graphs import GraphEngineCache, ReplayBackend
 from hydragnn.infer.graphs.admission import PER_ATOM, mismatch, tolerance
+from hydragnn.infer.modes import ENV_GRAPH_BACKEND
 
 
 class FailingBackend(ReplayBackend):
@@ -48,7 +49,7 @@ def _fallback_messages(record) -> list[str]:
 
 
 @pytest.mark.parametrize("stage", ["capture", "check", "replay"])
-def test_a_failing_capture_check_or_replay_falls_back_with_one_runtime_warning(model64, stage):
+def test_a_failing_capture_check_or_replay_falls_back_with_one_runtime_warning(model64, stage, graph_calc):
     calc = graph_calc(model64, FailingBackend(stage, RuntimeError(f"boom at {stage}")))
     ref = HydraCalculator(model64)
     with warnings.catch_warnings(record=True) as record:
@@ -72,15 +73,17 @@ def test_a_failing_capture_check_or_replay_falls_back_with_one_runtime_warning(m
     assert stats(calc)["replays"] == 1
 
 
-def test_a_context_breaking_cuda_error_is_raised(model64):
-    calc = graph_calc(model64, FailingBackend("replay", RuntimeError("CUDA error: an illegal memory access was encountered")))
+def test_a_context_breaking_cuda_error_is_raised(model64, graph_calc):
+    calc = graph_calc(
+        model64, FailingBackend("replay", RuntimeError("CUDA error: an illegal memory access was encountered"))
+    )
     for _ in range(2):
         calc(POS, Z)
     with pytest.raises(RuntimeError, match="illegal memory access"):
         calc(POS, Z)
 
 
-def test_out_of_memory_retires_the_generation(model64):
+def test_out_of_memory_retires_the_generation(model64, graph_calc):
     backend = FailingBackend("none", torch.cuda.OutOfMemoryError("CUDA out of memory (test)"))
     calc = graph_calc(model64, backend)
     for _ in range(2):
@@ -98,7 +101,7 @@ def test_out_of_memory_retires_the_generation(model64):
     assert stats(calc)["engines"] == 1
 
 
-def test_first_reuse_for_a_smaller_batch_is_checked_and_a_failed_check_keeps_it_regular(model64):
+def test_first_reuse_for_a_smaller_batch_is_checked_and_a_failed_check_keeps_it_regular(model64, graph_calc):
     perturbing = {"on": False}
 
     def perturb(outputs):
@@ -121,7 +124,7 @@ def test_first_reuse_for_a_smaller_batch_is_checked_and_a_failed_check_keeps_it_
     assert ("dense", 5, 7, True) in calc._graph_engine.rejected
 
 
-def test_one_calculator_from_four_threads_returns_no_foreign_result(model64):
+def test_one_calculator_from_four_threads_returns_no_foreign_result(model64, graph_calc):
     calc, ref = graph_calc(model64), HydraCalculator(model64)
     structures = [(POS + 0.02 * i, Z) for i in range(12)]
     want = [ref(p, z, forces=True) for p, z in structures]
@@ -146,7 +149,7 @@ def test_one_calculator_from_four_threads_returns_no_foreign_result(model64):
     assert wrong == [] and stats(calc)["replays"] == 60
 
 
-def test_dense_engine_up_to_and_including_nb_threshold(model64):
+def test_dense_engine_up_to_and_including_nb_threshold(model64, graph_calc):
     calc = graph_calc(model64, nb_threshold=6)
     for _ in range(2):
         calc(POS, Z)  # N = 6 = nb_threshold: dense
@@ -156,7 +159,7 @@ def test_dense_engine_up_to_and_including_nb_threshold(model64):
     assert set(calc._graph_engine.engines) == {("dense", 1, 6, False), ("sparse", 7, 1, False)}
 
 
-def test_rejected_layouts_are_remembered_among_the_most_recent_only(model64):
+def test_rejected_layouts_are_remembered_among_the_most_recent_only(model64, graph_calc):
     calc = graph_calc(model64, ReplayBackend(perturb=lambda out: out["energy"].add_(1.0)))
     calc._graph_engine = GraphEngineCache(calc._graph_engine.backend, max_layouts=3)
     with pytest.warns(HydraInferWarning, match="did not match"):
@@ -175,7 +178,7 @@ class NoSegmentsBackend(ReplayBackend):
         return 0
 
 
-def test_a_capture_whose_pool_reports_no_segments_is_not_cached(model64):
+def test_a_capture_whose_pool_reports_no_segments_is_not_cached(model64, graph_calc):
     calc = graph_calc(model64, NoSegmentsBackend())
     for _ in range(3):
         out = calc(POS, Z)
@@ -184,7 +187,7 @@ def test_a_capture_whose_pool_reports_no_segments_is_not_cached(model64):
     assert_same(out, HydraCalculator(model64)(POS, Z))
 
 
-def test_budget_rejection_with_no_admitted_engine_retires_the_pool(model64):
+def test_budget_rejection_with_no_admitted_engine_retires_the_pool(model64, graph_calc):
     calc = graph_calc(model64, ReplayBackend(total_memory=1000))
     calc(POS, Z)
     with pytest.warns(HydraInferWarning, match="does not fit the budget"):
@@ -208,7 +211,7 @@ class RecordingBackend(ReplayBackend):
         self.events.append("sync")
 
 
-def test_replays_are_ordered_and_clear_waits_for_them(model64):
+def test_replays_are_ordered_and_clear_waits_for_them(model64, graph_calc):
     backend = RecordingBackend()
     calc = graph_calc(model64, backend)
     for _ in range(3):
@@ -222,7 +225,9 @@ def test_options_another_overrides_warn_once_at_construction(model64, monkeypatc
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        calc = HydraCalculator(model64, compile_model=True, inference_kernels=True, compile_options={"backend": "eager"})
+        calc = HydraCalculator(
+            model64, compile_model=True, inference_kernels=True, compile_options={"backend": "eager"}
+        )
     messages = [str(w.message) for w in record if issubclass(w.category, HydraInferWarning)]
     assert len(messages) == 1 and "the compiled forward runs the stock primitives" in messages[0]
     assert "not used at all" in messages[0]
@@ -239,7 +244,8 @@ def test_graph_package_is_imported_only_for_cuda_with_graph_opt_in():
         "HydraCalculator(m, cuda_graph=True)(pos, z)\n"
         "HydraCalculator(m, inference_kernels=True)(pos, z)\n"
         "assert 'hydragnn.infer.graphs' not in sys.modules, 'graphs imported'\n"
-        "HydraCalculator(m, cuda_graph=True, _graph_backend='replay')\n"
+        "import os; os.environ['HYDRAGNN_GRAPH_BACKEND'] = 'replay'\n"
+        "HydraCalculator(m, cuda_graph=True)\n"
         "assert 'hydragnn.infer.graphs' in sys.modules\n"
     )
     here = str(__import__("pathlib").Path(__file__).parent)
@@ -252,7 +258,7 @@ def _reason_codes(calc, *args, **kwargs) -> list[str]:
     return [code for code, _ in calc._graph_reasons(call, stress=False)]
 
 
-def test_eligibility_reasons_of_their_own(model64):
+def test_eligibility_reasons_of_their_own(model64, graph_calc):
     calc = graph_calc(model64)
     charge = torch.tensor([1.0], requires_grad=True)
     assert _reason_codes(calc, POS, Z, charge, None, None, None) == ["requires_grad"]
@@ -280,12 +286,12 @@ def test_eligibility_reasons_of_their_own(model64):
     assert stats(calc)["replays"] == 0
 
 
-def test_artifact_path_calculator_freezes_its_own_copy(tmp_path):
+def test_artifact_path_calculator_freezes_its_own_copy(tmp_path, graph_backend):
     from hydragnn.models import save_artifact
 
     model = tiny_model().requires_grad_(True)
     path = save_artifact(model, tmp_path / "m.hydra")
-    calc = HydraCalculator(path, cuda_graph=True, _graph_backend="replay")
+    calc = HydraCalculator(path, cuda_graph=True)
     assert not any(p.requires_grad for p in calc.model.parameters())
     assert all(p.requires_grad for p in model.parameters())  # the caller's model is untouched
 
@@ -295,12 +301,16 @@ def test_dependency_gate_names_versions_and_refuses_rocm(monkeypatch):
 
     cuda = torch.device("cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(modes, "_installed_version", {"torch": "2.13.0", "warp-lang": "1.12.1", "nvalchemi-toolkit-ops": "0.5.0"}.get)
+    monkeypatch.setattr(
+        modes, "_installed_version", {"torch": "2.13.0", "warp-lang": "1.12.1", "nvalchemi-toolkit-ops": "0.5.0"}.get
+    )
     problem = modes.graph_dependency_problem(cuda)
     assert "warp-lang 1.12.1 (needs >= 1.19)" in problem and "pip install -U 'warp-lang>=1.19'" in problem
     monkeypatch.setattr(modes, "_installed_version", {"torch": "2.13.0+cu130", "warp-lang": "1.19.0"}.get)
     assert "nvalchemi-toolkit-ops not installed" in modes.graph_dependency_problem(cuda)
-    monkeypatch.setattr(modes, "_installed_version", {"torch": "2.14.1", "warp-lang": "1.19.0", "nvalchemi-toolkit-ops": "0.5.2"}.get)
+    monkeypatch.setattr(
+        modes, "_installed_version", {"torch": "2.14.1", "warp-lang": "1.19.0", "nvalchemi-toolkit-ops": "0.5.2"}.get
+    )
     assert modes.graph_dependency_problem(cuda) is None
     monkeypatch.setattr(torch.version, "hip", "6.2", raising=False)
     assert "ROCm" in modes.graph_dependency_problem(cuda)
@@ -329,7 +339,13 @@ def test_force_tolerance_has_a_per_atom_term():
     assert "forces: max deviation" in mismatch(bad, want, counts, per_atom={"forces", "charges"})
 
 
-def test_bad_graph_backend_request_is_an_error(model64):
-    with pytest.raises(InferenceError, match="_graph_backend"):
-        HydraCalculator(model64, cuda_graph=True, _graph_backend="nonsense")
-    assert np.isfinite(float(HydraCalculator(model64, cuda_graph=False, _graph_backend="nonsense")(POS, Z)["energy"][0]))
+def test_bad_graph_backend_request_is_an_error(model64, graph_backend, monkeypatch):
+    graph_backend("nonsense")
+    with pytest.raises(InferenceError, match="graph backend"):
+        HydraCalculator(model64, cuda_graph=True)
+    assert np.isfinite(float(HydraCalculator(model64, cuda_graph=False)(POS, Z)["energy"][0]))  # not read
+    graph_backend(None)
+    monkeypatch.setenv(ENV_GRAPH_BACKEND, "nonsense")
+    with pytest.raises(InferenceError, match="HYDRAGNN_GRAPH_BACKEND: expected 'replay'"):
+        HydraCalculator(model64, cuda_graph=True)
+    assert np.isfinite(float(HydraCalculator(model64, cuda_graph=False)(POS, Z)["energy"][0]))

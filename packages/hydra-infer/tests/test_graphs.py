@@ -1,7 +1,8 @@
 """CUDA-graph engine policy on CPU through the replay backend (the same static-buffer code path).
 
-Every test drives the public ``calc(...)`` call of a calculator built with the testing-only
-``_graph_backend`` and reads the engine's event counters from ``calc.memory_stats()``.
+Every test drives the public ``calc(...)`` call of a calculator built by the ``graph_calc``
+fixture (conftest.py: the testing-only backend installed) and reads the engine's event counters
+from ``calc.memory_stats()``.
 """
 
 from __future__ import annotations
@@ -20,10 +21,6 @@ from hydragnn.infer.graphs import MAX_ENGINES, GraphEngineCache, ReplayBackend
 from hydragnn.infer.modes import ENV_GRAPH_BACKEND
 
 POS, Z = cluster(6)
-
-
-def graph_calc(model, backend="replay", **kwargs) -> HydraCalculator:
-    return HydraCalculator(model, cuda_graph=True, _graph_backend=backend, **kwargs)
 
 
 def stats(calc) -> dict[str, int]:
@@ -46,7 +43,7 @@ def assert_same(got, want):
         torch.testing.assert_close(got[k], want[k], rtol=1e-9, atol=1e-10)
 
 
-def test_first_regular_second_captured_third_replayed(model64):
+def test_first_regular_second_captured_third_replayed(model64, graph_calc):
     calc, ref = graph_calc(model64), HydraCalculator(model64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an eligible call on the replay backend warns about nothing
@@ -68,12 +65,17 @@ def test_env_var_selects_replay_backend(monkeypatch, model64):
     monkeypatch.setenv(ENV_GRAPH_BACKEND, "replay")
     calc = HydraCalculator(model64, cuda_graph=True)
     assert isinstance(calc._graph_engine, GraphEngineCache)
+    assert HydraCalculator(model64)._graph_engine is None  # cuda_graph off
     monkeypatch.delenv(ENV_GRAPH_BACKEND)
     assert HydraCalculator(model64, cuda_graph=True)._graph_engine is None  # CPU, no request: no engine
-    assert HydraCalculator(model64, _graph_backend="replay")._graph_engine is None  # cuda_graph off
 
 
-def test_rejected_graph_keeps_layout_on_regular_path(model64):
+def test_graph_backend_fixture_installs_the_replay_backend(model64, graph_backend):
+    assert isinstance(HydraCalculator(model64, cuda_graph=True)._graph_engine.backend, ReplayBackend)
+    assert HydraCalculator(model64)._graph_engine is None  # cuda_graph off
+
+
+def test_rejected_graph_keeps_layout_on_regular_path(model64, graph_calc):
     def perturb(outputs):
         outputs["energy"] += 1e-3
 
@@ -97,7 +99,7 @@ def test_rejected_graph_keeps_layout_on_regular_path(model64):
     assert stats(calc)["rejected"] == 2
 
 
-def test_force_perturbation_within_noise_is_admitted(model64):
+def test_force_perturbation_within_noise_is_admitted(model64, graph_calc):
     def perturb(outputs):
         outputs["forces"] += 1e-6  # well inside 1e-4 eV/Å
 
@@ -107,7 +109,7 @@ def test_force_perturbation_within_noise_is_admitted(model64):
     assert stats(calc)["admitted"] == 1 and stats(calc)["replays"] == 1
 
 
-def test_keys_are_rows_atoms_and_force_request(model64):
+def test_keys_are_rows_atoms_and_force_request(model64, graph_calc):
     calc = graph_calc(model64)
     for _ in range(2):
         calc(POS, Z, forces=True)
@@ -120,7 +122,7 @@ def test_keys_are_rows_atoms_and_force_request(model64):
     assert "forces" not in energy_only and stats(calc)["replays"] == 1
 
 
-def test_smaller_batch_reuses_larger_graph_within_a_third(model64):
+def test_smaller_batch_reuses_larger_graph_within_a_third(model64, graph_calc):
     calc, ref = graph_calc(model64), HydraCalculator(model64)
     big = dense_batch([4, 7, 5, 6, 3, 7], width=7)  # B = 6
     calc(*big, forces=True)
@@ -143,7 +145,7 @@ def test_smaller_batch_reuses_larger_graph_within_a_third(model64):
     assert stats(calc)["replays"] == 1
 
 
-def test_smallest_recorded_graph_is_reused(model64):
+def test_smallest_recorded_graph_is_reused(model64, graph_calc):
     calc = graph_calc(model64)
     for sizes in ([3, 4, 5, 6, 7, 7, 7], [3, 4, 5, 6, 7, 7, 7, 7]):  # B = 7, then B = 8 (7 cannot serve 8)
         for _ in range(2):
@@ -155,7 +157,7 @@ def test_smallest_recorded_graph_is_reused(model64):
     assert list(engines)[-1] == ("dense", 7, 7, False)  # the smaller one was used (most recent)
 
 
-def test_lru_evicts_the_oldest_of_17_layouts(model64):
+def test_lru_evicts_the_oldest_of_17_layouts(model64, graph_calc):
     calc = graph_calc(model64)
     sizes = list(range(2, 2 + MAX_ENGINES + 1))  # 17 atom counts
     for n in sizes:
@@ -170,7 +172,7 @@ def test_lru_evicts_the_oldest_of_17_layouts(model64):
     assert stats(calc)["replays"] == 1 and list(calc._graph_engine.engines)[-1] == ("dense", 1, 3, False)
 
 
-def test_budget_rejects_an_engine_that_does_not_fit(model64):
+def test_budget_rejects_an_engine_that_does_not_fit(model64, graph_calc):
     calc = graph_calc(model64, ReplayBackend(total_memory=1000))  # budget 250 bytes
     calc(POS, Z, forces=True)
     with pytest.warns(HydraInferWarning, match="does not fit the budget"):
@@ -181,7 +183,7 @@ def test_budget_rejects_an_engine_that_does_not_fit(model64):
     assert stats(calc)["captures"] == 1  # never recaptured
 
 
-def test_over_budget_capture_rejects_that_layout_and_evicts_nothing(model64):
+def test_over_budget_capture_rejects_that_layout_and_evicts_nothing(model64, graph_calc):
     probe = graph_calc(model64)
     probe(POS, Z)
     probe(POS, Z)
@@ -201,7 +203,7 @@ def test_over_budget_capture_rejects_that_layout_and_evicts_nothing(model64):
     assert stats(calc)["replays"] == 1
 
 
-def test_memory_stats_and_clear(model64):
+def test_memory_stats_and_clear(model64, graph_calc):
     calc = graph_calc(model64)
     assert stats(calc)["graph_pool_bytes"] == 0 and stats(calc)["static_buffer_bytes"] == 0
     calc(POS, Z, forces=True)
@@ -216,7 +218,7 @@ def test_memory_stats_and_clear(model64):
 
 
 @pytest.mark.parametrize("change", ["load_state_dict", "in_place"])
-def test_model_change_invalidates_engines(change):
+def test_model_change_invalidates_engines(change, graph_calc):
     model = tiny_model(seed=0)
     calc = graph_calc(model)
     for _ in range(3):
@@ -238,7 +240,7 @@ def test_model_change_invalidates_engines(change):
     assert_same(replayed, HydraCalculator(model)(POS + 0.01, Z, forces=True))  # the new weights
 
 
-def test_sparse_engine_capacity_overflow_rebuild():
+def test_sparse_engine_capacity_overflow_rebuild(graph_calc):
     model = tiny_model()
     calc, ref = graph_calc(model, nb_threshold=8), HydraCalculator(model)
     pos, z = cluster(16, seed=4)
@@ -266,7 +268,7 @@ def test_sparse_engine_capacity_overflow_rebuild():
     assert stats(calc)["replays"] == 2
 
 
-def test_sparse_flat_batch(model64):
+def test_sparse_flat_batch(model64, graph_calc):
     calc, ref = graph_calc(model64), HydraCalculator(model64)
     (p1, z1), (p2, z2) = cluster(5, seed=1), cluster(7, seed=2)
     pos, z = np.concatenate([p1, p2 + 1.0]), np.concatenate([z1, z2])  # overlapping in space
@@ -277,7 +279,7 @@ def test_sparse_flat_batch(model64):
     assert_same(out, ref(pos, z, mol_idx=mol, forces=True))
 
 
-def test_ineligible_calls_fall_back_with_one_warning_each(model64, cuau_atoms):
+def test_ineligible_calls_fall_back_with_one_warning_each(model64, cuau_atoms, graph_calc):
     calc = graph_calc(model64)
     a = cuau_atoms[0]
     with pytest.warns(HydraInferWarning, match="a cell with non-periodic directions"):
@@ -295,7 +297,7 @@ def test_ineligible_calls_fall_back_with_one_warning_each(model64, cuau_atoms):
     assert {code for _, code in calc._warnings.issued} == {"cell", "stress", "requires_grad"}
 
 
-def test_outputs_are_copies(model64):
+def test_outputs_are_copies(model64, graph_calc):
     calc = graph_calc(model64)
     for _ in range(2):
         calc(POS, Z, forces=True)
@@ -309,7 +311,7 @@ def test_outputs_are_copies(model64):
     assert all(a[k].data_ptr() != b[k].data_ptr() for k in a)
 
 
-def test_compile_with_graph_warns_once_and_replays_eager(model64):
+def test_compile_with_graph_warns_once_and_replays_eager(model64, graph_calc):
     with pytest.warns(HydraInferWarning, match="eligible calls run the eager model"):
         calc = graph_calc(model64, compile_model=True, compile_options={"backend": "eager"})  # at construction
     with warnings.catch_warnings():
@@ -325,7 +327,7 @@ def test_compile_with_graph_warns_once_and_replays_eager(model64):
     assert_same(out, HydraCalculator(model64)(POS, Z, forces=True))
 
 
-def test_unsupported_models_get_no_engine():
+def test_unsupported_models_get_no_engine(graph_calc):
     calc = graph_calc(tiny_model(max_neighbours=4))
     assert calc._graph_engine is None
     with pytest.warns(HydraInferWarning) as record:
@@ -333,7 +335,7 @@ def test_unsupported_models_get_no_engine():
     assert any("max_neighbours caps" in str(w.message) for w in record)
 
 
-def test_charge_model():
+def test_charge_model(graph_calc):
     variables = copy.deepcopy(CUAU_VARIABLES)
     variables["inputs"].append({"name": "charge", "level": "graph", "dim": 1})
     try:
@@ -347,7 +349,7 @@ def test_charge_model():
     assert_same(out, ref(POS, Z, charge=-1.0, forces=True))
 
 
-def test_sparse_engine_too_large_for_budget_is_never_allocated(model64):
+def test_sparse_engine_too_large_for_budget_is_never_allocated(model64, graph_calc):
     calc = graph_calc(model64, ReplayBackend(total_memory=4 * 2**20), nb_threshold=8)  # budget 1 MiB
     pos, z = cluster(200, seed=1)  # 200 * 199 pairs * 64 B > 1 MiB
     calc(pos, z)
@@ -357,7 +359,7 @@ def test_sparse_engine_too_large_for_budget_is_never_allocated(model64):
     assert s["budget_rejected"] == 1 and s["captures"] == 0
 
 
-def test_float32_model_dense_and_sparse():
+def test_float32_model_dense_and_sparse(graph_calc):
     model = tiny_model(precision="fp32")
     ref = HydraCalculator(model)
     for threshold in (120, 4):  # dense, then sparse
@@ -386,7 +388,7 @@ def test_static_forward_runs_on_meta_tensors(model64, kind):
     assert out["forces"].shape == (nodes, 3) and out["forces"].device.type == "meta"
 
 
-def test_padded_batch_above_nb_threshold_uses_the_sparse_engine(model64):
+def test_padded_batch_above_nb_threshold_uses_the_sparse_engine(model64, graph_calc):
     """An extension of the reference policy (documented in the README): padded ``[B, N, 3]``
     batches with ``N > nb_threshold`` replay the sparse engine on their real atoms."""
     calc, ref = graph_calc(model64, nb_threshold=4), HydraCalculator(model64)

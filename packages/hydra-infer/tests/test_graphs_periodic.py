@@ -12,20 +12,23 @@ import torch
 from ase.build import bulk
 from ase.md.verlet import VelocityVerlet
 from infer_helpers import CUTOFF, tiny_model
-from test_graphs import assert_same, graph_calc, stats
+from test_graphs import assert_same, stats
 
 from hydragnn.infer import HydraASECalculator, HydraCalculator, HydraInferWarning
 from hydragnn.infer.graphs.periodic import images_needed
 
 
-def test_periodic_cell_replays_with_moving_atoms_and_a_varying_cell(model64, cuau_atoms):
+def test_periodic_cell_replays_with_moving_atoms_and_a_varying_cell(model64, cuau_atoms, graph_calc):
     calc, ref = graph_calc(model64), HydraCalculator(model64)
     a = cuau_atoms[0]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fully periodic cell is eligible: no fallback warning
         for k in range(3):
             pos = a.positions + 0.03 * k
-            assert_same(calc(pos, a.numbers, cell=a.cell.array, forces=True), ref(pos, a.numbers, cell=a.cell.array, forces=True))
+            assert_same(
+                calc(pos, a.numbers, cell=a.cell.array, forces=True),
+                ref(pos, a.numbers, cell=a.cell.array, forces=True),
+            )
     assert stats(calc)["replays"] == 1 and list(calc._graph_engine.engines) == [("periodic", (32,), True)]
     for scale in (1.01, 0.98, 0.95):  # NPT-like: the cell is a graph input
         cell, pos = a.cell.array * scale, a.positions * scale
@@ -37,17 +40,20 @@ def test_periodic_cell_replays_with_moving_atoms_and_a_varying_cell(model64, cua
     assert s["replays"] + s["rebuilds"] == 4 and s["rejected"] == 0
 
 
-def test_species_change_between_replays(model64, cuau_atoms):
+def test_species_change_between_replays(model64, cuau_atoms, graph_calc):
     calc, ref = graph_calc(model64), HydraCalculator(model64)
     a = cuau_atoms[1]
     for _ in range(2):
         calc(a.positions, a.numbers, cell=a.cell.array, forces=True)
     swapped = np.where(a.numbers == 29, 79, 29)
-    assert_same(calc(a.positions, swapped, cell=a.cell.array, forces=True), ref(a.positions, swapped, cell=a.cell.array, forces=True))
+    assert_same(
+        calc(a.positions, swapped, cell=a.cell.array, forces=True),
+        ref(a.positions, swapped, cell=a.cell.array, forces=True),
+    )
     assert stats(calc)["replays"] == 1
 
 
-def test_a_batch_of_cells(model64, cuau_atoms):
+def test_a_batch_of_cells(model64, cuau_atoms, graph_calc):
     calc, ref = graph_calc(model64), HydraCalculator(model64)
     coord = np.stack([cuau_atoms[0].positions, cuau_atoms[1].positions])
     numbers = np.stack([cuau_atoms[0].numbers, cuau_atoms[1].numbers])
@@ -58,7 +64,7 @@ def test_a_batch_of_cells(model64, cuau_atoms):
     assert stats(calc)["replays"] == 1 and ("periodic", (32, 32), True) in calc._graph_engine.engines
 
 
-def test_neighbour_overflow_and_short_image_range_rebuild():
+def test_neighbour_overflow_and_short_image_range_rebuild(graph_calc):
     model = tiny_model()
     calc, ref = graph_calc(model), HydraCalculator(model)
     atoms = bulk("Cu", "fcc", a=4.5, cubic=True).repeat((2, 1, 1))  # 8 atoms; one periodic image suffices
@@ -68,7 +74,8 @@ def test_neighbour_overflow_and_short_image_range_rebuild():
     engine = calc._graph_engine.engines[("periodic", (8,), True)]
     assert engine.buffers["shift_range"].tolist() == [[1, 1, 1]]
     small = atoms.copy()
-    small.set_cell(atoms.cell.array * 0.78, scale_atoms=True)  # widths 3.5 and 7.0 < ... cutoff 4 needs 2 images along y, z
+    # widths 3.5 and 7.0 < ... cutoff 4 needs 2 images along y, z
+    small.set_cell(atoms.cell.array * 0.78, scale_atoms=True)
     assert images_needed(torch.as_tensor(small.cell.array).unsqueeze(0), CUTOFF).tolist() == [[1, 2, 2]]
     got = calc(small.positions, small.numbers, cell=small.cell.array, forces=True)
     want = ref(small.positions, small.numbers, cell=small.cell.array, forces=True)
@@ -98,7 +105,7 @@ def test_images_needed_matches_nvalchemi():
         assert torch.equal(images_needed(cells, cutoff), shift_range)
 
 
-def test_partly_periodic_cells_and_stress_stay_regular(model64, cuau_atoms):
+def test_partly_periodic_cells_and_stress_stay_regular(model64, cuau_atoms, graph_calc):
     calc = graph_calc(model64)
     a = cuau_atoms[0]
     with pytest.warns(HydraInferWarning, match="non-periodic directions"):
@@ -121,9 +128,9 @@ def _md_energies(calc, atoms, steps: int) -> list[float]:
     return energies
 
 
-def test_cuau_md_through_the_ase_calculator_replays(cuau_atoms):
+def test_cuau_md_through_the_ase_calculator_replays(cuau_atoms, graph_backend):
     model = tiny_model(precision="fp32")
-    graphs = HydraASECalculator(model, cuda_graph=True, _graph_backend="replay")
+    graphs = HydraASECalculator(model, cuda_graph=True)
     regular = HydraASECalculator(model)
     a = cuau_atoms[2]
     got, want = _md_energies(graphs, a, 12), _md_energies(regular, a, 12)

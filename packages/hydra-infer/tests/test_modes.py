@@ -88,8 +88,8 @@ def test_graph_fallback_reasons_warn_once_each(model64, cuau_atoms):
     assert {code for _, code in calc._warnings.issued} == {"device"}
 
 
-def test_unsupported_model_reason():
-    calc = HydraCalculator(tiny_model(dynamic_graph=True), cuda_graph=True, _graph_backend="replay")
+def test_unsupported_model_reason(graph_backend):
+    calc = HydraCalculator(tiny_model(dynamic_graph=True), cuda_graph=True)
     with pytest.warns(HydraInferWarning) as record:
         calc(POS, Z)
     assert len(_messages(record)) == 1
@@ -133,7 +133,7 @@ class _FakeEngine:
 
     def run(self, calc, call, *, forces):
         self.runs += 1
-        return calc._run_regular(call, forces=forces, stress=False)
+        return calc.regular(call, forces=forces)
 
     def memory_stats(self):
         return {"engines": 1}

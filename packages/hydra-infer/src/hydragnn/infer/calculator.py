@@ -11,9 +11,11 @@ Modes on every device:
   :class:`~.graphs.GraphEngineCache` in ``_graph_engine`` captures a layout on its second sighting
   and replays it after admission (see :mod:`.graphs.engine`); ineligible calls (partly periodic
   cells, stress, inputs requiring grad, other devices, ...) fall back to the regular path with one
-  :class:`HydraInferWarning` per calculator and reason (see :mod:`.modes`). For tests only,
-  ``_graph_backend="replay"`` (or ``HYDRAGNN_GRAPH_BACKEND=replay``) builds the engine with the
-  CPU replay backend, which runs the same static-buffer code path without a GPU.
+  :class:`HydraInferWarning` per calculator and reason (see :mod:`.modes`). The calculator is the
+  engine's :class:`~.graphs.host.EngineHost` (:meth:`HydraCalculator.regular`,
+  :meth:`HydraCalculator.warn`). For tests only, ``HYDRAGNN_GRAPH_BACKEND=replay`` (or
+  :func:`.modes.graph_backend_request`'s hook) builds the engine with the CPU replay backend,
+  which runs the same static-buffer code path without a GPU.
 * ``inference_kernels=True``: the kernels plugged into ``_kernels``.
 """
 
@@ -27,11 +29,11 @@ from typing import Any
 import torch
 from torch_geometric.data import Batch
 
-from hydragnn.data.neighbors import radius_graph
 from hydragnn.models import HydraModel, load_artifact
 
+from .batching import call_batch
 from .compiled import compiled_energy_forces, energy_only, is_compile_failure
-from .errors import GraphFallbackWarning, InferenceError
+from .errors import GraphFallbackWarning, HydraInferWarning, InferenceError
 from .inputs import DEFAULT_MAX_CELL_IMAGES, CallInputs, check_call
 from .model_info import ModelInfo, model_fingerprint, model_info
 from .modes import (
@@ -46,7 +48,6 @@ from .modes import (
     resolve_cuda_graph,
 )
 from .outputs import convert
-from .positional import positional_encodings
 
 
 class HydraCalculator:
@@ -67,9 +68,6 @@ class HydraCalculator:
         compile_options: extra ``torch.compile`` keyword arguments (e.g. ``backend``).
         head: for a model with several energy heads (one per training data source), the one to
             serve (default: the first); sets the model's default head (``model.select_head``).
-        _graph_backend: testing only: ``"replay"`` (or a backend object) builds the CUDA-graph
-            engine with that backend on any device (default: :data:`.modes.ENV_GRAPH_BACKEND`,
-            else real capture on CUDA devices).
 
     Raises:
         InferenceError: a model the calculator cannot feed, or bad options.
@@ -89,7 +87,6 @@ class HydraCalculator:
         max_cell_images: int = DEFAULT_MAX_CELL_IMAGES,
         compile_options: dict[str, Any] | None = None,
         head: str | None = None,
-        _graph_backend: Any = None,
     ) -> None:
         if isinstance(model_or_artifact_path, (str, os.PathLike)):
             model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")
@@ -128,7 +125,7 @@ class HydraCalculator:
             self._refresh_kernels()
         self._graph_model_problem = graph_model_problem(self.model)
         self._graph_dependency: str | None = None
-        backend_request = graph_backend_request(_graph_backend) if self.cuda_graph else None
+        backend_request = graph_backend_request() if self.cuda_graph else None
         self._replay_backend = backend_request is not None
         if self.cuda_graph and self._graph_model_problem is None:
             self._graph_engine = self._make_graph_engine(backend_request)
@@ -141,6 +138,11 @@ class HydraCalculator:
     def eager_model(self) -> torch.nn.Module:
         """What eager evaluation and graph capture run: the kernel-patched copy, else the model."""
         return self._kernels if self._kernels is not None else self.model
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Floating dtype of the positions and cells handed to the model (its geometry dtype)."""
+        return self.model.geometry_dtype
 
     def _refresh_kernels(self) -> None:
         """(Re)build the kernel-patched copy when the model's parameters changed since the last build."""
@@ -238,7 +240,7 @@ class HydraCalculator:
                 self._warnings.warn("kernels", code, message)
         raw = self._graph_engine.run(self, call, forces=forces) if use_graph else None
         if raw is None:
-            raw = self._run_regular(call, forces=forces, stress=stress)
+            raw = self.regular(call, forces=forces, stress=stress)
         return convert(raw, call, self.info)
 
     def memory_stats(self) -> dict[str, int]:
@@ -277,7 +279,7 @@ class HydraCalculator:
         try:
             return GraphEngineCache(make_backend(backend))
         except ValueError as exc:
-            raise InferenceError(f"_graph_backend: {exc}") from exc
+            raise InferenceError(f"graph backend (testing only): {exc}") from exc
 
     def _check(self, coord, numbers, charge, cell, pbc, mol_idx, spin=None) -> CallInputs:
         return check_call(
@@ -292,7 +294,7 @@ class HydraCalculator:
             max_cell_images=self.max_cell_images,
             species=self.info.species,
             max_species=self.info.max_species,
-            dtype=self.model.geometry_dtype,
+            dtype=self.dtype,
             device=self.device,
         )
 
@@ -314,41 +316,20 @@ class HydraCalculator:
             return False
         reasons = self._graph_reasons(call, stress=stress)
         for code, message in reasons:
-            self._warnings.warn("cuda_graph", code, message)
+            self._warnings.warn("cuda_graph", code, message)  # not self.warn: the warning points at the caller
         return not reasons
 
     def build_batch(self, call: CallInputs) -> Batch:
-        """The model's prepared batch for a validated call (edges from the neighbour list)."""
-        batch = Batch()
-        batch.x = call.numbers.to(self.model.dtype).unsqueeze(-1)
-        batch.pos = call.pos
-        batch.batch = call.batch
-        ptr = torch.zeros(call.num_graphs + 1, dtype=torch.long, device=self.device)
-        ptr[1:] = torch.cumsum(call.counts, 0)
-        batch.ptr = ptr
-        batch._num_graphs = call.num_graphs
-        edge_index, edge_shift = radius_graph(
-            call.pos,
-            self.info.cutoff,
-            batch=call.batch,
-            cell=call.cell,
-            pbc=call.pbc,
-            max_neighbours=self.info.max_neighbours,
-        )
-        batch.edge_index = edge_index
-        if call.cell is not None:
-            batch.edge_shift = edge_shift
-            batch.cell = call.cell
-            batch.pbc = call.pbc
-        graph_attr = call.graph_attr(self.info.graph_inputs, self.model.dtype)
-        if graph_attr is not None:
-            batch.graph_attr = graph_attr
-        pe_dim = getattr(self.model.config, "pe_dim", 0)
-        if pe_dim:
-            batch.lap_pe, batch.rw_pe = positional_encodings(edge_index, call.batch, call.counts, pe_dim)
-        return batch
+        """The model's prepared batch for a validated call (edges from the neighbour list; see :mod:`.batching`)."""
+        return call_batch(self.model, self.info, call)
 
-    def _run_regular(self, call: CallInputs, *, forces: bool, stress: bool) -> dict[str, torch.Tensor]:
+    def regular(self, call: CallInputs, *, forces: bool, stress: bool = False) -> dict[str, torch.Tensor]:
+        """The regular path on a validated call: raw model outputs in the call's flat layout.
+
+        Runs the compiled forward when ``compile_model`` is on (a compile failure warns once and
+        switches this calculator to eager for good), else the eager model; this is also the
+        reference the CUDA-graph engine admits its captures against.
+        """
         batch = self.build_batch(call)
         if self.compile_model:
             try:
@@ -359,6 +340,10 @@ class HydraCalculator:
                 self._compile_failed(exc)  # eager from now on, for this calculator
                 batch = self.build_batch(call)
         return self._evaluate(batch, forces=forces, stress=stress)
+
+    def warn(self, reason: str, message: str, category: type[Warning] = HydraInferWarning) -> None:
+        """Warn that CUDA-graph replay fell back for ``reason`` (a code of the README's table), once per calculator."""
+        self._warnings.warn("cuda_graph", reason, message, category)
 
     def _evaluate(self, batch: Batch, *, forces: bool, stress: bool) -> dict[str, torch.Tensor]:
         kwargs: dict[str, Any] = {}

@@ -17,11 +17,15 @@ Cell rule ("too small for the cutoff"): for each periodic direction k the perpen
 then looks at most ``max_cell_images`` images away along k (``(2 m + 1)^3`` image cells per
 atom). A smaller cell is refused with an :class:`InferenceError`: such cells almost always come
 from a unit mistake (a cell in nm, or fractional coordinates passed as the cell) and would make
-the image search explode. A singular or non-finite periodic cell is refused as well.
+the image search explode. A singular or non-finite periodic cell is refused as well. These value
+rules are hydra-data's (:mod:`hydragnn.data.validation`, ``check_periodic_cells``), the ones its
+neighbour list applies; their errors are raised as :class:`InferenceError` with the same message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +34,13 @@ import torch
 
 from hydragnn.data import NeighborListError
 from hydragnn.data.neighbors_inputs import check_periodic_cells
-from hydragnn.data.validation import DEFAULT_MAX_CELL_IMAGES, MAX_ATOMIC_NUMBER, StructureError, check_cell_size
+from hydragnn.data.validation import (
+    DEFAULT_MAX_CELL_IMAGES,
+    MAX_ATOMIC_NUMBER,
+    StructureError,
+    check_cell_size,
+    check_finite,
+)
 
 from .errors import InferenceError
 
@@ -201,19 +211,19 @@ def check_call(
     if z.numel() and bool((z < 0).any()):
         raise InferenceError(f"numbers: expected atomic numbers >= 1, found {int(z.min())}")
     pos = pos.to(device=device, dtype=dtype)
-    if not bool(torch.isfinite(pos).all()):
-        bad = (~torch.isfinite(pos)).any(dim=1).nonzero().flatten()[:5].tolist()
-        raise InferenceError(
-            f"coord: expected finite coordinates, found NaN or inf (real atoms {bad} of the flattened input)"
-        )
+    with _as_inference_error():
+        check_finite(pos, "coord", "coordinates of the real atoms")
     _check_species(z, species, max_species)
 
     cell_t, pbc_t, cell_grad = _check_cell(cell, pbc, num_graphs, dtype, device)
-    requires_grad = requires_grad or cell_grad or any(
-        isinstance(v, torch.Tensor) and v.requires_grad for v in (charge, spin)
+    requires_grad = (
+        requires_grad or cell_grad or any(isinstance(v, torch.Tensor) and v.requires_grad for v in (charge, spin))
     )
-    if cell_t is not None and pbc_t is not None and bool(pbc_t.any()):
-        _check_cell_size(cell_t, pbc_t, cutoff, max_cell_images)
+    if cell_t is not None:
+        with _as_inference_error():  # hydra-data's rules, as its neighbour list applies them
+            check_finite(cell_t, "cell", "lattice vectors")
+            check_periodic_cells(cell_t, pbc_t)
+            check_cell_size(cell_t, pbc_t, cutoff, max_cell_images, where="cell")
     charge_t = _per_structure(charge, "charge", num_graphs, dtype, device)
     spin_t = _per_structure(spin, "spin", num_graphs, dtype, device)
     return CallInputs(
@@ -268,9 +278,21 @@ def _check_species(z: torch.Tensor, species: frozenset[int] | None, max_species:
         raise InferenceError(f"numbers: atomic numbers {heavy} are not elements (expected 1..{MAX_ATOMIC_NUMBER})")
 
 
+@contextmanager
+def _as_inference_error() -> Iterator[None]:
+    """Run hydra-data checks: their errors (which name the argument) become :class:`InferenceError`."""
+    try:
+        yield
+    except (StructureError, NeighborListError) as exc:
+        raise InferenceError(str(exc)) from None
+
+
 def _check_cell(
     cell: Any, pbc: Any, num_graphs: int, dtype: torch.dtype, device: torch.device
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, bool]:
+    """The calculator's cell layouts -> ``cell [B, 3, 3]``, ``pbc [B, 3]`` (or ``None, None``) and
+    whether the cell required grad. Only shapes are parsed here (the layouts are stricter than
+    the neighbour list's, which also takes PyG-collated ones); values are hydra-data's checks."""
     pbc_t = None
     if pbc is not None:
         pbc_t = _tensor(pbc, "pbc")
@@ -295,17 +317,6 @@ def _check_cell(
         cell_t = cell_t.unsqueeze(0).expand(num_graphs, 3, 3)
     if cell_t.shape != (num_graphs, 3, 3):
         raise InferenceError(f"cell: expected [3, 3] or [B, 3, 3] = ({num_graphs}, 3, 3), found {_shape(cell_t)}")
-    if not bool(torch.isfinite(cell_t).all()):
-        raise InferenceError("cell: expected finite lattice vectors, found NaN or inf")
     if pbc_t is None:
         pbc_t = torch.ones(num_graphs, 3, dtype=torch.bool)
     return cell_t.contiguous(), pbc_t.to(device).contiguous(), grad
-
-
-def _check_cell_size(cell: torch.Tensor, pbc: torch.Tensor, cutoff: float, max_cell_images: int) -> None:
-    """hydra-data's cell checks (singular periodic rows, too small for the cutoff) as InferenceErrors."""
-    try:
-        check_periodic_cells(cell, pbc)
-        check_cell_size(cell, pbc, cutoff, max_cell_images, where="cell")
-    except (StructureError, NeighborListError) as exc:
-        raise InferenceError(str(exc)) from None

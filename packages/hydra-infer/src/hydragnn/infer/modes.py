@@ -3,8 +3,8 @@
 The calculator always has a working regular path (eager model, or its ``torch.compile``d
 forward). The CUDA-graph engine and the inference kernels plug in through two seams:
 ``HydraCalculator._graph_engine`` (a :class:`~.graphs.GraphEngineCache` when ``cuda_graph`` is on
-and the device is CUDA, or when the testing-only replay backend is requested) and
-``HydraCalculator._kernels``.
+and the device is CUDA, or when a testing-only backend is requested: :func:`graph_backend_request`)
+and ``HydraCalculator._kernels``.
 Every call asks :func:`graph_reasons` / :func:`kernel_reasons` why the fast path would not
 apply; each reason is warned about once per calculator (:class:`FallbackWarnings`) and the
 regular path answers.
@@ -25,6 +25,10 @@ from .errors import HydraInferWarning, InferenceError
 ENV_CUDA_GRAPH = "HYDRAGNN_CUDA_GRAPH"
 ENV_GRAPH_BACKEND = "HYDRAGNN_GRAPH_BACKEND"
 """Testing only: ``replay`` builds the CUDA-graph engine with the CPU replay backend on any device."""
+installed_graph_backend: Any = None
+"""Testing only: a backend (``"replay"`` or a backend object such as a ``ReplayBackend(perturb=...)``)
+for the engines of ``cuda_graph=True`` calculators built while it is set, read ahead of
+:data:`ENV_GRAPH_BACKEND`; the tests' ``graph_backend`` fixture sets it (and restores it)."""
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
@@ -210,14 +214,23 @@ def graph_model_problem(model: Any) -> str | None:
         return "positional encodings (pe_dim > 0) need a per-structure eigendecomposition of the graph Laplacian"
     for part in (getattr(model, "encoder", None), getattr(model, "global_stage", None)):
         if part is not None and not getattr(part, "capture_safe", True):
-            return f"{type(part).__name__}'s forward is not capture-safe (host synchronisation or data-dependent shapes)"
+            return (
+                f"{type(part).__name__}'s forward is not capture-safe (host synchronisation or data-dependent shapes)"
+            )
     return None
 
 
-def graph_backend_request(explicit: Any) -> str | None:
-    """The testing-only backend request: ``_graph_backend=`` or :data:`ENV_GRAPH_BACKEND`."""
-    if explicit is not None:
-        return explicit
+def graph_backend_request() -> Any:
+    """The testing-only backend request (``None``: real capture on CUDA devices, no engine elsewhere).
+
+    :data:`installed_graph_backend` when set, else ``"replay"`` from :data:`ENV_GRAPH_BACKEND`
+    (``cuda`` or unset: no request).
+
+    Raises:
+        InferenceError: :data:`ENV_GRAPH_BACKEND` holds another value.
+    """
+    if installed_graph_backend is not None:
+        return installed_graph_backend
     value = os.environ.get(ENV_GRAPH_BACKEND, "").strip().lower()
     if value in ("", "cuda"):
         return None
@@ -233,4 +246,6 @@ def kernel_reasons(*, kernels: Any, problems: Sequence[tuple[str, str]] = ()) ->
     """
     if kernels is not None:
         return []
-    return list(problems) or [("dependency", KERNEL_REASONS["dependency"].format(detail="the kernels were not installed"))]
+    return list(problems) or [
+        ("dependency", KERNEL_REASONS["dependency"].format(detail="the kernels were not installed"))
+    ]

@@ -50,10 +50,9 @@ class Captured:
         outputs: the static output tensors (refreshed by every :meth:`replay`).
     """
 
-    def __init__(self, replay: Callable[[], None], outputs: Outputs, handle: Any = None) -> None:
-        self._replay = replay
+    def __init__(self, replay: Callable[[], None], outputs: Outputs) -> None:
+        self._replay = replay  # a real graph's bound ``replay`` keeps the graph alive until :meth:`release`
         self.outputs = outputs
-        self.handle = handle
 
     def replay(self) -> Outputs:
         self._replay()
@@ -62,7 +61,6 @@ class Captured:
     def release(self) -> None:
         self._replay = _released
         self.outputs = {}
-        self.handle = None
 
 
 def _released() -> None:
@@ -76,9 +74,6 @@ class ReplayBackend:
         total_memory: device size in bytes reported to the budget (fake; default 16 GiB).
         perturb: test hook called on the static outputs after each replay (in place).
     """
-
-    name = "replay"
-    runs_on_cpu = True
 
     def __init__(self, total_memory: int = DEFAULT_FAKE_TOTAL, perturb: Callable[[Outputs], None] | None = None):
         self.fake_total = int(total_memory)
@@ -121,9 +116,6 @@ class ReplayBackend:
 class CudaGraphBackend:  # pragma: no cover - GPU only (tests/test_graphs_gpu.py, tools/gpu/qualify.sh)
     """Real CUDA-graph capture; every engine of one calculator shares one memory pool (a generation)."""
 
-    name = "cuda"
-    runs_on_cpu = False
-
     def __init__(self) -> None:
         self.pool: Any = None
         self._last: Any = None  # event recorded after the last use of the static buffers
@@ -147,7 +139,7 @@ class CudaGraphBackend:  # pragma: no cover - GPU only (tests/test_graphs_gpu.py
         with torch.cuda.graph(graph, pool=self.pool.id):
             outputs = fn()
         torch.cuda.synchronize(device)
-        return Captured(graph.replay, outputs, handle=graph)
+        return Captured(graph.replay, outputs)
 
     def pool_bytes(self) -> int:
         """Reserved bytes of this backend's pool, from the allocator snapshot of that pool."""

@@ -11,57 +11,41 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch_geometric.data import Batch
 
+from ..batching import model_batch
 from ..inputs import CallInputs
 from .backends import Captured, Outputs, tensor_bytes
+from .host import EngineHost
 
 
-def static_forward(
-    model: Any,
-    *,
-    pos: torch.Tensor,
-    numbers: torch.Tensor,
-    batch: torch.Tensor,
-    edge_index: torch.Tensor,
-    num_graphs: int,
-    graph_attr: torch.Tensor | None,
-    forces: bool,
-    edge_shift: torch.Tensor | None = None,
-    cell: torch.Tensor | None = None,
-    pbc: torch.Tensor | None = None,
-) -> Outputs:
+def with_sink(
+    pos: torch.Tensor, numbers: torch.Tensor, batch: torch.Tensor, sink_graph: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``pos [M + 1, 3]``, ``numbers [M + 1]``, ``batch [M + 1]``: the static nodes and one sink node
+    (at the origin, atomic number 0) in graph ``sink_graph``, the target of every padded edge."""
+    return (
+        torch.cat([pos, pos.new_zeros(1, 3)]),
+        torch.cat([numbers, numbers.new_zeros(1)]),
+        torch.cat([batch, batch.new_full((1,), sink_graph)]),
+    )
+
+
+def static_forward(model: Any, *, forces: bool, **fields: torch.Tensor | int | None) -> Outputs:
     """The eager model on static tensors (energy, forces by ``autograd.grad``, every head).
 
-    Args:
-        model: the :class:`~hydragnn.models.HydraModel` (eager; never the compiled forward).
-        pos: ``[M, 3]`` positions including sink nodes.
-        numbers: ``[M]`` atomic numbers (0 on padding).
-        batch: ``[M]`` graph of each node (``num_graphs - 1`` is the sink graph).
-        edge_index: ``[2, E]`` including sink -> sink padding.
-        num_graphs: B + 1.
-        graph_attr: ``[B + 1, G]`` graph inputs (total charge, spin) of a model with any, else ``None``.
-        forces: compute forces.
-        edge_shift: ``[E, 3]`` Cartesian image offsets of a periodic batch (zeros on padding).
-        cell: ``[B + 1, 3, 3]`` cells of a periodic batch (the sink graph's is any invertible cell).
-        pbc: ``[B + 1, 3]`` periodic flags of a periodic batch.
+    ``fields`` are :func:`~..batching.model_batch`'s, as on the regular path (without ``ptr``):
+    ``pos [M, 3]``, ``numbers [M]`` (0 on padding) and ``batch [M]`` including the sink node(s),
+    ``edge_index [2, E]`` including sink -> sink padding, ``num_graphs`` B + 1 (the last is the
+    sink graph), ``graph_attr [B + 1, G]`` or ``None``, and for a periodic batch ``edge_shift
+    [E, 3]`` (zeros on padding), ``cell [B + 1, 3, 3]`` (the sink graph's any invertible cell) and
+    ``pbc [B + 1, 3]``. ``model`` is the eager model, never the compiled forward.
     """
-    b = Batch()
-    b.x = numbers.to(model.dtype).unsqueeze(-1)
-    b.pos = pos
-    b.batch = batch
-    b.edge_index = edge_index
-    b._num_graphs = num_graphs
-    if graph_attr is not None:
-        b.graph_attr = graph_attr.to(model.dtype)
-    if edge_shift is not None:
-        b.edge_shift, b.cell, b.pbc = edge_shift, cell, pbc
     with torch.no_grad():
-        return dict(model(b, compute_forces=forces, compute_stress=False))
+        return dict(model(model_batch(model, **fields), compute_forces=forces, compute_stress=False))
 
 
 class StaticEngine:
-    """Base of the dense and sparse engines.
+    """Base of the dense, sparse and periodic engines.
 
     Attributes:
         key: the cache key of the layout the engine was built for.
@@ -71,16 +55,46 @@ class StaticEngine:
 
     kind = "static"
 
-    def __init__(self, calc: Any, key: tuple, forces: bool) -> None:
+    def __init__(self, host: EngineHost, key: tuple, forces: bool) -> None:
         self.key = key
-        self.model = calc.eager_model  # the kernel-patched copy when inference kernels are on
-        self.info = calc.info
-        self.device = calc.device
-        self.dtype = calc.model.geometry_dtype
-        self.cutoff = float(calc.info.cutoff)
+        self.model = host.eager_model  # the kernel-patched copy when inference kernels are on
+        self.info = host.info
+        self.device = host.device
+        self.dtype = host.dtype
+        self.cutoff = float(host.info.cutoff)
+        self.graph_inputs = host.info.graph_inputs
         self.forces = forces
         self.buffers: dict[str, torch.Tensor] = {}
         self.graph: Captured | None = None
+
+    def add_graph_attr_buffer(self) -> None:
+        """For a model with graph inputs: a ``graph_attr [num_graphs + 1, G]`` buffer (the sink graph's row stays 0)."""
+        if self.graph_inputs:
+            shape = (self.num_graphs + 1, len(self.graph_inputs))
+            self.buffers["graph_attr"] = torch.zeros(shape, dtype=self.dtype, device=self.device)
+
+    def forward(
+        self, pos: torch.Tensor, numbers: torch.Tensor, batch: torch.Tensor, edge_index: torch.Tensor, **periodic: Any
+    ) -> Outputs:
+        """:func:`static_forward` of the engine's model on its ``num_graphs + 1`` graphs (sink included),
+        with its graph-input buffer and force request; ``periodic``: ``edge_shift``, ``cell``, ``pbc``."""
+        return static_forward(
+            self.model,
+            pos=pos,
+            numbers=numbers,
+            batch=batch,
+            edge_index=edge_index,
+            num_graphs=self.num_graphs + 1,
+            graph_attr=self.buffers.get("graph_attr"),
+            forces=self.forces,
+            **periodic,
+        )
+
+    def load_graph_attr(self, call: CallInputs) -> None:
+        """Copy the call's graph inputs into the buffer (rows beyond the call's ``B`` are zeroed)."""
+        if "graph_attr" in self.buffers:
+            self.buffers["graph_attr"].zero_()
+            self.buffers["graph_attr"][: call.num_graphs].copy_(call.graph_attr(self.graph_inputs, self.dtype))
 
     # subclasses: allocate buffers in __init__, implement fn(), load(call), node_index(call)
     def fn(self) -> Outputs:  # pragma: no cover - abstract

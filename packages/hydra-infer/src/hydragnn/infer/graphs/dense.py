@@ -10,13 +10,12 @@ call's ``B`` (a smaller batch reusing a larger graph) are all padding.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from ..inputs import CallInputs
 from .backends import Outputs
-from .base import StaticEngine, static_forward
+from .base import StaticEngine, with_sink
+from .host import EngineHost
 
 
 class DenseEngine(StaticEngine):
@@ -24,8 +23,8 @@ class DenseEngine(StaticEngine):
 
     kind = "dense"
 
-    def __init__(self, calc: Any, rows: int, width: int, forces: bool) -> None:
-        super().__init__(calc, ("dense", rows, width, forces), forces)
+    def __init__(self, host: EngineHost, rows: int, width: int, forces: bool) -> None:
+        super().__init__(host, ("dense", rows, width, forces), forces)
         self.rows, self.width = rows, width
         self.num_nodes, self.num_graphs = rows * width, rows
         dev = self.device
@@ -41,37 +40,21 @@ class DenseEngine(StaticEngine):
             "dst": (base + i.unsqueeze(0)).reshape(-1),
             "row": torch.arange(rows, device=dev).repeat_interleave(width),
         }
-        self.graph_inputs = calc.info.graph_inputs
-        if self.graph_inputs:
-            self.buffers["graph_attr"] = torch.zeros(rows + 1, len(self.graph_inputs), dtype=self.dtype, device=dev)
+        self.add_graph_attr_buffer()
 
     def fn(self) -> Outputs:
         buf = self.buffers
         sink = self.num_nodes
         z = buf["numbers"].reshape(-1)
         real = z != 0
-        pos = torch.where(
-            real.unsqueeze(-1), buf["coords"].reshape(-1, 3), torch.zeros_like(buf["coords"].reshape(-1, 3))
-        )
-        pos = torch.cat([pos, pos.new_zeros(1, 3)])
-        z = torch.cat([z, z.new_zeros(1)])
-        real = torch.cat([real, real.new_zeros(1)])
-        batch = torch.where(real[:-1], buf["row"], torch.full_like(buf["row"], self.rows))
-        batch = torch.cat([batch, batch.new_full((1,), self.rows)])
+        coords = buf["coords"].reshape(-1, 3)
+        pos = torch.where(real.unsqueeze(-1), coords, torch.zeros_like(coords))
+        batch = torch.where(real, buf["row"], torch.full_like(buf["row"], self.rows))
         src, dst = buf["src"], buf["dst"]
         dist = (pos[src] - pos[dst]).norm(dim=-1)
         valid = real[src] & real[dst] & (dist < self.cutoff)
         edge_index = torch.stack([torch.where(valid, src, sink), torch.where(valid, dst, sink)])
-        return static_forward(
-            self.model,
-            pos=pos,
-            numbers=z,
-            batch=batch,
-            edge_index=edge_index,
-            num_graphs=self.rows + 1,
-            graph_attr=buf.get("graph_attr"),
-            forces=self.forces,
-        )
+        return self.forward(*with_sink(pos, z, batch, self.rows), edge_index)
 
     def load(self, call: CallInputs) -> None:
         buf = self.buffers
@@ -80,9 +63,7 @@ class DenseEngine(StaticEngine):
         buf["numbers"].zero_()
         buf["coords"].view(-1, 3).index_copy_(0, nodes, call.pos.to(self.dtype))
         buf["numbers"].view(-1).index_copy_(0, nodes, call.numbers)
-        if "graph_attr" in buf:
-            buf["graph_attr"].zero_()
-            buf["graph_attr"][: call.num_graphs].copy_(call.graph_attr(self.graph_inputs, self.dtype))
+        self.load_graph_attr(call)
 
     def node_index(self, call: CallInputs) -> torch.Tensor:
         """Slot of each real atom of ``call`` (the call's flat order)."""

@@ -1,4 +1,4 @@
-"""``GraphEngineCache``: the CUDA-graph policy of one calculator (the ``_graph_engine`` seam).
+"""``GraphEngineCache``: the CUDA-graph policy of one calculator (its :class:`~.host.EngineHost`).
 
 Policy, per layout key (``("periodic", counts, forces)`` for fully periodic cells, else
 ``("dense", rows, N, forces)`` for ``N <= nb_threshold``, else ``("sparse", N, B, forces)``):
@@ -46,6 +46,7 @@ from .backends import Outputs
 from .base import StaticEngine
 from .dense import DenseEngine
 from .failures import is_fatal, is_out_of_memory
+from .host import EngineHost
 from .periodic import PeriodicEngine, neighbour_capacity
 from .sparse import SparseEngine, capacity_for, estimated_bytes
 
@@ -70,6 +71,7 @@ COUNTERS = (
     "retirements",
     "invalidations",
 )
+
 
 class _Rejected(Exception):
     """Internal: a layout rejected while it was being built (the reason is already recorded)."""
@@ -97,7 +99,6 @@ class GraphEngineCache:
         self.max_engines = max_engines
         self.budget_fraction = budget_fraction
         self.max_layouts = max_layouts
-        self.runs_on_cpu = bool(getattr(backend, "runs_on_cpu", False))
         self.engines: OrderedDict[tuple, StaticEngine] = OrderedDict()
         self.layouts: OrderedDict[tuple, str | None] = OrderedDict()  # key -> None (seen) or why it was rejected
         self.checked: dict[tuple, tuple] = {}  # dense key -> key of the larger engine its reuse was checked on
@@ -113,40 +114,42 @@ class GraphEngineCache:
         return {k: why for k, why in self.layouts.items() if why is not None}
 
     # ------------------------------------------------------------------ seam API
-    def run(self, calc: Any, call: CallInputs, *, forces: bool) -> Outputs | None:
+    def run(self, host: EngineHost, call: CallInputs, *, forces: bool) -> Outputs | None:
         """Raw outputs of ``call`` (the call's flat layout) from a graph, or ``None``: use the regular path.
 
-        Serialised per calculator; a replay waits (on the device) for the previous one.
+        ``host`` is the calculator: its :meth:`~.host.EngineHost.regular` evaluation answers captures and
+        checks, its :meth:`~.host.EngineHost.warn` reports rejections and failures. Serialised per
+        calculator; a replay waits (on the device) for the previous one.
         """
         with self._lock:
-            self._check_model(calc.model)
+            self._check_model(host.model)
             if call.pos.shape[0] == 0 or call.num_graphs == 0:
                 return self._regular()
-            key = self._key(calc, call, forces)
+            key = self._key(host, call, forces)
             new, rejected = self._sight(key)
             if rejected:
                 return self._regular()
             engine = None
-            self.backend.begin(calc.device)
+            self.backend.begin(host.device)
             try:
                 engine = self._lookup(key)
                 if engine is not None and engine.key != key and self.checked.get(key) != engine.key:
-                    return self._check_reuse(calc, engine, call, key, forces)
+                    return self._check_reuse(host, engine, call, key, forces)
                 if engine is not None:
-                    return self._replay(calc, engine, call, key, forces)
+                    return self._replay(host, engine, call, key, forces)
                 if new:
                     self.counters["first_sightings"] += 1
                     return self._regular()
-                return self._build_and_admit(calc, call, key, forces)
+                return self._build_and_admit(host, call, key, forces)
             except _Rejected:
                 return self._regular()
             except Exception as exc:
                 if is_fatal(exc):
                     raise
-                self._failed(calc, key, engine, exc)
+                self._failed(host, key, engine, exc)
                 return None
             finally:
-                self.backend.end(calc.device)
+                self.backend.end(host.device)
 
     def memory_stats(self) -> dict[str, int]:
         with self._lock:
@@ -191,11 +194,11 @@ class GraphEngineCache:
         return True, False
 
     @staticmethod
-    def _key(calc: Any, call: CallInputs, forces: bool) -> tuple:
+    def _key(host: EngineHost, call: CallInputs, forces: bool) -> tuple:
         if call.cell is not None:  # fully periodic (other cells never reach the engine)
             return ("periodic", tuple(int(c) for c in call.counts.tolist()), bool(forces))
         width = call.mask.shape[1] if call.mask is not None else call.pos.shape[0]
-        if call.layout in ("single", "dense") and width <= calc.nb_threshold:
+        if call.layout in ("single", "dense") and width <= host.nb_threshold:
             rows = call.num_graphs if call.layout == "dense" else 1
             return ("dense", rows, width, bool(forces))
         return ("sparse", call.pos.shape[0], call.num_graphs, bool(forces))
@@ -214,53 +217,57 @@ class GraphEngineCache:
         ]
         return self.engines[min(fits, key=lambda k: k[1])] if fits else None
 
-    def _replay(self, calc: Any, engine: StaticEngine, call: CallInputs, key: tuple, forces: bool) -> Outputs | None:
+    def _replay(
+        self, host: EngineHost, engine: StaticEngine, call: CallInputs, key: tuple, forces: bool
+    ) -> Outputs | None:
         raw = engine.replay(call)
         count = engine.overflowed()
         if count is not None:
             self.counters["overflows"] += 1
             self._drop(engine.key)
             self.counters["rebuilds"] += 1
-            return self._build_and_admit(calc, call, engine.key, forces, edges=count)
+            return self._build_and_admit(host, call, engine.key, forces, edges=count)
         self.engines.move_to_end(engine.key)
         self.counters["replays"] += 1
         if engine.key != key:
             self.counters["padded_replays"] += 1
         return raw
 
-    def _check_reuse(self, calc: Any, engine: StaticEngine, call: CallInputs, key: tuple, forces: bool) -> Outputs:
+    def _check_reuse(
+        self, host: EngineHost, engine: StaticEngine, call: CallInputs, key: tuple, forces: bool
+    ) -> Outputs:
         """First reuse of a larger dense graph for ``key``'s row count: checked once like a capture."""
         self.counters["padded_checks"] += 1
         got = engine.replay(call)
-        want = calc._run_regular(call, forces=forces, stress=False)
-        problem = self._compare(calc, got, want, call)
+        want = host.regular(call, forces=forces)
+        problem = self._compare(host, got, want, call)
         self.counters["regular_calls"] += 1
         if problem is not None:
-            self._reject(calc, key, f"reusing the graph of {engine.key[1]} rows: {problem}")
+            self._reject(host, key, f"reusing the graph of {engine.key[1]} rows: {problem}")
             return want
         self.checked[key] = engine.key
         self.engines.move_to_end(engine.key)
         return want
 
     @staticmethod
-    def _compare(calc: Any, got: Outputs, want: Outputs, call: CallInputs) -> str | None:
-        info = calc.info
+    def _compare(host: EngineHost, got: Outputs, want: Outputs, call: CallInputs) -> str | None:
+        info = host.info
         per_atom = {"forces", info.atomic_energy, *info.node_outputs} - {None}
         return mismatch(convert(got, call, info), convert(want, call, info), call.counts, per_atom)
 
-    def _build(self, calc: Any, call: CallInputs, key: tuple, forces: bool, edges: int | None) -> StaticEngine:
+    def _build(self, host: EngineHost, call: CallInputs, key: tuple, forces: bool, edges: int | None) -> StaticEngine:
         if key[0] == "dense":
-            engine: StaticEngine = DenseEngine(calc, key[1], key[2], forces)
+            engine: StaticEngine = DenseEngine(host, key[1], key[2], forces)
         elif key[0] == "periodic":
-            capacity = neighbour_capacity(call, calc.info.cutoff)
+            capacity = neighbour_capacity(call, host.info.cutoff)
             if edges is not None:
                 capacity = max(capacity, -(-int(edges * 1.25 + 1) // 8) * 8)
-            engine = PeriodicEngine(calc, key[1], forces, call, capacity)
+            engine = PeriodicEngine(host, key[1], forces, call, capacity)
         else:
-            probe = SparseEngine(calc, key[1], key[2], forces, capacity=1)
+            probe = SparseEngine(host, key[1], key[2], forces, capacity=1)
             needed = probe.edge_count(call) if edges is None else edges
             probe.release()
-            engine = SparseEngine(calc, key[1], key[2], forces, capacity=capacity_for(needed))
+            engine = SparseEngine(host, key[1], key[2], forces, capacity=capacity_for(needed))
         self._building = engine
         engine.load(call)
         engine.capture(self.backend)
@@ -273,35 +280,35 @@ class GraphEngineCache:
         return int(self.backend.pool_bytes()) + static + (extra.static_bytes if extra is not None else 0)
 
     def _build_and_admit(
-        self, calc: Any, call: CallInputs, key: tuple, forces: bool, edges: int | None = None
+        self, host: EngineHost, call: CallInputs, key: tuple, forces: bool, edges: int | None = None
     ) -> Outputs | None:
-        self.budget_bytes = int(self.budget_fraction * self.backend.total_memory(calc.device))
+        self.budget_bytes = int(self.budget_fraction * self.backend.total_memory(host.device))
         if key[0] == "sparse" and estimated_bytes(key[1]) > self.budget_bytes:
-            self._reject_budget(calc, key, estimated_bytes(key[1]))  # never allocate the O(N^2) pairs
+            self._reject_budget(host, key, estimated_bytes(key[1]))  # never allocate the O(N^2) pairs
             raise _Rejected
-        engine = self._build(calc, call, key, forces, edges)
+        engine = self._build(host, call, key, forces, edges)
         if self.backend.pool_bytes() <= 0:
             self._building = None
             engine.release()
-            self._reject(calc, key, "the captured graph's memory pool reports no segments", warn=False)
+            self._reject(host, key, "the captured graph's memory pool reports no segments", warn=False)
             self._retire_if_needed()
             raise _Rejected
         size = self.retained_bytes(engine)
         if size > self.budget_bytes:
             self._building = None
             engine.release()
-            self._reject_budget(calc, key, size)
+            self._reject_budget(host, key, size)
             raise _Rejected
         got = engine.replay(call)
-        want = calc._run_regular(call, forces=forces, stress=False)
-        problem = self._compare(calc, got, want, call)
+        want = host.regular(call, forces=forces)
+        problem = self._compare(host, got, want, call)
         if problem is None and engine.overflowed() is not None:
             problem = "neighbour buffer overflow during validation"
         self._building = None
         self.counters["regular_calls"] += 1
         if problem is not None:
             engine.release()
-            self._reject(calc, key, problem)
+            self._reject(host, key, problem)
             return want
         while len(self.engines) >= self.max_engines:
             _, old = self.engines.popitem(last=False)
@@ -311,31 +318,29 @@ class GraphEngineCache:
         self.counters["admitted"] += 1
         return want
 
-    def _reject(self, calc: Any, key: tuple, problem: str, *, warn: bool = True) -> None:
+    def _reject(self, host: EngineHost, key: tuple, problem: str, *, warn: bool = True) -> None:
         self.layouts[key] = problem
         self.layouts.move_to_end(key)
         self.counters["rejected"] += 1
         if warn:
-            calc._warnings.warn(
-                "cuda_graph",
+            host.warn(
                 "rejected",
                 f"a captured CUDA graph did not match the regular path ({problem}); that layout stays on the "
                 "regular path",
             )
         self._retire_if_needed()
 
-    def _reject_budget(self, calc: Any, key: tuple, size: int) -> None:
+    def _reject_budget(self, host: EngineHost, key: tuple, size: int) -> None:
         self.layouts[key] = "budget"
         self.counters["budget_rejected"] += 1
-        calc._warnings.warn(
-            "cuda_graph",
+        host.warn(
             "budget",
             f"a CUDA graph retaining {size} bytes does not fit the budget of {self.budget_bytes} bytes "
             f"({self.budget_fraction:.0%} of device memory); that layout stays on the regular path",
         )
         self._retire_if_needed()
 
-    def _failed(self, calc: Any, key: tuple, engine: StaticEngine | None, exc: Exception) -> None:
+    def _failed(self, host: EngineHost, key: tuple, engine: StaticEngine | None, exc: Exception) -> None:
         """A capture, check or replay raised: release what it touched, reject ``key``, warn once."""
         self.counters["failures"] += 1
         building, self._building = self._building, None
@@ -344,8 +349,7 @@ class GraphEngineCache:
         for broken in {key, *((engine.key,) if engine is not None else ())}:
             self._drop(broken)
         self.layouts[key] = f"failed: {type(exc).__name__}: {exc}"
-        calc._warnings.warn(
-            "cuda_graph",
+        host.warn(
             "failure",
             f"a CUDA-graph capture, check or replay failed ({type(exc).__name__}: {exc}); that layout "
             "uses the regular path",
@@ -377,4 +381,3 @@ class GraphEngineCache:
         if engine is not None:
             engine.release()
         self.checked = {k: v for k, v in self.checked.items() if v != key}
-

@@ -21,7 +21,6 @@ that much before a rebuild.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
@@ -29,7 +28,8 @@ from hydragnn.data.validation import perpendicular_widths
 
 from ..inputs import CallInputs
 from .backends import Outputs
-from .base import StaticEngine, static_forward
+from .base import StaticEngine, with_sink
+from .host import EngineHost
 
 SPARE = 1.25
 """Neighbour-matrix width = ``SPARE`` x the largest count seen at build, rounded up to 8."""
@@ -61,10 +61,12 @@ class PeriodicEngine(StaticEngine):
 
     kind = "periodic"
 
-    def __init__(self, calc: Any, counts: tuple[int, ...], forces: bool, call: CallInputs, capacity: int) -> None:
+    def __init__(
+        self, host: EngineHost, counts: tuple[int, ...], forces: bool, call: CallInputs, capacity: int
+    ) -> None:
         from nvalchemiops.torch.neighbors.neighbor_utils import compute_naive_num_shifts  # slow import: lazy
 
-        super().__init__(calc, ("periodic", counts, forces), forces)
+        super().__init__(host, ("periodic", counts, forces), forces)
         self.counts = counts
         self.num_nodes, self.num_graphs, self.capacity = sum(counts), len(counts), capacity
         self.search_cutoff = search_cutoff(self.cutoff, self.dtype)
@@ -98,9 +100,7 @@ class PeriodicEngine(StaticEngine):
             "targets": torch.arange(n, device=dev).unsqueeze(1).expand(n, capacity).contiguous(),
             "slots": torch.arange(capacity, device=dev),
         }
-        self.graph_inputs = calc.info.graph_inputs
-        if self.graph_inputs:
-            self.buffers["graph_attr"] = torch.zeros(b + 1, len(self.graph_inputs), dtype=self.dtype, device=dev)
+        self.add_graph_attr_buffer()
 
     def fn(self) -> Outputs:
         from nvalchemiops.torch.neighbors import batch_naive_neighbor_list
@@ -125,9 +125,7 @@ class PeriodicEngine(StaticEngine):
             per_atom_cell_offsets_buffer=buf["cell_offsets"],
             inv_cell_buffer=buf["inv_cell"],
         )
-        pos = torch.cat([buf["pos"], buf["pos"].new_zeros(1, 3)])
-        z = torch.cat([buf["numbers"], buf["numbers"].new_zeros(1)])
-        batch = torch.cat([buf["batch"], buf["batch"].new_full((1,), self.num_graphs)])
+        pos, z, batch = with_sink(buf["pos"], buf["numbers"], buf["batch"], self.num_graphs)
         src = matrix.long().clamp(0, sink).reshape(-1)
         dst = buf["targets"].reshape(-1)
         image = shifts.to(self.dtype).reshape(-1, 3)
@@ -139,19 +137,8 @@ class PeriodicEngine(StaticEngine):
         edge_index = torch.stack([torch.where(valid, src, sink), torch.where(valid, dst, sink)])
         edge_shift = torch.where(valid.unsqueeze(-1), offset, torch.zeros_like(offset))
         cell = torch.cat([buf["cell"], torch.eye(3, dtype=self.dtype, device=self.device).unsqueeze(0)])
-        out = static_forward(
-            self.model,
-            pos=pos,
-            numbers=z,
-            batch=batch,
-            edge_index=edge_index,
-            num_graphs=self.num_graphs + 1,
-            graph_attr=buf.get("graph_attr"),
-            forces=self.forces,
-            edge_shift=edge_shift,
-            cell=cell,
-            pbc=torch.cat([buf["pbc"], buf["pbc"].new_zeros(1, 3)]),
-        )
+        pbc = torch.cat([buf["pbc"], buf["pbc"].new_zeros(1, 3)])
+        out = self.forward(pos, z, batch, edge_index, edge_shift=edge_shift, cell=cell, pbc=pbc)
         out["_max_neighbours"] = num.max()
         out["_images_short"] = (images_needed(buf["cell"], self.search_cutoff) > buf["shift_range"]).any()
         return out
@@ -161,9 +148,7 @@ class PeriodicEngine(StaticEngine):
         buf["pos"].copy_(call.pos.to(self.dtype))
         buf["numbers"].copy_(call.numbers)
         buf["cell"].copy_(call.cell.to(self.dtype))
-        if "graph_attr" in buf:
-            buf["graph_attr"].zero_()
-            buf["graph_attr"][: call.num_graphs].copy_(call.graph_attr(self.graph_inputs, self.dtype))
+        self.load_graph_attr(call)
 
     def overflowed(self) -> int | None:
         """After a replay: ``None`` when the buffers fit, else a reason to rebuild (the neighbour count)."""

@@ -14,13 +14,13 @@ indices): this engine serves the mid-size range above ``nb_threshold``.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 
 from ..inputs import CallInputs
 from .backends import Outputs
-from .base import StaticEngine, static_forward
+from .base import StaticEngine, with_sink
+from .host import EngineHost
 
 SPARE = 1.25
 """Edge capacity = ``SPARE`` x the edge count seen at build (+ ``MIN_SPARE``)."""
@@ -53,8 +53,8 @@ class SparseEngine(StaticEngine):
 
     kind = "sparse"
 
-    def __init__(self, calc: Any, num_atoms: int, num_graphs: int, forces: bool, capacity: int) -> None:
-        super().__init__(calc, ("sparse", num_atoms, num_graphs, forces), forces)
+    def __init__(self, host: EngineHost, num_atoms: int, num_graphs: int, forces: bool, capacity: int) -> None:
+        super().__init__(host, ("sparse", num_atoms, num_graphs, forces), forces)
         self.num_nodes, self.num_graphs, self.capacity = num_atoms, num_graphs, capacity
         dev = self.device
         idx = torch.arange(num_atoms, device=dev)
@@ -67,9 +67,7 @@ class SparseEngine(StaticEngine):
             "src": j[off].contiguous(),
             "dst": i[off].contiguous(),
         }
-        self.graph_inputs = calc.info.graph_inputs
-        if self.graph_inputs:
-            self.buffers["graph_attr"] = torch.zeros(num_graphs + 1, len(self.graph_inputs), dtype=self.dtype, device=dev)
+        self.add_graph_attr_buffer()
 
     def fn(self) -> Outputs:
         buf = self.buffers
@@ -82,19 +80,8 @@ class SparseEngine(StaticEngine):
         fill = torch.full((cap + 1,), sink, dtype=torch.long, device=src.device)
         src_e = fill.scatter(0, slot, torch.where(valid, src, torch.full_like(src, sink)))[:cap]
         dst_e = fill.scatter(0, slot, torch.where(valid, dst, torch.full_like(dst, sink)))[:cap]
-        pos = torch.cat([buf["pos"], buf["pos"].new_zeros(1, 3)])
-        z = torch.cat([buf["numbers"], buf["numbers"].new_zeros(1)])
-        batch = torch.cat([buf["batch"], buf["batch"].new_full((1,), self.num_graphs)])
-        out = static_forward(
-            self.model,
-            pos=pos,
-            numbers=z,
-            batch=batch,
-            edge_index=torch.stack([src_e, dst_e]),
-            num_graphs=self.num_graphs + 1,
-            graph_attr=buf.get("graph_attr"),
-            forces=self.forces,
-        )
+        nodes = with_sink(buf["pos"], buf["numbers"], buf["batch"], self.num_graphs)
+        out = self.forward(*nodes, torch.stack([src_e, dst_e]))
         out["_edge_count"] = count
         return out
 
@@ -103,9 +90,7 @@ class SparseEngine(StaticEngine):
         buf["pos"].copy_(call.pos.to(self.dtype))
         buf["numbers"].copy_(call.numbers)
         buf["batch"].copy_(call.batch)
-        if "graph_attr" in buf:
-            buf["graph_attr"].zero_()
-            buf["graph_attr"][: call.num_graphs].copy_(call.graph_attr(self.graph_inputs, self.dtype))
+        self.load_graph_attr(call)
 
     def edge_count(self, call: CallInputs) -> int:
         """Edges ``call`` needs (eager, outside any capture)."""
