@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,7 @@ import torch
 from hydragnn.data import DataError
 from hydragnn.data.atomic_references import parse_reference_energies
 
-from .config_values import check_choice, check_positive, check_typed
+from .config_parse import parse_fields, parse_value
 from .encoders import EncoderConfig, get_encoder
 from .energy_heads import EnergyHeadSpec, parse_energy_heads
 from .errors import ModelConfigError
@@ -58,46 +57,10 @@ CONDITIONING_MODES: tuple[str, ...] = ("concat_node", "film", "fuse_pool")
 _ALIASES = {"activation_function": "activation"}
 
 
-# Common scalar keys: name -> (kind, optional). Defaults are the ModelConfig field defaults.
-_SCALARS: dict[str, tuple[str, bool]] = {
-    "hidden_dim": ("int", False),
-    "num_conv_layers": ("int", False),
-    "radius": ("float", False),
-    "max_neighbours": ("int", True),
-    "num_radial": ("int", False),
-    "num_species": ("int", True),
-    "activation": ("str", False),
-    "graph_pooling": ("str", False),
-    "precision": ("str", False),
-    "conv_checkpointing": ("bool", False),
-    "enable_interatomic_potential": ("bool", False),
-    "compute_grad_energy": ("bool", False),
-    "dynamic_graph": ("bool", False),
-    "energy_name": ("str", False),
-    "forces_name": ("str", False),
-    "atomic_energy_name": ("str", False),
-    "stress_name": ("str", False),
-    "trainable_reference_energies": ("bool", False),
-    "energy_shift": ("float", False),
-    "energy_scale": ("float", False),
-    "loss_function_type": ("str", False),
-    "huber_delta": ("float", False),
-    "energy_loss": ("str", False),
-    "energy_weight": ("float", True),
-    "forces_weight": ("float", True),
-    "stress_weight": ("float", True),
-    "global_attn_engine": ("str", True),
-    "global_attn_type": ("str", False),
-    "global_attn_heads": ("int", False),
-    "global_attn_layers": ("int", True),
-    "global_attn_features": ("int", False),
-    "pe_dim": ("int", False),
-    "use_graph_attr_conditioning": ("bool", False),
-    "graph_attr_conditioning_mode": ("str", False),
-}
-_STRUCTURED = {"mpnn_type", "output_heads", "task_weights", "reference_energies", "energy_heads"}
-COMMON_KEYS: frozenset[str] = frozenset(_SCALARS) | _STRUCTURED
-"""Every key of ``Architecture`` that is not encoder-specific."""
+_POSITIVE = {"gt": 0}
+_NON_NEGATIVE = {"min": 0}
+_CUSTOM = frozenset({"mpnn_type", "encoder", "output_heads", "task_weights", "reference_energies", "energy_heads", "raw"})
+"""Fields parsed by hand (the encoder's class, shapes that depend on other keys); the rest by annotation."""
 
 
 @dataclass(frozen=True)
@@ -161,15 +124,15 @@ class ModelConfig:
     mpnn_type: str | None
     encoder: EncoderConfig
     output_heads: HeadsConfig
-    hidden_dim: int = 64
-    num_conv_layers: int = 3
-    radius: float = 5.0
-    max_neighbours: int | None = None
-    num_radial: int = 20
-    num_species: int | None = None
-    activation: str = "silu"
-    graph_pooling: str = "mean"
-    precision: str = "fp32"
+    hidden_dim: int = field(default=64, metadata=_POSITIVE)
+    num_conv_layers: int = field(default=3, metadata=_POSITIVE)
+    radius: float = field(default=5.0, metadata=_POSITIVE)
+    max_neighbours: int | None = field(default=None, metadata=_POSITIVE)
+    num_radial: int = field(default=20, metadata=_POSITIVE)
+    num_species: int | None = field(default=None, metadata=_NON_NEGATIVE)
+    activation: str = field(default="silu", metadata={"choices": ACTIVATIONS})
+    graph_pooling: str = field(default="mean", metadata={"choices": POOLINGS})
+    precision: str = field(default="fp32", metadata={"choices": PRECISIONS})
     conv_checkpointing: bool = False
     enable_interatomic_potential: bool = False
     compute_grad_energy: bool = True
@@ -181,23 +144,23 @@ class ModelConfig:
     reference_energies: tuple[tuple[int, float], ...] | None = None
     trainable_reference_energies: bool = False
     energy_shift: float = 0.0
-    energy_scale: float = 1.0
+    energy_scale: float = field(default=1.0, metadata=_POSITIVE)
     energy_heads: tuple[EnergyHeadSpec, ...] | None = None
     task_weights: tuple[float, ...] | tuple[tuple[str, float], ...] | None = None
-    loss_function_type: str = "mse"
-    huber_delta: float = 1.0
-    energy_loss: str = "per_atom"
-    energy_weight: float | None = None
-    forces_weight: float | None = None
-    stress_weight: float | None = None
-    global_attn_engine: str | None = None
-    global_attn_type: str = "multihead"
-    global_attn_heads: int = 4
-    global_attn_layers: int | None = None
-    global_attn_features: int = 64
-    pe_dim: int = 0
+    loss_function_type: str = field(default="mse", metadata={"choices": LOSS_TYPES})
+    huber_delta: float = field(default=1.0, metadata=_POSITIVE)
+    energy_loss: str = field(default="per_atom", metadata={"choices": ENERGY_LOSSES})
+    energy_weight: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    forces_weight: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    stress_weight: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    global_attn_engine: str | None = field(default=None, metadata={"choices": GLOBAL_ATTN_ENGINES})
+    global_attn_type: str = field(default="multihead", metadata={"choices": GLOBAL_ATTN_TYPES})
+    global_attn_heads: int = field(default=4, metadata=_POSITIVE)
+    global_attn_layers: int | None = field(default=None, metadata=_POSITIVE)
+    global_attn_features: int = field(default=64, metadata=_POSITIVE)
+    pe_dim: int = field(default=0, metadata=_NON_NEGATIVE)
     use_graph_attr_conditioning: bool = False
-    graph_attr_conditioning_mode: str = "concat_node"
+    graph_attr_conditioning_mode: str = field(default="concat_node", metadata={"choices": CONDITIONING_MODES})
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -236,54 +199,22 @@ class ModelConfig:
                 if new in values:
                     raise ModelConfigError(f"{ROOT}: give either {old!r} or {new!r}, not both")
                 values[new] = values.pop(old)
-        kwargs: dict[str, Any] = {}
-        for key, (kind, optional) in _SCALARS.items():
-            if key in values:
-                kwargs[key] = check_typed(values[key], kind, f"{ROOT}.{key}", optional=optional)
+        kwargs = parse_fields(cls, values, ROOT, ModelConfigError, skip=_CUSTOM)
         engine = kwargs.get("global_attn_engine")
-        if engine is not None:
-            check_choice(engine, GLOBAL_ATTN_ENGINES, f"{ROOT}.global_attn_engine")
         standalone = engine == "EquivariantTransformer" and values.get("mpnn_type") is None
         if "mpnn_type" not in values and not standalone:
             raise ModelConfigError(
                 f"{ROOT}.mpnn_type: required (the encoder name; it may be null only with "
                 'global_attn_engine "EquivariantTransformer")'
             )
-        mpnn_type = None if standalone else check_typed(values["mpnn_type"], "str", f"{ROOT}.mpnn_type")
+        mpnn_type = None if standalone else parse_value(values["mpnn_type"], str, f"{ROOT}.mpnn_type", ModelConfigError)
         encoder_cls = None if mpnn_type is None else get_encoder(mpnn_type)
         _check_global_attention(kwargs, encoder_cls)
-        for key in (
-            "hidden_dim",
-            "num_conv_layers",
-            "num_radial",
-            "radius",
-            "max_neighbours",
-            "huber_delta",
-            "global_attn_heads",
-            "global_attn_layers",
-            "global_attn_features",
-        ):
-            check_positive(kwargs.get(key), f"{ROOT}.{key}")
-        check_positive(kwargs.get("num_species"), f"{ROOT}.num_species", allow_zero=True)
-        check_positive(kwargs.get("energy_scale"), f"{ROOT}.energy_scale")
-        for key in ("energy_shift", "energy_scale"):
-            if key in kwargs and not math.isfinite(kwargs[key]):
-                raise ModelConfigError(f"{ROOT}.{key}: expected a finite number, found {kwargs[key]!r}")
         for key in ROLE_WEIGHTS:
-            check_positive(kwargs.get(key), f"{ROOT}.{key}", allow_zero=True)
             if kwargs.get(key) is not None and not kwargs.get("enable_interatomic_potential", False):
                 raise ModelConfigError(
                     f"{ROOT}.{key}: only for interatomic potentials (enable_interatomic_potential); use task_weights"
                 )
-        for key, options in (
-            ("activation", ACTIVATIONS),
-            ("graph_pooling", POOLINGS),
-            ("precision", PRECISIONS),
-            ("loss_function_type", LOSS_TYPES),
-            ("energy_loss", ENERGY_LOSSES),
-        ):
-            if key in kwargs:
-                check_choice(kwargs[key], options, f"{ROOT}.{key}")
         hidden = kwargs.get("hidden_dim", cls.hidden_dim)
         heads = HeadsConfig.from_dict(values.get("output_heads"), hidden)
         if "task_weights" in values:
@@ -308,17 +239,13 @@ class ModelConfig:
         return cls(mpnn_type=mpnn_type, encoder=encoder, output_heads=heads, raw=raw, **kwargs)
 
 
+COMMON_KEYS: frozenset[str] = frozenset(f.name for f in dataclasses.fields(ModelConfig)) - {"encoder", "raw"}
+"""Every key of ``Architecture`` that is not encoder-specific (the fields of :class:`ModelConfig`)."""
+
+
 def _check_global_attention(kwargs: dict[str, Any], encoder_cls: type | None) -> None:
     """Rules between the global-attention and conditioning keys (errors name the key)."""
     engine = kwargs.get("global_attn_engine")
-    attn_type = kwargs.get("global_attn_type", "multihead")
-    check_choice(attn_type, GLOBAL_ATTN_TYPES, f"{ROOT}.global_attn_type")
-    check_choice(
-        kwargs.get("graph_attr_conditioning_mode", "concat_node"),
-        CONDITIONING_MODES,
-        f"{ROOT}.graph_attr_conditioning_mode",
-    )
-    check_positive(kwargs.get("pe_dim"), f"{ROOT}.pe_dim", allow_zero=True)
     heads = kwargs.get("global_attn_heads", ModelConfig.global_attn_heads)
     hidden = kwargs.get("hidden_dim", ModelConfig.hidden_dim)
     if engine is not None and heads > 0 and hidden % heads:
@@ -345,13 +272,17 @@ def _check_global_attention(kwargs: dict[str, Any], encoder_cls: type | None) ->
         raise ModelConfigError(f'{ROOT}.global_attn_layers: only used with global_attn_engine "EquivariantTransformer"')
 
 
+def _float(value: Any, where: str) -> float:
+    return parse_value(value, float, where, ModelConfigError)
+
+
 def _task_weights(values: Any) -> tuple:
     where = f"{ROOT}.task_weights"
     if isinstance(values, Mapping):
-        out = tuple((check_typed(k, "str", where), check_typed(v, "float", f"{where}.{k}")) for k, v in values.items())
+        out = tuple((parse_value(k, str, where, ModelConfigError), _float(v, f"{where}.{k}")) for k, v in values.items())
         weights = [w for _, w in out]
     elif isinstance(values, list):
-        out = tuple(check_typed(v, "float", f"{where}[{i}]") for i, v in enumerate(values))
+        out = tuple(_float(v, f"{where}[{i}]") for i, v in enumerate(values))
         weights = list(out)
     else:
         raise ModelConfigError(
@@ -366,14 +297,14 @@ def _reference_energies(values: Any, where: str = f"{ROOT}.reference_energies") 
     if values is None:
         return None
     if isinstance(values, list):
-        return tuple((z, check_typed(v, "float", f"{where}[{z}]")) for z, v in enumerate(values))
+        return tuple((z, _float(v, f"{where}[{z}]")) for z, v in enumerate(values))
     if not isinstance(values, Mapping):
         raise ModelConfigError(
             f"{where}: expected an object {{symbol or atomic number: energy}} or a list indexed by atomic number, "
             f"found {type(values).__name__}"
         )
     for key, value in values.items():
-        check_typed(value, "float", f"{where}.{key}")
+        _float(value, f"{where}.{key}")
     try:
         table = parse_reference_energies(values, where)
     except DataError as exc:

@@ -22,11 +22,11 @@ Architecture's.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .config_parse import check_keys, parse_value
 from .errors import ModelConfigError
 
 __all__ = ["EnergyHeadSpec", "parse_energy_heads"]
@@ -61,20 +61,14 @@ def parse_energy_heads(
             item = {"name": item}
         if not isinstance(item, Mapping):
             raise ModelConfigError(f"{at}: expected a name or an object with 'name', found {type(item).__name__}")
-        unknown = sorted(set(item) - _KEYS)
-        if unknown:
-            raise ModelConfigError(f"{at}: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
+        check_keys(item, at, _KEYS, ModelConfigError)
         name = item.get("name")
         if not isinstance(name, str) or not name:
             raise ModelConfigError(f"{at}.name: expected a non-empty string, found {name!r}")
-        numbers = {}
-        for key in ("energy_shift", "energy_scale"):
-            value = item.get(key)
-            if value is not None:
-                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                if not ok or (key == "energy_scale" and value <= 0):
-                    raise ModelConfigError(f"{at}.{key}: expected a finite number{' > 0' if key == 'energy_scale' else ''}, found {value!r}")
-                numbers[key] = float(value)
+        numbers = {
+            key: parse_value(item.get(key), float | None, f"{at}.{key}", ModelConfigError, meta)
+            for key, meta in (("energy_shift", {}), ("energy_scale", {"gt": 0, "noun": "a finite number"}))
+        }
         refs = item.get("reference_energies")
         specs.append(
             EnergyHeadSpec(

@@ -1,29 +1,57 @@
-"""The ``output_heads`` section of ``Architecture``: graph, node and edge head layer widths."""
+"""The ``output_heads`` section of ``Architecture``: graph, node and edge head layer widths.
+
+The JSON keys of each head kind (``num_headlayers``, ``dim_headlayers``, ...) are the fields of a
+small dataclass parsed by :mod:`hydragnn.models.config_parse`; :meth:`HeadsConfig.from_dict`
+turns them into per-layer widths (an int width is repeated, a list gives one per layer).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from .config_values import check_choice, check_positive, check_section, check_typed
+from .config_parse import check_keys, check_range, parse_dataclass
 from .errors import ModelConfigError
 
 ROOT = "NeuralNetwork.Architecture"
 NODE_HEAD_TYPES: tuple[str, ...] = ("mlp", "conv")
+_COUNT = {"min": 0}
+Widths = int | tuple[int, ...] | None
 
 
-def _layer_dims(num: int, dims: Any, default: int, where: str) -> tuple[int, ...]:
-    """``dim_*layers`` as an int (same width for every layer) or a list of ``num`` ints."""
+@dataclass(frozen=True)
+class _GraphKeys:
+    num_sharedlayers: int = field(default=1, metadata=_COUNT)
+    dim_sharedlayers: Widths = None
+    num_headlayers: int = field(default=2, metadata=_COUNT)
+    dim_headlayers: Widths = None
+
+
+@dataclass(frozen=True)
+class _NodeKeys:
+    num_headlayers: int = field(default=2, metadata=_COUNT)
+    dim_headlayers: Widths = None
+    type: str = field(default="mlp", metadata={"choices": NODE_HEAD_TYPES})
+
+
+@dataclass(frozen=True)
+class _EdgeKeys:
+    num_headlayers: int = field(default=2, metadata=_COUNT)
+    dim_headlayers: Widths = None
+
+
+def _layer_dims(num: int, dims: int | tuple[int, ...] | None, default: int, where: str) -> tuple[int, ...]:
+    """``dim_*layers`` as an int (same width for every layer) or a list of ``num`` ints (> 0)."""
     if dims is None:
         return (default,) * num
-    if isinstance(dims, list):
-        out = tuple(check_typed(d, "int", f"{where}[{i}]") for i, d in enumerate(dims))
-        if len(out) != num:
-            raise ModelConfigError(f"{where}: expected {num} widths (one per layer), found {len(out)}")
+    if isinstance(dims, tuple):
+        if len(dims) != num:
+            raise ModelConfigError(f"{where}: expected {num} widths (one per layer), found {len(dims)}")
+        out = dims
     else:
-        out = (check_typed(dims, "int", where),) * num
+        out = (dims,) * num
     for i, d in enumerate(out):
-        check_positive(d, f"{where}[{i}]")
+        check_range(d, {"gt": 0}, f"{where}[{i}]", ModelConfigError)
     return out
 
 
@@ -61,38 +89,21 @@ class HeadsConfig:
     @classmethod
     def from_dict(cls, values: Any, hidden_dim: int, where: str = f"{ROOT}.output_heads") -> HeadsConfig:
         """Parse ``output_heads``; widths default to ``hidden_dim``, layer counts to 1 shared / 2 head."""
-        sections = check_section(values if values is not None else {}, where, {"graph", "node", "edge"})
-
-        def counts(sec: dict[str, Any], w: str, key: str, default: int) -> int:
-            n = check_typed(sec.get(key, default), "int", f"{w}.{key}")
-            check_positive(n, f"{w}.{key}", allow_zero=True)
-            return n
-
+        sections = check_keys(values, where, {"graph", "node", "edge"}, ModelConfigError)
         w = f"{where}.graph"
-        g = check_section(
-            sections.get("graph") or {}, w, {"num_sharedlayers", "dim_sharedlayers", "num_headlayers", "dim_headlayers"}
-        )
+        g = parse_dataclass(_GraphKeys, sections.get("graph"), w, ModelConfigError)
         graph = GraphHeadConfig(
-            shared_dims=_layer_dims(
-                counts(g, w, "num_sharedlayers", 1), g.get("dim_sharedlayers"), hidden_dim, f"{w}.dim_sharedlayers"
-            ),
-            head_dims=_layer_dims(
-                counts(g, w, "num_headlayers", 2), g.get("dim_headlayers"), hidden_dim, f"{w}.dim_headlayers"
-            ),
+            shared_dims=_layer_dims(g.num_sharedlayers, g.dim_sharedlayers, hidden_dim, f"{w}.dim_sharedlayers"),
+            head_dims=_layer_dims(g.num_headlayers, g.dim_headlayers, hidden_dim, f"{w}.dim_headlayers"),
         )
         w = f"{where}.node"
-        n = check_section(sections.get("node") or {}, w, {"num_headlayers", "dim_headlayers", "type"})
+        n = parse_dataclass(_NodeKeys, sections.get("node"), w, ModelConfigError)
         node = NodeHeadConfig(
-            head_dims=_layer_dims(
-                counts(n, w, "num_headlayers", 2), n.get("dim_headlayers"), hidden_dim, f"{w}.dim_headlayers"
-            ),
-            type=check_choice(check_typed(n.get("type", "mlp"), "str", f"{w}.type"), NODE_HEAD_TYPES, f"{w}.type"),
+            head_dims=_layer_dims(n.num_headlayers, n.dim_headlayers, hidden_dim, f"{w}.dim_headlayers"), type=n.type
         )
         w = f"{where}.edge"
-        e = check_section(sections.get("edge") or {}, w, {"num_headlayers", "dim_headlayers"})
+        e = parse_dataclass(_EdgeKeys, sections.get("edge"), w, ModelConfigError)
         edge = EdgeHeadConfig(
-            head_dims=_layer_dims(
-                counts(e, w, "num_headlayers", 2), e.get("dim_headlayers"), hidden_dim, f"{w}.dim_headlayers"
-            ),
+            head_dims=_layer_dims(e.num_headlayers, e.dim_headlayers, hidden_dim, f"{w}.dim_headlayers")
         )
         return cls(graph=graph, node=node, edge=edge)

@@ -26,12 +26,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hydragnn.data import BatchingConfig, DataError, Schema, SchemaError
 from hydragnn.data.atomic import atomic_write
 from hydragnn.models import ModelConfig, ModelConfigError
 from hydragnn.models.config import COMMON_KEYS as ARCH_COMMON_KEYS
+from hydragnn.models.config_parse import parse_fields, parse_value, section_keys
 
 from .config_dataset import DatasetConfig, GeneratorConfig
 from .config_sections import (
@@ -43,14 +44,11 @@ from .config_sections import (
     ParallelismConfig,
     SchedulerConfig,
     SecondStageConfig,
-    at_least,
+    check_parallelism,
     choice,
     legacy_bool_section,
-    parse_checkpoint,
-    parse_early_stopping,
     plain,
     section,
-    typed,
 )
 from .errors import ConfigError
 from .finetune import FineTuneConfig
@@ -73,7 +71,6 @@ __all__ = [
 NN = "NeuralNetwork"
 TRAINING = f"{NN}.Training"
 ARCH = f"{NN}.Architecture"
-NAN_POLICIES = ("error", "skip")
 MODEL_KEYS_IN_TRAINING = (
     "loss_function_type",
     "compute_grad_energy",
@@ -113,25 +110,25 @@ class TrainingConfig:
         model_keys: ``loss_function_type`` etc. given here (already copied into Architecture).
     """
 
-    num_epoch: int = 10
-    batch_size: int = 32
-    seed: int = 0
-    batching: dict[str, Any] | None = None
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
-    local_sgd: LocalSGDConfig = field(default_factory=LocalSGDConfig)
-    nan_policy: str = "error"
-    max_skipped_fraction: float = 0.1
-    max_time_s: float | None = None
-    clip_grad_norm: float | None = None
-    ema: EMAConfig = field(default_factory=EMAConfig)
-    second_stage: SecondStageConfig = field(default_factory=SecondStageConfig)
+    num_epoch: int = field(default=10, metadata={"min": 1})
+    batch_size: int = field(default=32, metadata={"min": 1})
+    seed: int = field(default=0, metadata={"min": 0})
+    batching: dict[str, Any] | None = field(default=None, metadata={"json": "Batching"})
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig, metadata={"json": "Optimizer"})
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig, metadata={"json": "Scheduler"})
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig, metadata={"json": "EarlyStopping"})
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig, metadata={"json": "Checkpoint"})
+    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig, metadata={"json": "Parallelism"})
+    local_sgd: LocalSGDConfig = field(default_factory=LocalSGDConfig, metadata={"json": "LocalSGD"})
+    nan_policy: Literal["error", "skip"] = "error"
+    max_skipped_fraction: float = field(default=0.1, metadata={"min": 0, "max": 1, "noun": "a fraction"})
+    max_time_s: float | None = field(default=None, metadata={"gt": 0})
+    clip_grad_norm: float | None = field(default=None, metadata={"gt": 0})
+    ema: EMAConfig = field(default_factory=EMAConfig, metadata={"json": "EMA"})
+    second_stage: SecondStageConfig = field(default_factory=SecondStageConfig, metadata={"json": "SecondStage"})
     init_from: str | None = None
-    fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig)
-    global_attn_redraw_interval: int | None = 1000
+    fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig, metadata={"json": "FineTune"})
+    global_attn_redraw_interval: int | None = field(default=1000, metadata={"min": 1})
     model_keys: tuple[tuple[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,30 +162,12 @@ class TrainingConfig:
         return out
 
 
-_TRAINING_KEYS = {
-    "num_epoch",
-    "batch_size",
-    "seed",
-    "Batching",
-    "Optimizer",
-    "Scheduler",
-    "EarlyStopping",
-    "patience",
-    "Checkpoint",
-    "checkpoint_warmup",
-    "Parallelism",
-    "LocalSGD",
-    "nan_policy",
-    "max_skipped_fraction",
-    "max_time_s",
-    "clip_grad_norm",
-    "EMA",
-    "SecondStage",
-    "init_from",
-    "FineTune",
-    "global_attn_redraw_interval",
-    *MODEL_KEYS_IN_TRAINING,
-}
+_SECTIONS = frozenset(
+    {"Batching", "Optimizer", "Scheduler", "EarlyStopping", "Checkpoint", "Parallelism", "LocalSGD", "EMA"}
+    | {"SecondStage", "FineTune", "model_keys"}
+)
+"""Training keys parsed by their own ``from_dict`` (rules between their keys); the rest by annotation."""
+_TRAINING_KEYS = (section_keys(TrainingConfig) - {"model_keys"}) | {"patience", "checkpoint_warmup", *MODEL_KEYS_IN_TRAINING}
 
 
 def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
@@ -200,12 +179,9 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
     if isinstance(values, TrainingConfig):
         return values
     v = section(values, where, _TRAINING_KEYS)
-    kw: dict[str, Any] = {}
-    for key, low in (("num_epoch", 1), ("batch_size", 1), ("seed", 0)):
-        if key in v:
-            kw[key] = typed(v[key], "int", f"{where}.{key}")
-            at_least(kw[key], low, f"{where}.{key}")
-    num_epoch = kw.get("num_epoch", TrainingConfig.num_epoch)
+    if v.get("max_skipped_fraction", 0) is None:  # null: the default
+        del v["max_skipped_fraction"]
+    kw = parse_fields(TrainingConfig, v, where, ConfigError, skip=_SECTIONS)
     if v.get("Batching") is not None:
         try:
             BatchingConfig.from_dict(
@@ -216,35 +192,14 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
                 f"{NN}.{exc}" if str(exc).startswith("Training.") else f"{where}.Batching: {exc}"
             ) from exc
         kw["batching"] = copy.deepcopy(dict(v["Batching"]))
+    num_epoch = kw.get("num_epoch", TrainingConfig.num_epoch)
     kw["optimizer"] = OptimizerConfig.from_dict(v.get("Optimizer"), f"{where}.Optimizer")
     kw["scheduler"] = SchedulerConfig.from_dict(v.get("Scheduler"), f"{where}.Scheduler", num_epoch)
-    kw["early_stopping"] = parse_early_stopping(
-        legacy_bool_section(v, "EarlyStopping", "patience", "patience", where), f"{where}.EarlyStopping"
-    )
-    kw["checkpoint"] = parse_checkpoint(
-        legacy_bool_section(v, "Checkpoint", "checkpoint_warmup", "warmup", where), f"{where}.Checkpoint"
-    )
+    kw["early_stopping"] = legacy_bool_section(v, EarlyStoppingConfig, "EarlyStopping", "patience", "patience", where)
+    kw["checkpoint"] = legacy_bool_section(v, CheckpointConfig, "Checkpoint", "checkpoint_warmup", "warmup", where)
     par = kw["parallelism"] = ParallelismConfig.from_dict(v.get("Parallelism"), f"{where}.Parallelism")
-    lsgd = kw["local_sgd"] = LocalSGDConfig.from_dict(v.get("LocalSGD"), f"{where}.LocalSGD")
-    if lsgd.enabled and par.strategy != "ddp":
-        raise ConfigError(
-            f"{where}.LocalSGD.enabled: LocalSGD needs {where}.Parallelism.strategy 'ddp', found {par.strategy!r}"
-        )
-    if kw["optimizer"].use_zero_redundancy and par.strategy != "ddp":
-        raise ConfigError(
-            f"{where}.Optimizer.use_zero_redundancy: needs {where}.Parallelism.strategy 'ddp', found {par.strategy!r}"
-        )
-    if "nan_policy" in v:
-        kw["nan_policy"] = choice(v["nan_policy"], NAN_POLICIES, f"{where}.nan_policy")
-    if v.get("max_skipped_fraction") is not None:
-        fraction = typed(v["max_skipped_fraction"], "float", f"{where}.max_skipped_fraction")
-        if not 0.0 <= fraction <= 1.0:
-            raise ConfigError(f"{where}.max_skipped_fraction: expected a fraction in [0, 1], found {fraction!r}")
-        kw["max_skipped_fraction"] = fraction
-    for key in ("max_time_s", "clip_grad_norm"):
-        if v.get(key) is not None:
-            kw[key] = typed(v[key], "float", f"{where}.{key}")
-            at_least(kw[key], 0.0, f"{where}.{key}", strict=True)
+    kw["local_sgd"] = LocalSGDConfig.from_dict(v.get("LocalSGD"), f"{where}.LocalSGD")
+    check_parallelism(par, kw["local_sgd"], kw["optimizer"], where)
     kw["ema"] = EMAConfig.from_dict(v.get("EMA"), f"{where}.EMA")
     if kw["ema"].enabled and par.strategy in ("fsdp", "fsdp2"):
         raise ConfigError(
@@ -252,13 +207,7 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
             f"strategy {par.strategy!r} shards them (use none, ddp or deepspeed)"
         )
     kw["second_stage"] = SecondStageConfig.from_dict(v.get("SecondStage"), f"{where}.SecondStage")
-    if v.get("init_from") is not None:
-        kw["init_from"] = typed(v["init_from"], "str", f"{where}.init_from")
     kw["fine_tune"] = FineTuneConfig.from_dict(v.get("FineTune"), f"{where}.FineTune")
-    if "global_attn_redraw_interval" in v:
-        key = f"{where}.global_attn_redraw_interval"
-        kw["global_attn_redraw_interval"] = typed(v["global_attn_redraw_interval"], "int", key, optional=True)
-        at_least(kw["global_attn_redraw_interval"], 1, key)
     kw["model_keys"] = tuple((k, v[k]) for k in MODEL_KEYS_IN_TRAINING if k in v)
     return TrainingConfig(**kw)
 
@@ -395,9 +344,7 @@ def load_config(
                 + (" (a 'path' or 'train_file' of structures, or a 'generator')" if key == "Dataset" else "")
             )
     verb = section(top.get("Verbosity"), "Verbosity", {"level"})
-    level = typed(verb.get("level", 2), "int", "Verbosity.level")
-    if not 0 <= level <= 4:
-        raise ConfigError(f"Verbosity.level: expected 0 to 4, found {level}")
+    level = parse_value(verb.get("level", 2), int, "Verbosity.level", ConfigError, {"min": 0, "max": 4})
     schema = None
     if top.get("Variables") is not None:
         try:

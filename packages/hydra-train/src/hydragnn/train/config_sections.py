@@ -1,76 +1,57 @@
-"""Typed, validated sections of the JSON config (helpers of :mod:`hydragnn.train.config`).
+"""Typed sections of ``NeuralNetwork.Training`` (helpers of :mod:`hydragnn.train.config`).
 
-Every parser takes the JSON value and its JSON path, fills defaults, and raises
-:class:`~hydragnn.train.errors.ConfigError` naming the path and what was expected.
+Each section is a frozen dataclass whose fields, annotations and ``metadata`` (ranges, choices)
+are its JSON keys and rules; :mod:`hydragnn.models.config_parse` parses it with
+:class:`~hydragnn.train.errors.ConfigError` (messages name the JSON path). A section's
+``from_dict`` adds only the rules between its keys. :func:`check_parallelism` holds the rules
+between sections (strategy, LocalSGD, ZeroRedundancyOptimizer), checked once where the
+``Training`` section is parsed and again by ``make_strategy`` for a raw dict.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from hydragnn.models import config_parse as cp
 
 from .errors import ConfigError
 
-_KINDS = {
-    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-    "bool": lambda v: isinstance(v, bool),
-    "str": lambda v: isinstance(v, str),
-}
+_KINDS = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def typed(value: Any, kind: str, where: str, *, optional: bool = False) -> Any:
-    """Check a scalar JSON value (``int``, ``float``, ``bool`` or ``str``; ints pass as floats)."""
-    if value is None and optional:
-        return None
-    if not _KINDS[kind](value) or (kind == "float" and not math.isfinite(value)):
-        found = "null" if value is None else f"{type(value).__name__} {value!r}"
-        expected = "a finite float" if isinstance(value, float) and kind == "float" else kind
-        raise ConfigError(f"{where}: expected {expected}{' or null' if optional else ''}, found {found}")
-    return float(value) if kind == "float" else value
+    """One JSON scalar (``int``, ``float``, ``bool`` or ``str``) by the common rules."""
+    hint = _KINDS[kind] | None if optional else _KINDS[kind]
+    return cp.parse_value(value, hint, where, ConfigError)
 
 
-def section(values: Any, where: str, allowed: set[str] | frozenset[str]) -> dict[str, Any]:
+def section(values: Any, where: str, allowed: Iterable[str]) -> dict[str, Any]:
     """A JSON object with only ``allowed`` keys (``None`` is an empty object)."""
-    if values is None:
-        return {}
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"{where}: expected an object, found {type(values).__name__}")
-    unknown = sorted(set(values) - set(allowed))
-    if unknown:
-        paths = ", ".join(f"{where}.{k}" for k in unknown)
-        raise ConfigError(f"{paths}: unknown key; allowed: {sorted(allowed)}")
-    return dict(values)
+    return cp.check_keys(values, where, allowed, ConfigError)
 
 
-def choice(value: Any, options, where: str) -> str:
-    value = typed(value, "str", where)
-    if value not in options:
-        raise ConfigError(f"{where}: expected one of {sorted(options)}, found {value!r}")
-    return value
+def choice(value: Any, options: Iterable[str], where: str) -> str:
+    return cp.choice(value, options, where, ConfigError)
 
 
 def at_least(value: float | int | None, low: float, where: str, *, strict: bool = False) -> None:
-    if value is not None and (value < low or (strict and value == low)):
-        raise ConfigError(f"{where}: expected a value {'>' if strict else '>='} {low}, found {value!r}")
+    if value is not None:
+        cp.check_range(value, {"gt" if strict else "min": low}, where, ConfigError)
 
 
-def plain(obj: Any) -> Any:
-    """A frozen dataclass (nested) as JSON-ready dicts and lists."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [plain(v) for v in obj]
-    if isinstance(obj, Mapping):
-        return {k: plain(v) for k, v in obj.items()}
-    return obj
+plain = cp.to_json
+"""A frozen dataclass (nested) as JSON-ready dicts and lists."""
+
+_POSITIVE = {"gt": 0}
+_NON_NEGATIVE = {"min": 0}
 
 
 # ------------------------------------------------------------------------- Optimizer
-OPTIMIZERS = ("AdamW", "Adam", "SGD", "RMSprop", "Adagrad")
+OptimizerType = Literal["AdamW", "Adam", "SGD", "RMSprop", "Adagrad"]
+OPTIMIZERS: tuple[str, ...] = get_args(OptimizerType)
+WITH_MOMENTUM = ("SGD", "RMSprop")
 
 
 @dataclass(frozen=True)
@@ -78,41 +59,42 @@ class OptimizerConfig:
     """``Training.Optimizer``: type [AdamW], learning_rate [1e-3], weight_decay [0],
     momentum [0; SGD / RMSprop only], use_zero_redundancy [false; ddp only]."""
 
-    type: str = "AdamW"
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    momentum: float | None = None
+    type: OptimizerType = "AdamW"
+    learning_rate: float = field(default=1e-3, metadata=_POSITIVE)
+    weight_decay: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    momentum: float | None = field(default=None, metadata=_NON_NEGATIVE)
     use_zero_redundancy: bool = False
 
     @classmethod
     def from_dict(cls, values: Any, where: str) -> OptimizerConfig:
-        v = section(values, where, {f.name for f in dataclasses.fields(cls)})
-        kw: dict[str, Any] = {}
-        if "type" in v:
-            kw["type"] = choice(v["type"], OPTIMIZERS, f"{where}.type")
-        if "learning_rate" in v:
-            kw["learning_rate"] = typed(v["learning_rate"], "float", f"{where}.learning_rate")
-            at_least(kw["learning_rate"], 0.0, f"{where}.learning_rate", strict=True)
-        if "weight_decay" in v:
-            kw["weight_decay"] = typed(v["weight_decay"], "float", f"{where}.weight_decay")
-            at_least(kw["weight_decay"], 0.0, f"{where}.weight_decay")
-        if "momentum" in v:
-            kw["momentum"] = typed(v["momentum"], "float", f"{where}.momentum", optional=True)
-            at_least(kw["momentum"], 0.0, f"{where}.momentum")
-            if kw["momentum"] is not None and kw.get("type", cls.type) not in ("SGD", "RMSprop"):
-                raise ConfigError(f"{where}.momentum: only SGD and RMSprop take a momentum, type is {kw.get('type', cls.type)!r}")
-        if "use_zero_redundancy" in v:
-            kw["use_zero_redundancy"] = typed(v["use_zero_redundancy"], "bool", f"{where}.use_zero_redundancy")
-        return cls(**kw)
+        out = cp.parse_dataclass(cls, values, where, ConfigError)
+        if out.momentum is not None and out.type not in WITH_MOMENTUM:
+            raise ConfigError(f"{where}.momentum: only SGD and RMSprop take a momentum, type is {out.type!r}")
+        return out
 
 
 # ------------------------------------------------------------------------- Scheduler
-SCHEDULERS = ("ReduceLROnPlateau", "CosineAnnealingLR", "none")
-_SCHED_KEYS = {
-    "ReduceLROnPlateau": {"factor": 0.5, "patience": 5, "min_lr": 0.0, "threshold": 1e-4},
-    "CosineAnnealingLR": {"T_max": None, "eta_min": 0.0},
-    "none": {},
-}
+@dataclass(frozen=True)
+class _Plateau:
+    factor: float = field(default=0.5, metadata={"gt": 0, "lt": 1})
+    patience: int = field(default=5, metadata=_NON_NEGATIVE)
+    min_lr: float = field(default=0.0, metadata=_NON_NEGATIVE)
+    threshold: float = field(default=1e-4, metadata=_NON_NEGATIVE)
+
+
+@dataclass(frozen=True)
+class _Cosine:
+    T_max: int | None = field(default=None, metadata={"min": 1})
+    eta_min: float = field(default=0.0, metadata=_NON_NEGATIVE)
+
+
+@dataclass(frozen=True)
+class _NoSchedule:
+    pass
+
+
+_SCHEDULES: dict[str, type] = {"ReduceLROnPlateau": _Plateau, "CosineAnnealingLR": _Cosine, "none": _NoSchedule}
+SCHEDULERS = tuple(_SCHEDULES)
 
 
 @dataclass(frozen=True)
@@ -131,29 +113,16 @@ class SchedulerConfig:
 
     @classmethod
     def from_dict(cls, values: Any, where: str, num_epoch: int) -> SchedulerConfig:
+        """The keys allowed depend on ``type``; ``options`` holds the type's keys, defaults filled."""
+        kind = cls.type
         if isinstance(values, Mapping) and "type" in values:
             kind = choice(values["type"], SCHEDULERS, f"{where}.type")
-        else:
-            kind = cls.type
-        defaults = dict(_SCHED_KEYS[kind])
-        v = section(values, where, {"type", "warmup_steps", *defaults})
-        warmup = typed(v.get("warmup_steps", 0), "int", f"{where}.warmup_steps")
-        at_least(warmup, 0, f"{where}.warmup_steps")
-        opts: dict[str, Any] = {}
-        for key, default in defaults.items():
-            value = v.get(key, default)
-            if key == "T_max":
-                value = num_epoch if value is None else typed(value, "int", f"{where}.T_max")
-                at_least(value, 1, f"{where}.T_max")
-            elif key == "patience":
-                value = typed(value, "int", f"{where}.{key}")
-                at_least(value, 0, f"{where}.{key}")
-            else:
-                value = typed(value, "float", f"{where}.{key}")
-                at_least(value, 0.0, f"{where}.{key}")
-            opts[key] = value
-        if kind == "ReduceLROnPlateau" and not 0.0 < opts["factor"] < 1.0:
-            raise ConfigError(f"{where}.factor: expected a value in (0, 1), found {opts['factor']!r}")
+        keys = _SCHEDULES[kind]
+        v = section(values, where, {"type", "warmup_steps", *cp.section_keys(keys)})
+        warmup = cp.parse_value(v.get("warmup_steps", 0), int, f"{where}.warmup_steps", ConfigError, _NON_NEGATIVE)
+        opts = plain(keys(**cp.parse_fields(keys, v, where, ConfigError)))
+        if "T_max" in opts and opts["T_max"] is None:
+            opts["T_max"] = num_epoch
         return cls(type=kind, options=tuple(opts.items()), warmup_steps=warmup)
 
     def to_dict(self) -> dict[str, Any]:
@@ -167,7 +136,7 @@ class EarlyStoppingConfig:
     Also accepted: ``"EarlyStopping": true`` with a top-level ``"patience"`` (HydraGNN 3 style)."""
 
     enabled: bool = False
-    patience: int = 10
+    patience: int = field(default=10, metadata={"min": 1})
 
 
 @dataclass(frozen=True)
@@ -176,18 +145,19 @@ class CheckpointConfig:
     every [1] epochs. Also accepted: ``"Checkpoint": bool`` with ``"checkpoint_warmup"``."""
 
     enabled: bool = True
-    warmup: int = 0
-    every: int = 1
+    warmup: int = field(default=0, metadata=_NON_NEGATIVE)
+    every: int = field(default=1, metadata={"min": 1})
 
 
 def legacy_bool_section(
-    values: Mapping[str, Any], key: str, alias: str, alias_field: str, where: str
-) -> dict[str, Any]:
-    """``EarlyStopping``/``Checkpoint`` as an object, or a bool plus a top-level alias key."""
+    values: Mapping[str, Any], cls: type, key: str, alias: str, alias_field: str, where: str
+) -> Any:
+    """``EarlyStopping`` / ``Checkpoint`` (dataclass ``cls``) from an object, or from a bool
+    plus the top-level alias key (``patience``, ``checkpoint_warmup``)."""
     sec = values.get(key)
     if isinstance(sec, bool):
         sec = {"enabled": sec}
-    sec = dict(section(sec, f"{where}.{key}", {"enabled", alias_field, "warmup", "every", "patience"}))
+    sec = section(sec, f"{where}.{key}", cp.section_keys(cls))
     if alias in values:
         if alias_field in sec and sec[alias_field] != values[alias]:
             raise ConfigError(
@@ -195,29 +165,12 @@ def legacy_bool_section(
                 f"({values[alias]!r} != {sec[alias_field]!r}); give one of them"
             )
         sec[alias_field] = values[alias]
-    return sec
-
-
-def parse_early_stopping(sec: dict[str, Any], where: str) -> EarlyStoppingConfig:
-    section(sec, where, {"enabled", "patience"})
-    enabled = typed(sec.get("enabled", EarlyStoppingConfig.enabled), "bool", f"{where}.enabled")
-    patience = typed(sec.get("patience", EarlyStoppingConfig.patience), "int", f"{where}.patience")
-    at_least(patience, 1, f"{where}.patience")
-    return EarlyStoppingConfig(enabled=enabled, patience=patience)
-
-
-def parse_checkpoint(sec: dict[str, Any], where: str) -> CheckpointConfig:
-    section(sec, where, {"enabled", "warmup", "every"})
-    enabled = typed(sec.get("enabled", CheckpointConfig.enabled), "bool", f"{where}.enabled")
-    warmup = typed(sec.get("warmup", CheckpointConfig.warmup), "int", f"{where}.warmup")
-    at_least(warmup, 0, f"{where}.warmup")
-    every = typed(sec.get("every", CheckpointConfig.every), "int", f"{where}.every")
-    at_least(every, 1, f"{where}.every")
-    return CheckpointConfig(enabled=enabled, warmup=warmup, every=every)
+    return cp.parse_dataclass(cls, sec, f"{where}.{key}", ConfigError)
 
 
 # ------------------------------------------------------------------------- Parallelism / LocalSGD
-PARALLEL_STRATEGIES = ("none", "ddp", "fsdp", "fsdp2", "deepspeed")
+StrategyName = Literal["none", "ddp", "fsdp", "fsdp2", "deepspeed"]
+PARALLEL_STRATEGIES: tuple[str, ...] = get_args(StrategyName)
 
 
 @dataclass(frozen=True)
@@ -225,32 +178,21 @@ class ParallelismConfig:
     """``Training.Parallelism``: strategy [none], find_unused_parameters [false; ddp],
     zero_stage [1; deepspeed], timeout_s [300]."""
 
-    strategy: str = "none"
+    strategy: StrategyName = "none"
     find_unused_parameters: bool = False
-    zero_stage: int = 1
-    timeout_s: float = 300.0
+    zero_stage: Literal[1, 2, 3] = 1
+    timeout_s: float = field(default=300.0, metadata=_POSITIVE)
 
     @classmethod
     def from_dict(cls, values: Any, where: str) -> ParallelismConfig:
-        v = section(values, where, {f.name for f in dataclasses.fields(cls)})
-        kw: dict[str, Any] = {}
-        if "strategy" in v:
-            kw["strategy"] = choice(v["strategy"], PARALLEL_STRATEGIES, f"{where}.strategy")
-        strategy = kw.get("strategy", cls.strategy)
-        if "find_unused_parameters" in v:
-            kw["find_unused_parameters"] = typed(v["find_unused_parameters"], "bool", f"{where}.find_unused_parameters")
-            if kw["find_unused_parameters"] and strategy != "ddp":
-                raise ConfigError(f"{where}.find_unused_parameters: only used with strategy 'ddp', strategy is {strategy!r}")
-        if "zero_stage" in v:
-            kw["zero_stage"] = typed(v["zero_stage"], "int", f"{where}.zero_stage")
-            if kw["zero_stage"] not in (1, 2, 3):
-                raise ConfigError(f"{where}.zero_stage: expected 1, 2 or 3, found {kw['zero_stage']!r}")
-            if strategy != "deepspeed":
-                raise ConfigError(f"{where}.zero_stage: only used with strategy 'deepspeed', strategy is {strategy!r}")
-        if "timeout_s" in v:
-            kw["timeout_s"] = typed(v["timeout_s"], "float", f"{where}.timeout_s")
-            at_least(kw["timeout_s"], 0.0, f"{where}.timeout_s", strict=True)
-        return cls(**kw)
+        out = cp.parse_dataclass(cls, values, where, ConfigError)
+        if out.find_unused_parameters and out.strategy != "ddp":
+            raise ConfigError(
+                f"{where}.find_unused_parameters: only used with strategy 'ddp', strategy is {out.strategy!r}"
+            )
+        if "zero_stage" in (values or {}) and out.strategy != "deepspeed":
+            raise ConfigError(f"{where}.zero_stage: only used with strategy 'deepspeed', strategy is {out.strategy!r}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -259,27 +201,30 @@ class LocalSGDConfig:
     synchronization_period [4], optimizer_state_policy [rank_local | synchronized]."""
 
     enabled: bool = False
-    warmup_steps: int = 0
-    synchronization_period: int = 4
-    optimizer_state_policy: str = "rank_local"
+    warmup_steps: int = field(default=0, metadata=_NON_NEGATIVE)
+    synchronization_period: int = field(default=4, metadata={"min": 1})
+    optimizer_state_policy: Literal["rank_local", "synchronized"] = "rank_local"
 
     @classmethod
     def from_dict(cls, values: Any, where: str) -> LocalSGDConfig:
-        v = section(values, where, {f.name for f in dataclasses.fields(cls)})
-        kw: dict[str, Any] = {}
-        if "enabled" in v:
-            kw["enabled"] = typed(v["enabled"], "bool", f"{where}.enabled")
-        if "warmup_steps" in v:
-            kw["warmup_steps"] = typed(v["warmup_steps"], "int", f"{where}.warmup_steps")
-            at_least(kw["warmup_steps"], 0, f"{where}.warmup_steps")
-        if "synchronization_period" in v:
-            kw["synchronization_period"] = typed(v["synchronization_period"], "int", f"{where}.synchronization_period")
-            at_least(kw["synchronization_period"], 1, f"{where}.synchronization_period")
-        if "optimizer_state_policy" in v:
-            kw["optimizer_state_policy"] = choice(
-                v["optimizer_state_policy"], ("rank_local", "synchronized"), f"{where}.optimizer_state_policy"
-            )
-        return cls(**kw)
+        return cp.parse_dataclass(cls, values, where, ConfigError)
+
+
+def check_parallelism(par: ParallelismConfig, lsgd: LocalSGDConfig, optimizer: OptimizerConfig, where: str) -> None:
+    """The rules between ``Parallelism``, ``LocalSGD`` and ``Optimizer`` (``where``: the
+    ``Training`` path): LocalSGD and ZeroRedundancyOptimizer need ``ddp``, and not together."""
+    if lsgd.enabled and par.strategy != "ddp":
+        raise ConfigError(
+            f"{where}.LocalSGD.enabled: LocalSGD needs {where}.Parallelism.strategy 'ddp', found {par.strategy!r}"
+        )
+    if optimizer.use_zero_redundancy and par.strategy != "ddp":
+        raise ConfigError(
+            f"{where}.Optimizer.use_zero_redundancy: needs {where}.Parallelism.strategy 'ddp', found {par.strategy!r}"
+        )
+    if lsgd.enabled and optimizer.use_zero_redundancy:
+        raise ConfigError(
+            f"{where}.LocalSGD.enabled: not with Optimizer.use_zero_redundancy (sharded state cannot be averaged)"
+        )
 
 
 # ------------------------------------------------------------------------- EMA / SecondStage
@@ -289,16 +234,11 @@ class EMAConfig:
     weights, updated after every optimizer step, is what validation, test and the saved model use."""
 
     enabled: bool = False
-    decay: float = 0.99
+    decay: float = field(default=0.99, metadata={"gt": 0, "lt": 1})
 
     @classmethod
     def from_dict(cls, values: Any, where: str) -> EMAConfig:
-        v = section(values, where, {"enabled", "decay"})
-        enabled = typed(v.get("enabled", cls.enabled), "bool", f"{where}.enabled")
-        decay = typed(v.get("decay", cls.decay), "float", f"{where}.decay")
-        if not 0.0 < decay < 1.0:
-            raise ConfigError(f"{where}.decay: expected a value in (0, 1), found {decay!r}")
-        return cls(enabled=enabled, decay=decay)
+        return cp.parse_dataclass(cls, values, where, ConfigError)
 
 
 @dataclass(frozen=True)
@@ -310,27 +250,15 @@ class SecondStageConfig:
     model is chosen among second-stage epochs."""
 
     enabled: bool = False
-    start: float = 0.75
-    learning_rate: float | None = None
-    energy_weight: float | None = None
-    forces_weight: float | None = None
-    stress_weight: float | None = None
+    start: float = field(default=0.75, metadata={"gt": 0, "lt": 1, "noun": "a fraction"})
+    learning_rate: float | None = field(default=None, metadata=_POSITIVE)
+    energy_weight: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    forces_weight: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    stress_weight: float | None = field(default=None, metadata=_NON_NEGATIVE)
 
     @classmethod
     def from_dict(cls, values: Any, where: str) -> SecondStageConfig:
-        v = section(values, where, {f.name for f in dataclasses.fields(cls)})
-        kw: dict[str, Any] = {}
-        if "enabled" in v:
-            kw["enabled"] = typed(v["enabled"], "bool", f"{where}.enabled")
-        if "start" in v:
-            kw["start"] = typed(v["start"], "float", f"{where}.start")
-            if not 0.0 < kw["start"] < 1.0:
-                raise ConfigError(f"{where}.start: expected a fraction in (0, 1), found {kw['start']!r}")
-        for key in ("learning_rate", "energy_weight", "forces_weight", "stress_weight"):
-            if key in v:
-                kw[key] = typed(v[key], "float", f"{where}.{key}", optional=True)
-                at_least(kw[key], 0.0, f"{where}.{key}", strict=key == "learning_rate")
-        return cls(**kw)
+        return cp.parse_dataclass(cls, values, where, ConfigError)
 
     @property
     def weights(self) -> dict[str, float]:

@@ -22,12 +22,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ase.data import chemical_symbols
 from torch import nn
 
-from .config_sections import choice, section, typed
+from hydragnn.models.config_parse import parse_dataclass
+
 from .errors import ConfigError
 
 __all__ = ["FineTuneConfig", "TRUNK", "initialise_from", "load_base"]
@@ -45,21 +46,13 @@ class FineTuneConfig:
     """``Training.FineTune``: heads ["keep" | "replace"], freeze_encoder [false],
     new_species ["refuse" | "add"] (see the module docstring)."""
 
-    heads: str = "keep"
+    heads: Literal["keep", "replace"] = "keep"
     freeze_encoder: bool = False
-    new_species: str = "refuse"
+    new_species: Literal["refuse", "add"] = "refuse"
 
     @classmethod
     def from_dict(cls, values: Any, where: str) -> FineTuneConfig:
-        v = section(values, where, {"heads", "freeze_encoder", "new_species"})
-        kw: dict[str, Any] = {}
-        if "heads" in v:
-            kw["heads"] = choice(v["heads"], ("keep", "replace"), f"{where}.heads")
-        if "freeze_encoder" in v:
-            kw["freeze_encoder"] = typed(v["freeze_encoder"], "bool", f"{where}.freeze_encoder")
-        if "new_species" in v:
-            kw["new_species"] = choice(v["new_species"], ("refuse", "add"), f"{where}.new_species")
-        return cls(**kw)
+        return parse_dataclass(cls, values, where, ConfigError)
 
 
 def _readout_rows(key: str, other, tensor):

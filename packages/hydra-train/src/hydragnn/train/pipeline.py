@@ -22,6 +22,8 @@ import torch
 from hydragnn.data import create_dataloaders, write_dataset
 from hydragnn.data.atomic import atomic_write
 from hydragnn.models import ModelConfig, build_model, save_artifact
+from hydragnn.models.encoders import get_encoder
+from hydragnn.models.encoders.pna import degree_histogram
 
 from .checkpoint import load_checkpoint
 from .config import RunConfig, load_config
@@ -40,6 +42,7 @@ __all__ = [
     "build_scheduler",
     "cuau_samples",
     "degree_histogram",
+    "fill_data_statistics",
     "fill_degree_histogram",
     "prepare_samples",
     "run_training",
@@ -48,36 +51,23 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- data
-def degree_histogram(samples: Sequence) -> list[int]:
-    """In-degree histogram of prepared samples: ``hist[k]`` = number of nodes with ``k`` incoming edges."""
-    hist = torch.zeros(1, dtype=torch.long)
-    for i, data in enumerate(samples):
-        edge_index = getattr(data, "edge_index", None)
-        if edge_index is None:
-            raise ValueError(f"degree_histogram: sample {i} has no edge_index (prepare it with edges first)")
-        deg = torch.bincount(edge_index[1], minlength=int(data.num_nodes))
-        counts = torch.bincount(deg)
-        if counts.numel() > hist.numel():
-            hist = torch.cat([hist, hist.new_zeros(counts.numel() - hist.numel())])
-        hist[: counts.numel()] += counts
-    return hist.tolist()
+def fill_data_statistics(model_config: ModelConfig, trainset: Sequence) -> ModelConfig:
+    """The model config with the encoder's statistics of the training set filled in.
 
-
-def fill_degree_histogram(model_config: ModelConfig, trainset: Sequence) -> ModelConfig:
-    """The model config with ``pna_deg`` set from the training set, for encoders that take one.
-
-    The PNA family (``PNA``, ``PNAPlus``) normalises its degree scalers by the in-degree
-    histogram of the training data. When the Architecture section leaves ``pna_deg`` unset, it
-    is computed here from the training split (the same on every rank: every rank prepares the
-    whole dataset) and written into the section, so the artifact rebuilds the same model.
-    Other encoders, and a ``pna_deg`` given in the config, are left alone.
+    Asks the encoder class (:meth:`~hydragnn.models.encoders.Encoder.data_statistics`) which
+    ``Architecture`` keys it computes from the training data and the config leaves unset (the
+    PNA family's in-degree histogram ``pna_deg``), and writes them into the section, so the
+    artifact rebuilds the same model. The same on every rank: every rank prepares the whole
+    dataset. Returns ``model_config`` itself when there is nothing to fill.
     """
-    encoder = model_config.encoder
-    if encoder is None or not dataclasses.is_dataclass(encoder):
+    if model_config.mpnn_type is None:
         return model_config
-    if "pna_deg" not in {f.name for f in dataclasses.fields(encoder)} or encoder.pna_deg is not None:
-        return model_config
-    return ModelConfig.from_dict({**model_config.raw, "pna_deg": degree_histogram(trainset)})
+    updates = get_encoder(model_config.mpnn_type).data_statistics(model_config.encoder, trainset)
+    return ModelConfig.from_dict({**model_config.raw, **updates}) if updates else model_config
+
+
+fill_degree_histogram = fill_data_statistics
+"""The name this function had while it filled only ``pna_deg``."""
 
 
 # ----------------------------------------------------------------------------- training pieces
@@ -160,8 +150,7 @@ def run_training(
     cfg = load_config(config, init_from=init_from) if not isinstance(config, RunConfig) else config
     level = cfg.verbosity if verbosity is None else verbosity
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.dataset.name
-    training_dict = cfg.training.to_dict()
-    strategy = make_strategy(training_dict)  # may initialise the process group (before the loaders)
+    strategy = make_strategy(cfg.training)  # may initialise the process group (before the loaders)
     progress = Progress(level, strategy.is_main)
     try:
         prepare_run_folder(run_dir, resume=resume, overwrite=overwrite, modify=strategy.is_main)
@@ -186,7 +175,7 @@ def run_training(
             trainset, valset, testset, tr.batch_size, batching=tr.batching, seed=tr.seed
         )
         base = load_base(tr.init_from, cfg.schema, tr.fine_tune, data.species) if tr.init_from is not None else None
-        model_config = fill_degree_histogram(cfg.model_config, trainset)
+        model_config = fill_data_statistics(cfg.model_config, trainset)
         model_config, references = resolve_reference_energies(
             cfg, model_config, data, lambda line: progress.log(1, line)
         )
@@ -207,7 +196,7 @@ def run_training(
             1, f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}"
         )
         strategy.max_grad_norm = tr.clip_grad_norm
-        strategy.setup(model, build_optimizer_factory(training_dict["Optimizer"]))
+        strategy.setup(model, build_optimizer_factory(tr.optimizer))
         if strategy.is_main:
             cfg.save(run_dir / "config.json")
         scheduler = build_scheduler(cfg, strategy.optimizer)

@@ -12,15 +12,14 @@ sizes (``num_nodes``, ``num_graphs``) taken from Python ints carried by :class:`
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
+from ..config_parse import parse_dataclass
 from ..errors import ModelConfigError
 
 
@@ -104,42 +103,9 @@ class EncoderConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], where: str = "NeuralNetwork.Architecture") -> EncoderConfig:
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ModelConfigError(
-                f"{where}: unknown key(s) {unknown} for {cls.__name__}; allowed: {sorted(fields)}"
-            )
-        hints = {name: f.type for name, f in fields.items()}
-        out = {}
-        for key, value in values.items():
-            out[key] = _check_type(value, hints[key], f"{where}.{key}")
-        return cls(**out)
-
-
-def _check_type(value: Any, hint: Any, where: str) -> Any:
-    """Check ``value`` against a simple annotation string (int, float, bool, str, X | None, tuple[int, ...])."""
-    hint = str(hint).replace(" ", "")
-    options = hint.split("|")
-    if value is None:
-        if "None" in options:
-            return None
-        raise ModelConfigError(f"{where}: expected {hint}, found null")
-    for opt in options:
-        if opt == "bool" and isinstance(value, bool):
-            return value
-        if opt == "int" and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if opt == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                raise ModelConfigError(f"{where}: expected a finite float, found {value!r}")
-            return float(value)
-        if opt == "str" and isinstance(value, str):
-            return value
-        if opt.startswith("tuple[") and isinstance(value, (list, tuple)):
-            inner = opt[len("tuple["):-1].split(",")[0]
-            return tuple(_check_type(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
-    raise ModelConfigError(f"{where}: expected {hint}, found {type(value).__name__} {value!r}")
+        """Parse the encoder keys with :func:`~hydragnn.models.config_parse.parse_dataclass`
+        (messages spell the expected type as the field's annotation, e.g. ``int|None``)."""
+        return parse_dataclass(cls, values, where, ModelConfigError, annotation_text=True)
 
 
 class Encoder(nn.Module):
@@ -161,6 +127,20 @@ class Encoder(nn.Module):
     supports_layer_mixing: ClassVar[bool] = True
     """False when the per-layer state is not a node embedding (DimeNet's live on edges): a
     global attention engine that mixes every layer (GPS) refuses such an encoder."""
+
+    @classmethod
+    def data_statistics(cls, config: EncoderConfig, trainset: Sequence[Any]) -> dict[str, Any]:
+        """``Architecture`` keys to fill from the training set before the model is built.
+
+        ``trainset``: prepared samples (``edge_index [2, E]``, ``num_nodes``, ...). Returns
+        ``{key: JSON value}`` for the statistics ``config`` leaves unset (``{}`` when it sets
+        them all); the trainer merges them into the section, so the artifact stores them and
+        rebuilds the same model. Computed once from the whole training split, the same on every
+        rank, never in ``forward``. Default: no statistics. PNA / PNAPlus return their degree
+        histogram (``pna_deg``); an average neighbour count (MACE's ``avg_num_neighbors``) is
+        the kind of value this hook is for.
+        """
+        return {}
 
     def __init__(self, dims: EncoderDims, config: EncoderConfig) -> None:
         super().__init__()

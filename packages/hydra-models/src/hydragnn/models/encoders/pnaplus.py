@@ -25,7 +25,9 @@ Aggregation runs in float32 when the model runs in bfloat16.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -34,7 +36,7 @@ from torch_geometric.utils import scatter
 
 from .base import EncoderDims, register_encoder
 from .invariant_utils import InvariantEncoder, accumulate_dtype, smooth_count
-from .pna import STD_EPS, PNAConfig, pna_kwargs
+from .pna import STD_EPS, PNAConfig, degree_statistics, pna_kwargs
 
 
 class GatedPNAConv(PNAConv):
@@ -137,6 +139,11 @@ class PNAPlusEncoder(InvariantEncoder):
     @dataclass(frozen=True)
     class Config(PNAConfig):
         """The PNA keys (HydraGNN's PNA+ used ``radial_basis="bessel"``, ``cutoff_function="polynomial"``)."""
+
+    @classmethod
+    def data_statistics(cls, config: Config, trainset: Sequence[Any]) -> dict[str, Any]:
+        """``pna_deg`` from the training set's in-degrees (see :func:`.pna.degree_statistics`)."""
+        return degree_statistics(config, trainset)
 
     def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
         return GatedPNAConv(edge_dim, config.aggregators, **pna_kwargs(dims, config))

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..config_sections import OptimizerConfig
 from ..errors import ConfigError
 
 OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
@@ -20,20 +21,7 @@ OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
 }
 """``Optimizer.type`` -> torch optimizer class."""
 
-_WITH_MOMENTUM = ("SGD", "RMSprop")
-_KEYS = {"type", "learning_rate", "weight_decay", "momentum", "use_zero_redundancy"}
 _WHERE = "NeuralNetwork.Training.Optimizer"
-
-
-def _number(cfg: Mapping[str, Any], key: str, default: float | None, *, positive: bool) -> float | None:
-    value = cfg.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{_WHERE}.{key}: expected a number, found {value!r}")
-    if (positive and value <= 0) or (not positive and value < 0):
-        raise ConfigError(f"{_WHERE}.{key}: expected a number {'> 0' if positive else '>= 0'}, found {value!r}")
-    return float(value)
 
 
 class OptimizerBuilder:
@@ -64,34 +52,24 @@ class OptimizerBuilder:
         return f"OptimizerBuilder({self.cls.__name__}, {self.kwargs}{zero})"
 
 
-def build_optimizer_factory(optimizer_config: Mapping[str, Any]) -> OptimizerBuilder:
-    """Parse ``Training.Optimizer``.
+def build_optimizer_factory(optimizer_config: OptimizerConfig | Mapping[str, Any]) -> OptimizerBuilder:
+    """The optimizer factory of ``Training.Optimizer``.
 
-    Keys: ``type`` (AdamW, Adam, SGD, RMSprop, Adagrad; default AdamW), ``learning_rate``
-    (> 0, required), ``weight_decay`` (>= 0, default 0), ``momentum`` (SGD / RMSprop only,
-    >= 0, default 0), ``use_zero_redundancy`` (bool, default false; valid with strategy
-    ``ddp`` only, checked by :func:`~hydragnn.train.strategies.make_strategy`).
+    Args:
+        optimizer_config: the parsed :class:`~hydragnn.train.config_sections.OptimizerConfig`
+            (what the pipeline passes), or the raw JSON section, parsed here by that class;
+            ``learning_rate`` is required in a raw section. ``use_zero_redundancy`` is valid
+            with strategy ``ddp`` only (checked with the Parallelism section).
 
     Raises:
         ConfigError: unknown key or type, or a value out of range; the message names the key.
     """
-    if not isinstance(optimizer_config, Mapping):
-        raise ConfigError(f"{_WHERE}: expected an object, found {type(optimizer_config).__name__}")
-    unknown = sorted(set(optimizer_config) - _KEYS)
-    if unknown:
-        raise ConfigError(f"{_WHERE}: unknown key(s) {unknown}; allowed: {sorted(_KEYS)}")
-    kind = optimizer_config.get("type", "AdamW")
-    if kind not in OPTIMIZERS:
-        raise ConfigError(f"{_WHERE}.type: expected one of {sorted(OPTIMIZERS)}, found {kind!r}")
-    if "learning_rate" not in optimizer_config:
-        raise ConfigError(f"{_WHERE}.learning_rate: required (a number > 0)")
-    kwargs: dict[str, Any] = {"lr": _number(optimizer_config, "learning_rate", None, positive=True)}
-    kwargs["weight_decay"] = _number(optimizer_config, "weight_decay", 0.0, positive=False)
-    if "momentum" in optimizer_config:
-        if kind not in _WITH_MOMENTUM:
-            raise ConfigError(f"{_WHERE}.momentum: only for {list(_WITH_MOMENTUM)}, not {kind!r}")
-        kwargs["momentum"] = _number(optimizer_config, "momentum", 0.0, positive=False)
-    zero = optimizer_config.get("use_zero_redundancy", False)
-    if not isinstance(zero, bool):
-        raise ConfigError(f"{_WHERE}.use_zero_redundancy: expected true or false, found {zero!r}")
-    return OptimizerBuilder(OPTIMIZERS[kind], kwargs, zero)
+    cfg = optimizer_config
+    if not isinstance(cfg, OptimizerConfig):
+        if isinstance(cfg, Mapping) and "learning_rate" not in cfg:
+            raise ConfigError(f"{_WHERE}.learning_rate: required (a number > 0)")
+        cfg = OptimizerConfig.from_dict(cfg, _WHERE)
+    kwargs: dict[str, Any] = {"lr": cfg.learning_rate, "weight_decay": cfg.weight_decay}
+    if cfg.momentum is not None:
+        kwargs["momentum"] = cfg.momentum
+    return OptimizerBuilder(OPTIMIZERS[cfg.type], kwargs, cfg.use_zero_redundancy)
