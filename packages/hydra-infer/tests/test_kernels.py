@@ -2,9 +2,9 @@
 
 Kernel correctness runs in a subprocess with ``TRITON_INTERPRET=1`` set before triton is
 imported (triton reads the flag when kernels are decorated; the rest of the suite runs
-without the interpreter): each fused op vs its PyTorch reference (values and gradients,
-float32 / float64), then patched vs stock tiny SchNet / PAINN MLIPs (energies, forces, a
-sink-padded batch). Skipped when triton is not installed (``hydra-infer[kernels]``).
+without the interpreter): each Triton primitive vs the primitive's stock forward (values and
+gradients, float32 / float64), then patched vs stock tiny SchNet / PAINN MLIPs (energies,
+forces, a sink-padded batch, GPS, checkpointing). Skipped when triton is not installed (``hydra-infer[kernels]``).
 Eligibility, ``install`` and the ``available`` reasons are tested in-process.
 """
 
@@ -22,6 +22,7 @@ import torch
 from infer_helpers import tiny_model
 
 from hydragnn.infer.kernels import available, install
+from hydragnn.models.nn import Primitive
 
 SCRIPTS = Path(__file__).parent / "kernel_scripts"
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -45,37 +46,58 @@ def test_fused_ops_match_torch_reference_under_interpreter():
 
 
 @needs_triton
-def test_patched_schnet_and_painn_match_stock_under_interpreter():
+def test_patched_models_match_stock_under_interpreter():
     report = _run_interpreted("check_models.py")
     assert report["available"] == [True, None]
-    for key in ("SchNet/fp32", "SchNet/fp64", "PAINN/fp32", "PAINN/fp64"):
+    keys = ("SchNet/fp32", "SchNet/fp64", "PAINN/fp32", "PAINN/fp64", "SchNet+GPS/fp64", "PAINN+checkpointing/fp64")
+    for key in keys:
         assert report[key]["forces"] <= (1e-5 if key.endswith("fp32") else 1e-10)
 
 
 # --------------------------------------------------------------------------- in-process
+KERNEL_PRIMITIVES = {"SchNet": {"RadialFilter", "ContinuousFilterConv"}, "PAINN": {"EquivariantMessage"}}
+
+
 @pytest.mark.parametrize("encoder", ["SchNet", "PAINN"])
 def test_install_returns_patched_copy_with_identical_state(encoder):
     model = tiny_model(mpnn_type=encoder).requires_grad_(True)
     patched, why = install(model)
     assert why is None
     assert patched is not model and patched.encoder is not model.encoder
-    assert type(patched.encoder).__name__ == "Kernel" + encoder
-    assert isinstance(patched.encoder, type(model.encoder))
+    assert type(patched.encoder) is type(model.encoder)  # the encoder is not replaced: its primitives are
+    on_triton = {type(m).__name__ for m in patched.modules() if isinstance(m, Primitive) and m.backend == "triton"}
+    assert on_triton == KERNEL_PRIMITIVES[encoder]
+    assert all(m.backend == "torch" for m in model.modules() if isinstance(m, Primitive))  # the stock model is untouched
     ref, got = model.state_dict(), patched.state_dict()
     assert ref.keys() == got.keys()
     assert all(torch.equal(ref[k], got[k]) and ref[k].dtype == got[k].dtype for k in ref)
     assert not any(p.requires_grad for p in patched.parameters())
-    assert all(p.requires_grad for p in model.parameters())  # the stock model is untouched
+    assert all(p.requires_grad for p in model.parameters())
     assert not patched.training
 
 
-def test_install_refuses_other_encoders_and_dtypes():
-    mace = tiny_model(mpnn_type="EGNN")
-    same, why = install(mace)
-    assert same is mace and why.startswith("encoder EGNN has no inference kernels")
+def test_install_refuses_models_without_kernel_primitives_and_16_bit_dtypes():
+    egnn = tiny_model(mpnn_type="EGNN")
+    same, why = install(egnn)
+    assert same is egnn and why.startswith("encoder EGNN has no inference kernels")
+    assert "RadialFilter" in why  # names what the kernels implement
     bf16 = tiny_model(precision="bf16")
     same, why = install(bf16)
     assert same is bf16 and "bfloat16" in why and "float32 and float64" in why
+
+
+def test_backend_switch_is_per_primitive_and_reversible():
+    """use_backend switches only the primitives a backend implements; None restores the stock forward."""
+    from hydragnn.models.nn import use_backend
+
+    model = tiny_model(global_attn_engine="GPS")  # GPS mixers around SchNet convolutions
+    patched, why = install(model)
+    assert why is None
+    assert patched.encoder.mixers is not None  # GPS is no longer a reason to refuse the kernels
+    on_triton = {type(m).__name__ for m in patched.modules() if isinstance(m, Primitive) and m.backend == "triton"}
+    assert on_triton == KERNEL_PRIMITIVES["SchNet"]
+    report = use_backend(patched, None)
+    assert report.switched == () and all(m.backend == "torch" for m in patched.modules() if isinstance(m, Primitive))
 
 
 def test_available_cpu_without_interpreter(monkeypatch):

@@ -9,11 +9,11 @@ import pickle
 
 import pytest
 import torch
-from conformance import CUTOFF, build
-from graphs import collate, periodic_samples
 
 from hydragnn.models import FORMAT_VERSION, ArtifactError, load_artifact, read_manifest, save_artifact
 from hydragnn.models.artifact import _HEADER, CHECKSUM_BYTES, MAGIC
+from hydragnn.models.testing import CUTOFF, build
+from hydragnn.models.testing.graphs import collate, periodic_samples
 
 
 @pytest.fixture()

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conformance import CUTOFF, random_rotation, register_variant, small_arch
-from graphs import _label, collate, periodic_atoms, with_edges
-from host_sync import HostSyncDetector
 
 from hydragnn.data import Schema, prepare
 from hydragnn.models import ModelConfig, ModelConfigError, build_model, load_artifact, pad_with_sink, save_artifact
 from hydragnn.models.conditioning import NodeConditioning
+from hydragnn.models.testing import CUTOFF, HostSyncDetector, register_variant, small_arch
+from hydragnn.models.testing.graphs import _label, collate, periodic_atoms, random_rotation, with_edges
 
 COND_SCHEMA = Schema.from_dict(
     {

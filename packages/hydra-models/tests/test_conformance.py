@@ -1,9 +1,10 @@
 """The conformance suite (tests/conformance.py) applied to every registered encoder."""
 
 import pytest
-from conformance import REGISTERED_ENCODERS, ConformanceTests
+
+from hydragnn.models.testing import REGISTERED_ENCODERS, EncoderConformance
 
 
 @pytest.mark.parametrize("encoder_name", REGISTERED_ENCODERS)
-class TestConformance(ConformanceTests):
+class TestConformance(EncoderConformance):
     """Invariance, equivariance, forces, batching, padding, capture safety, artifacts, dtypes."""

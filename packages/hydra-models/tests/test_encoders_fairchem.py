@@ -3,58 +3,11 @@
 Everything but the missing-extra test needs fairchem-core (skipped without it). Conformance: the
 shared suite, rotation invariance included (AllScAIP's default ``edge_direction_expansion_size: 1``;
 fairchem's raw l >= 1 edge harmonics are tested to break it), with one honest exception for
-AllScAIP (``conformance_skips`` on its class): it computes in float32, so forces / stress are
-checked against finite differences in float32 with matching tolerances.
-
-Learning (EMT Cu-Au, the recipe of tests/test_learning.py: 48 / 16 structures of 32 atoms, 20
-epochs; torch 2.13 CPU, 1 thread, seed 0; times from one pytest run on a shared 2-core
-machine, up to 2.5x that under load):
-
-========  ==================  ================  ======  ============================================
-encoder   energy MAE eV/atom  force MAE eV/Å    time    learning_config / recipe
-========  ==================  ================  ======  ============================================
-baseline  0.0210 (mean)       0.417 (zero)              energy < 0.0105, forces < 0.104
-UMA       0.0089              0.0407            62 s    lmax 1, hidden_dim 32, lr 5e-3
-AllScAIP  0.0045              0.0456            ~3 min  24 slots; stress weight 300, 80 epochs, lr 3e-3
-========  ==================  ================  ======  ============================================
-
-AllScAIP also fits the stress: 0.0024 eV/Å³ on the test structures, against 0.0243 for predicting
-zero. Over initialisation seeds 0-3 it gives energy 0.0045 / 0.0084 / 0.0024 / 0.0038 eV/atom,
-forces 0.046 / 0.057 / 0.045 / 0.049 eV/Å and stress 0.0024 / 0.0041 / 0.0027 / 0.0026 eV/Å³.
-With fairchem's raw edge harmonics (edge_direction_expansion_size 3, not rotation-invariant; the
-default until the invariant 1 replaced it) the same recipe gives 0.0044 / 0.0026 / 0.0086 /
-0.0034 eV/atom, forces 0.051-0.061 eV/Å, stress 0.0031-0.0041 eV/Å³. 24 neighbour slots (the
-data has at most 18 neighbours within 4 Å) give the same numbers as the default 48, at half the
-cost. With fairchem's sinc kernel of node attention (use_sincx_mask) the recipe gives 0.0037 /
-0.0053 eV/atom for seeds 0 / 1 (forces 0.045 / 0.068, stress 0.0025 / 0.0055). The measurements
-below were made with edge_direction_expansion_size 3.
-
-Why AllScAIP trains on the stress. With the plain recipe (20 epochs, lr 1e-2, no stress) it
-reached 0.0163 eV/atom (seeds 1 / 2: 0.0139, 0.0223), train 0.0138: it under-fits. Its energy
-residuals are 93% explained by a fit in composition and volumetric strain (train and test): it
-learns the rattle and ordering energy and misses the energy-volume curve. Along a uniform +-3%
-strain of a relaxed cell its energy is monotonic where EMT's (and SchNet's) has a minimum. The
-forces of rattled cells do not pin that curve for attention that averages over neighbours, as a
-sum of pair terms does for SchNet; the stress, dE/dstrain of every structure, does. Control:
-100 epochs at lr 3e-3 without the stress fit the forces to 0.036 eV/Å but leave the energy at
-0.0203 eV/atom and the stress at 0.0263 eV/Å³, worse than predicting zero. With the stress
-(weight 300, seed 0): 50 epochs 0.0129 (lr 5e-3), 60 epochs 0.0101, 80 epochs 0.0044, 100
-epochs 0.0022 (seeds 1 / 2: 0.0026, 0.0041). Weight 30 at 20 epochs: 0.0192.
-
-Settings tried without the stress (energy / force MAE, seed 0, 20 epochs unless noted): lr 5e-3
-0.0223, lr 3e-3 0.0195, 40 epochs 0.0233, 60 epochs at lr 3e-3 0.0236 / 0.039, a linear warm-up
-of 3 epochs 0.0311; energy weight x10 0.0212 / 0.413 (collapses to the mean), x10 with 60 epochs
-at lr 3e-3 0.0082 / 0.094; hidden 32 / 2 heads 0.049 (diverges), hidden 32 at lr 3e-3 0.0200;
-a final RMSNorm on the output (as fairchem's heads) 0.0228 / 0.269; use_node_path false 0.0222;
-normalization skip 0.0244; use_freq_mask false 0.0164; edge_direction_expansion_size 1
-(rotation-invariant) 0.0182; no bond order (node_direction_expansion_size 1) 0.0361; bond order
-sqrt(s + eps^2) - eps with eps 0.1 0.0116 / 0.167 (seeds 1 / 2: 0.024, 0.021); squared bond order
-0.0254 (it removes a cusp along the rattle path, but not the volume error); num_radial 64 0.0162;
-use_sincx_mask seeds 0-3 0.0096 / 0.0265 / 0.0207 / 0.0095 (bimodal). Before the bond order was
-made continuous at the cutoff: 0.0180 / 0.0955.
-
-Other measured UMA settings (energy / forces): hidden 16 lr 1e-2 0.0152 / 0.0715, hidden 16
-lr 5e-3 0.0150 / 0.0374, lmax 2 0.0142 / 0.132, hidden 32 lr 1e-2 0.0130 / 0.0562.
+AllScAIP (set in conftest.py): it computes in float32, so forces / stress are checked against
+finite differences in float32 with matching tolerances. Learning: tests/test_learning.py's recipe;
+AllScAIP also trains on the EMT stress (its forces do not pin the energy-volume curve). The
+measurements behind :data:`THRESHOLDS` and the settings tried are in
+``docs/notes/fairchem_encoders.md``.
 """
 
 from __future__ import annotations
@@ -64,12 +17,13 @@ import sys
 
 import pytest
 import torch
-from conformance import (
-    CLUSTER_SCHEMA,
+from test_learning import BASELINE_FACTORS, RECIPES, emt_split, train_and_measure
+
+from hydragnn.models import ModelConfigError, build_model
+from hydragnn.models.testing import (
     CUTOFF,
     SCALAR_OUTPUTS,
-    ConformanceTests,
-    assert_outputs_close,
+    EncoderConformance,
     build,
     check_artifact_round_trip,
     check_batch_equals_single,
@@ -79,12 +33,18 @@ from conformance import (
     finite_difference_forces_stress,
     register_variant,
     small_arch,
+)
+from hydragnn.models.testing.graphs import (
+    CLUSTER_SCHEMA,
+    SCHEMA,
+    VARIABLES,
+    assert_outputs_close,
+    brute_force_edges,
+    cluster_samples,
+    collate,
+    periodic_samples,
     voigt_to_matrix,
 )
-from graphs import SCHEMA, VARIABLES, brute_force_edges, cluster_samples, collate, periodic_samples
-from test_learning import BASELINE_FACTORS, RECIPES, emt_split, train_and_measure
-
-from hydragnn.models import ENCODERS, ModelConfigError, build_model
 
 HAS_FAIRCHEM = importlib.util.find_spec("fairchem") is not None
 needs_fairchem = pytest.mark.skipif(
@@ -99,17 +59,11 @@ def _small(name: str) -> dict:
     return small_arch(name)
 
 
-def _skip_by_design(name: str, check: str) -> None:
-    reason = getattr(ENCODERS[name], "conformance_skips", {}).get(check)
-    if reason:
-        pytest.skip(f"{name}: {reason}")
-
-
 @needs_fairchem
 @pytest.mark.parametrize("encoder_name", ["UMA", "AllScAIP", ALLSCAIP_SINC])
-class TestFairchemConformance(ConformanceTests):
-    """The shared suite; checks an encoder cannot pass by design (``conformance_skips``) are
-    skipped with the reason."""
+class TestFairchemConformance(EncoderConformance):
+    """The shared suite; checks an encoder cannot pass by design (its ``set_defaults`` skips in
+    conftest.py) are skipped with the reason."""
 
 
 ALLSCAIP_RAW = register_variant("AllScAIP-raw-harmonics", mpnn_type="AllScAIP", edge_direction_expansion_size=3)
@@ -252,12 +206,12 @@ def test_missing_extra_names_the_install_command(name, module, monkeypatch):
 
 
 # ------------------------------------------------------------------ learning (EMT Cu-Au)
-# encoder -> (energy MAE eV/atom, force MAE eV/Å) thresholds, ~1.5x the measurements in the docstring.
+# encoder -> (energy MAE eV/atom, force MAE eV/Å) thresholds, ~1.5x the measurements in docs/notes.
 THRESHOLDS: dict[str, tuple[float, float]] = {"UMA": (0.0135, 0.061), "AllScAIP": (0.0068, 0.069)}
 STRESS_THRESHOLD = 0.0036  # AllScAIP, eV/Å³
 # encoder -> recipe overrides of tests/test_learning.py (its RECIPES, set while training). AllScAIP
 # trains on the EMT stress too (weight 300 on its MSE in eV/Å³), for 80 epochs at lr 3e-3: its
-# forces do not pin the energy-volume curve (see the module docstring).
+# forces do not pin the energy-volume curve (see docs/notes/fairchem_encoders.md).
 LEARNING_RECIPES: dict[str, dict[str, float]] = {
     "UMA": {"lr": 5e-3},
     "AllScAIP": {"lr": 3e-3, "epochs": 80, "stress": 300.0},
@@ -272,7 +226,7 @@ def cuau():
 
 
 def _trained(encoder_name: str, cuau) -> dict:
-    """Train once per session with tests/test_learning.py's recipe (+ the class's ``learning_config``)."""
+    """Train once per session with tests/test_learning.py's recipe (+ its ``LEARNING_ARCH`` entry)."""
     if encoder_name not in _TRAINED:
         _, train, test = cuau
         with pytest.MonkeyPatch.context() as mp:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conformance import CUTOFF, ConformanceTests, build, register_variant
-from graphs import collate, periodic_samples
 
 from hydragnn.models import ModelConfig, ModelConfigError, ModelError, load_artifact, save_artifact
+from hydragnn.models.testing import CUTOFF, EncoderConformance, build, register_variant
+from hydragnn.models.testing.graphs import collate, periodic_samples
 
 HEADS = [
     {"name": "dft_a", "reference_energies": {"Cu": -1.0, "Au": 0.5}, "energy_shift": 0.3, "energy_scale": 2.0},
@@ -18,7 +18,7 @@ SUBJECT = register_variant("SchNet+energy_heads", mpnn_type="SchNet", energy_hea
 
 
 @pytest.mark.parametrize("encoder_name", [SUBJECT])
-class TestEnergyHeadsConformance(ConformanceTests):
+class TestEnergyHeadsConformance(EncoderConformance):
     """Invariance, forces vs finite differences, batching, padding, capture safety, artifacts, dtypes."""
 
 

@@ -5,25 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conformance import (
-    CUTOFF,
-    REGISTERED_ENCODERS,
-    ConformanceTests,
-    build,
-    random_rotation,
-    register_variant,
-    small_arch,
-)
-from graphs import (
-    CLUSTER_SCHEMA,
-    SCHEMA,
-    cluster_samples,
-    collate,
-    default_dtype,
-    periodic_samples,
-    to_dtype,
-    with_edges,
-)
 
 from hydragnn.data import Schema
 from hydragnn.models import ModelConfig, ModelConfigError, build_model
@@ -31,12 +12,22 @@ from hydragnn.models.attention import equivariant_transformer
 from hydragnn.models.attention.equivariant_transformer import (
     EquivariantAttentionLayer,
     EquivariantTransformer,
-    dense_pair_geometry,
     graph_layout,
-    minimum_image,
-    pair_geometry,
 )
-from hydragnn.models.encoders.basis import CosineCutoff, GaussianRBF
+from hydragnn.models.nn import CosineCutoff, GaussianRBF
+from hydragnn.models.nn.geometry import dense_pair_geometry, minimum_image, pair_geometry
+from hydragnn.models.testing import CUTOFF, REGISTERED_ENCODERS, EncoderConformance, build, register_variant, small_arch
+from hydragnn.models.testing.graphs import (
+    CLUSTER_SCHEMA,
+    SCHEMA,
+    cluster_samples,
+    collate,
+    default_dtype,
+    periodic_samples,
+    random_rotation,
+    to_dtype,
+    with_edges,
+)
 
 ET = {"global_attn_engine": "EquivariantTransformer", "global_attn_heads": 4}
 VARIANTS = [
@@ -47,7 +38,7 @@ VARIANTS = [
 
 
 @pytest.mark.parametrize("encoder_name", VARIANTS)
-class TestEquivariantTransformerConformance(ConformanceTests):
+class TestEquivariantTransformerConformance(EncoderConformance):
     """Invariance, equivariance, forces / stress vs finite differences, batching, padding,
     capture safety, artifacts, dtypes, checkpointing."""
 

@@ -6,15 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conformance import (
-    CUTOFF,
-    ConformanceTests,
-    build,
-    random_rotation,
-    register_variant,
-    small_arch,
-)
-from graphs import CLUSTER_SCHEMA, cluster_samples, collate, periodic_samples
 
 from hydragnn.data import add_positional_encodings
 from hydragnn.models import (
@@ -30,6 +21,8 @@ from hydragnn.models import (
 )
 from hydragnn.models.attention import GPSLayer, MultiheadAttention, PerformerAttention
 from hydragnn.models.encoders import GraphInputs
+from hydragnn.models.testing import CUTOFF, EncoderConformance, build, register_variant, small_arch
+from hydragnn.models.testing.graphs import CLUSTER_SCHEMA, cluster_samples, collate, periodic_samples, random_rotation
 
 CONFORMANCE_VARIANTS = [
     register_variant(
@@ -42,7 +35,7 @@ MIXING_ENCODERS = sorted(name for name, cls in ENCODERS.items() if cls.supports_
 
 
 @pytest.mark.parametrize("encoder_name", CONFORMANCE_VARIANTS)
-class TestGPSConformance(ConformanceTests):
+class TestGPSConformance(EncoderConformance):
     """Invariance, equivariance, forces, batching, padding, capture safety, artifacts, dtypes."""
 
 

@@ -1,60 +1,26 @@
 """Learning test: every encoder learns EMT Cu-Au energies and forces on one CPU core.
 
-48 training / 16 test structures of the ``CuAu_32atoms`` reference set (32 atoms each),
-20 epochs of Adam (batch 4, lr 1e-2, cosine decay), loss through ``HydraModel.loss`` with
-``task_weights`` (per-atom energy MSE x 3, ``energy_loss: "per_atom"``, which is exactly the
-total-energy MSE x 3/32² the numbers below were first measured with; forces MSE x 1; the
-per-atom energy target unused). Errors are measured on the held-out structures.
-
-Measured (torch 2.13 CPU, 1 thread, seed 0; identical in every run; times are the range over three
-pytest runs on a shared 2-core machine under load 2-8, so they are upper bounds; whole file 2-3.5 min):
-
-========  ==================  ================  =======  ==========================================
-encoder   energy MAE eV/atom  force MAE eV/Å    time     learning_config / status
-========  ==================  ================  =======  ==========================================
-baseline  0.0210 (mean)       0.417 (zero)               pass: energy < 0.0105, forces < 0.104
-CGCNN     0.0037              0.069             3-15 s
-DimeNet   0.0070              0.025             32-50 s  widths 16, num_radial 4, num_spherical 2
-EGNN      0.0077              0.054             5-7 s
-GAT       0.0080              0.055             8-28 s
-GIN       0.0084              0.039             3-5 s    hidden_dim 32
-MACE      0.0085              0.034             14-31 s  max_ell 1, correlation 2, radial MLP 16
-MFC       0.0068              0.038             5-9 s
-PAINN     0.0037              0.031             6-11 s
-PNA       0.0090              0.025             20-40 s  bessel, polynomial, residual false; 60 epochs
-PNAEq     0.0053              0.039             11-28 s
-PNAPlus   0.0093              0.032             15-29 s  hidden_dim 32, lr 5e-3
-SAGE      0.0100              0.069             3-7 s    (energy just under the baseline criterion)
-SchNet    0.0048              0.040             3-7 s
-========  ==================  ================  =======  ==========================================
-
-PNA needs its ``learning_config``: with the defaults (Gaussian basis, cosine cutoff, residual
-layers) it fits the forces (0.049 eV/Å) but under-fits the energy (0.028 eV/atom, train 0.023).
-Measured test energy MAE of other settings (seed 0 unless noted): Bessel + polynomial 0.0137 (20
-epochs), 0.0121 (40; seeds 1 / 2: 0.0100 / 0.0124); lr 2e-3 / 5e-3, hidden 32, pre/post layers 2,
-identity scalers, sum / mean-only aggregators, an inner switching radius: 0.014-0.036. The chosen
-setting (60 epochs) gives 0.0090 / 0.0104 / 0.0104 / 0.0086 for initialisation seeds 0-3 (forces 0.022-0.026).
-
-Thresholds below sit about 1.5x above the measurement; every encoder must also beat half the
-predict-the-mean energy error and a quarter of the predict-zero force error. An encoder class may
-set ``learning_config = {...}`` (``Architecture`` keys overriding this recipe, after its
-``conformance_config``) and :data:`RECIPES` may override ``epochs`` / ``lr`` and add ``stress``
-(the weight of the EMT stress MSE, eV/Å³, in the loss: the structures carry it, and it is what
-pins the energy-volume curve for an encoder whose forces do not); record its measurement and
-thresholds here. Encoders in :data:`XFAIL` do not reach the baseline criteria
-with this recipe: they are strict xfails (an unexpected pass fails, so the entry gets removed).
+Recipe: 48 training / 16 test structures of the ``CuAu_32atoms`` reference set (32 atoms each),
+20 epochs of Adam (batch 4, lr 1e-2, cosine decay), loss through ``HydraModel.loss`` (per-atom
+energy MSE x 3, forces MSE x 1); errors on the held-out structures. Every encoder must beat half
+the predict-the-mean energy error and a quarter of the predict-zero force error, and its
+:data:`THRESHOLDS` entry (about 1.5x above its measurement) when it has one: a new encoder gets
+the baseline criteria alone. :data:`LEARNING_ARCH` holds ``Architecture`` overrides and
+:data:`RECIPES` ``epochs`` / ``lr`` / ``stress`` overrides for encoders that need them; encoders
+in :data:`XFAIL` are strict xfails. The measurements behind the thresholds, and the settings
+tried, are in ``docs/notes/encoder_learning.md``.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from conformance import REGISTERED_ENCODERS
-from graphs import collate, with_edges
 
 from hydragnn.data import Schema, prepare
 from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
-from hydragnn.models import ENCODERS, build_model
+from hydragnn.models import build_model
+from hydragnn.models.testing import REGISTERED_ENCODERS
+from hydragnn.models.testing.graphs import collate, with_edges
 
 RADIUS = 4.0
 N_ATOMS = 32
@@ -78,8 +44,26 @@ THRESHOLDS: dict[str, tuple[float, float]] = {
     "SchNet": (0.008, 0.07),
 }
 BASELINE_FACTORS = (0.5, 0.25)
-# encoder -> recipe overrides ("epochs", "lr") for encoders that need them.
+# encoder -> recipe overrides ("epochs", "lr", "stress") for encoders that need them.
 RECIPES: dict[str, dict[str, float]] = {"PNAPlus": {"lr": 5e-3}, "PNA": {"epochs": 60}}
+# encoder -> Architecture overrides of the recipe (small widths / bases to fit the time budget,
+# or the setting that learns; docs/notes/encoder_learning.md says why).
+LEARNING_ARCH: dict[str, dict] = {
+    "DimeNet": {
+        "num_radial": 4,
+        "num_spherical": 2,
+        "int_emb_size": 16,
+        "basis_emb_size": 4,
+        "out_emb_size": 16,
+        "triplet_capacity": None,
+    },
+    "GIN": {"hidden_dim": 32},
+    "MACE": {"max_ell": 1, "correlation": 2, "radial_mlp_dim": 16},
+    "PNA": {"radial_basis": "bessel", "cutoff_function": "polynomial", "residual": False},
+    "PNAPlus": {"hidden_dim": 32},
+    "UMA": {"lmax": 1, "mmax": 1, "hidden_dim": 32},
+    "AllScAIP": {"max_neighbor_slots": 24},
+}
 # encoder -> why it does not reach the baseline criteria yet (strict xfail).
 XFAIL: dict[str, str] = {}
 
@@ -126,7 +110,7 @@ def _errors(model, data) -> tuple[float, float]:
 
 
 def train_and_measure(encoder_name: str, train, test, arch_overrides: dict | None = None) -> dict:
-    """Train ``encoder_name`` with the recipe (+ its ``learning_config`` and :data:`RECIPES` entry).
+    """Train ``encoder_name`` with the recipe (+ its :data:`LEARNING_ARCH` and :data:`RECIPES` entries).
 
     Returns the trained model, first/last training loss, test energy MAE (eV/atom), force MAE (eV/Å) and the
     predict-the-mean / predict-zero baselines; with a ``stress`` recipe also the test stress MAE
@@ -152,8 +136,7 @@ def train_and_measure(encoder_name: str, train, test, arch_overrides: dict | Non
         "task_weights": [3.0, 0.0, 1.0] + ([float(stress_weight)] if stress_weight else []),
         "loss_function_type": "mse",
     }
-    arch.update(getattr(ENCODERS[encoder_name], "conformance_config", {}))
-    arch.update(getattr(ENCODERS[encoder_name], "learning_config", {}))
+    arch.update(LEARNING_ARCH.get(encoder_name, {}))
     arch.update(arch_overrides or {})
     torch.manual_seed(0)
     model = build_model(arch, Schema.from_dict(STRESS_VARIABLES if stress_weight else CUAU_VARIABLES))
@@ -213,6 +196,6 @@ def test_learns_emt_energy_and_forces(encoder_name, cuau):
     assert r["last_loss"] < r["first_loss"]
     assert energy_mae < BASELINE_FACTORS[0] * r["base_energy"]
     assert force_mae < BASELINE_FACTORS[1] * r["base_forces"]
-    e_max, f_max = THRESHOLDS[encoder_name]
+    e_max, f_max = THRESHOLDS.get(encoder_name, (float("inf"), float("inf")))
     assert energy_mae < e_max, f"{encoder_name}: energy MAE {energy_mae:.4f} eV/atom >= {e_max}"
     assert force_mae < f_max, f"{encoder_name}: force MAE {force_mae:.4f} eV/Å >= {f_max}"

@@ -7,12 +7,20 @@ import types
 
 import pytest
 import torch
-from conformance import CUTOFF, build, random_rotation, small_arch
-from graphs import CLUSTER_SCHEMA, SCHEMA, brute_force_edges, cluster_samples, collate, periodic_samples
 from torch_geometric.data import Data
 
 from hydragnn.data import Schema, prepare
 from hydragnn.models import ModelError, build_model, compute_loss, pad_with_sink
+from hydragnn.models.testing import CUTOFF, build, small_arch
+from hydragnn.models.testing.graphs import (
+    CLUSTER_SCHEMA,
+    SCHEMA,
+    brute_force_edges,
+    cluster_samples,
+    collate,
+    periodic_samples,
+    random_rotation,
+)
 
 GENERIC = Schema.from_dict(
     {

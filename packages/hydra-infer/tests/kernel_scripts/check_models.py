@@ -1,8 +1,10 @@
-"""Patched (kernel) vs stock tiny SchNet / PAINN MLIPs: energies and forces; run with TRITON_INTERPRET=1.
+"""Patched (kernel) vs stock tiny MLIPs: energies and forces; run with TRITON_INTERPRET=1.
 
-Prints one JSON object and exits 1 when a relative error exceeds its tolerance or a check fails.
-Also checks a sink-padded batch (zero-length sink edges) and that ``install`` leaves the
-stock model untouched.
+SchNet and PAINN in float32 / float64, plus SchNet with GPS global attention and PAINN with
+activation checkpointing (the kernels replace primitives, so both keep working). Prints one
+JSON object and exits 1 when a relative error exceeds its tolerance or a check fails. Also
+checks a sink-padded batch (zero-length sink edges) and that ``install`` leaves the stock
+model untouched.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from infer_helpers import cluster, tiny_model  # noqa: E402
 
 from hydragnn.infer import HydraCalculator  # noqa: E402
 from hydragnn.infer.kernels import available, install  # noqa: E402
-from hydragnn.infer.kernels.modules import KernelPAINN, KernelSchNet  # noqa: E402
+from hydragnn.models.nn import Primitive  # noqa: E402
 from hydragnn.models.padding import pad_with_sink  # noqa: E402
 
 TOL = {"fp32": 1e-5, "fp64": 1e-10}
@@ -31,13 +33,18 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max()) / max(float(b.abs().max()), 1e-30)
 
 
-def compare(encoder: str, precision: str, sizes=(9, 14)) -> dict[str, float]:
-    model = tiny_model(seed=3, mpnn_type=encoder, precision=precision, num_conv_layers=2, hidden_dim=8)
+def backends(model) -> set[str]:
+    return {m.backend for m in model.modules() if isinstance(m, Primitive) and type(m).__name__ != "GaussianRBF"}
+
+
+def compare(encoder: str, precision: str, sizes=(9, 14), **arch) -> dict[str, float]:
+    model = tiny_model(seed=3, mpnn_type=encoder, precision=precision, num_conv_layers=2, hidden_dim=8, **arch)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     patched, why = install(model)
     assert why is None, why
-    assert isinstance(patched.encoder, KernelSchNet if encoder == "SchNet" else KernelPAINN)
-    assert type(model.encoder) is not type(patched.encoder), "install modified the stock model"
+    switched = {type(m).__name__ for m in patched.modules() if isinstance(m, Primitive) and m.backend == "triton"}
+    assert switched == ({"RadialFilter", "ContinuousFilterConv"} if encoder == "SchNet" else {"EquivariantMessage"})
+    assert backends(model) == {"torch"}, "install modified the stock model"
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     calc = HydraCalculator(model)
     coords = [torch.as_tensor(cluster(n, seed=n)[0]) for n in sizes]
@@ -90,6 +97,14 @@ def main() -> int:
             res = compare(encoder, precision)
             report[f"{encoder}/{precision}"] = res
             failed |= any(not (val <= TOL[precision]) for val in res.values())
+    variants = {
+        "SchNet+GPS/fp64": ("SchNet", {"global_attn_engine": "GPS"}),
+        "PAINN+checkpointing/fp64": ("PAINN", {"conv_checkpointing": True}),
+    }
+    for key, (encoder, arch) in variants.items():
+        res = compare(encoder, "fp64", **arch)
+        report[key] = res
+        failed |= any(not (val <= TOL["fp64"]) for val in res.values())
         res = through_calculator(encoder)
         report[f"{encoder}/calculator"] = res
         failed |= any(not (val <= TOL["fp64"]) for val in res.values())

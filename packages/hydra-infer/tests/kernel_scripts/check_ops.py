@@ -1,19 +1,33 @@
-"""Each fused op vs its PyTorch reference (values and gradients); run with TRITON_INTERPRET=1.
+"""Each Triton primitive vs the primitive's stock forward (values and gradients); run with TRITON_INTERPRET=1.
 
-Prints one JSON object ``{check: max relative error}`` and exits 1 when one exceeds its
-tolerance. Used by ``tests/test_kernels.py`` (a subprocess, so that the interpreter flag is set
-before triton is imported) and by ``tools/bench/kernels.py``.
+The stock ``forward`` of a hydra-models primitive is the reference of its kernel: each check
+builds a primitive, a copy switched to the ``"triton"`` backend, runs both on the same random
+edges (unsorted, some beyond the cutoff, zero-length sink edges) and compares outputs and the
+gradients w.r.t. every input and parameter. Prints one JSON object ``{check: max relative
+error}`` and exits 1 when one exceeds its tolerance. Used by ``tests/test_kernels.py`` (a
+subprocess, so that the interpreter flag is set before triton is imported) and by
+``tools/bench/kernels.py``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-import math
 import sys
 
 import torch
 
-from hydragnn.infer.kernels import ops, reference
+from hydragnn.infer.kernels import primitives
+from hydragnn.models.nn import (
+    BesselRBF,
+    ContinuousFilterConv,
+    CosineCutoff,
+    EquivariantMessage,
+    GaussianRBF,
+    RadialEdges,
+    RadialFilter,
+    use_backend,
+)
 
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
@@ -25,79 +39,90 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max()) / max(scale, 1e-30) if a.numel() else 0.0
 
 
-def _graph(n: int, e: int, cutoff: float, dtype, gen, sink: bool = True):
-    """Random edges (unsorted), lengths in (0, 1.2 cutoff) so some lie beyond the cutoff; zero-length sink edges."""
+def _graph(n: int, e: int, cutoff: float, dtype, gen):
+    """Random edges (unsorted), lengths in (0, 1.2 cutoff); zero-length sink edges on the last node."""
     src = torch.randint(0, n, (e,), generator=gen)
     dst = torch.randint(0, n, (e,), generator=gen)
     r = torch.rand(e, generator=gen, dtype=dtype) * 1.2 * cutoff + 0.05
-    if sink:  # padded sink -> sink edges: zero length on the last node
-        src[-3:] = n - 1
-        dst[-3:] = n - 1
-        r[-3:] = 0.0
-    return src, dst, r
+    src[-3:] = n - 1
+    dst[-3:] = n - 1
+    r[-3:] = 0.0
+    u = torch.nn.functional.normalize(torch.randn(e, 3, dtype=dtype, generator=gen), dim=-1)
+    u[-3:] = 0.0
+    return src, dst, r, u
 
 
-def _compare(name, fused, ref, inputs, out_grads, results):
-    for i, (a, b) in enumerate(zip(fused, ref)):
+def _compare(name, stock, fast, run, inputs, gen, results):
+    """``run(module) -> outputs`` for both modules; outputs and grads w.r.t. inputs and parameters."""
+    ref, got = run(stock), run(fast)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    got = got if isinstance(got, tuple) else (got,)
+    assert fast.backend == "triton" and stock.backend == "torch", (fast.backend, stock.backend)
+    for i, (a, b) in enumerate(zip(got, ref)):
         results[f"{name}.out{i}"] = rel_err(a, b)
-    ga = torch.autograd.grad(fused, inputs, out_grads, allow_unused=True)
-    gb = torch.autograd.grad(ref, inputs, out_grads, allow_unused=True)
+    grads = [torch.randn(t.shape, dtype=t.dtype, generator=gen) for t in ref]
+    params_ref = [p for p in stock.parameters() if p.requires_grad]
+    params_got = [p for p in fast.parameters() if p.requires_grad]
+    gb = torch.autograd.grad(ref, [*inputs, *params_ref], grads, allow_unused=True)
+    ga = torch.autograd.grad(got, [*inputs, *params_got], grads, allow_unused=True)
     for i, (a, b) in enumerate(zip(ga, gb)):
-        if b is None:
-            continue
-        results[f"{name}.grad{i}"] = rel_err(a, b)
+        if b is not None:
+            results[f"{name}.grad{i}"] = rel_err(a, b)
+
+
+def _switched(module):
+    fast = copy.deepcopy(module)
+    report = use_backend(fast, primitives.BACKEND)
+    assert report.switched, report
+    return fast
 
 
 def check(dtype, gen) -> dict[str, float]:
     results: dict[str, float] = {}
     n, e, cutoff = 13, 150, 4.0
-    src, dst, r = _graph(n, e, cutoff, dtype, gen)
-    like = r
-    # SchNet filter: R=7 gaussians, F=20 (not a power of two)
-    R, F = 7, 20
-    centers = torch.linspace(0.0, cutoff, R, dtype=dtype)
-    coeff = -0.5 / (cutoff / (R - 1)) ** 2
-    w1 = torch.randn(F, R, dtype=dtype, generator=gen).requires_grad_()
-    b1 = torch.randn(F, dtype=dtype, generator=gen).requires_grad_()
+    src, dst, r, u = _graph(n, e, cutoff, dtype, gen)
     rr = r.clone().requires_grad_()
-    consts = ops.constants(coeff, cutoff, like=like)
-    fused = ops.schnet_filter(rr, centers, consts, w1, b1)
-    ref = reference.schnet_filter(rr, centers, coeff, w1, b1)
-    _compare("schnet_filter", (fused,), (ref,), (rr, w1, b1), (torch.randn(e, F, dtype=dtype, generator=gen),), results)
-    # cfconv
+    # SchNet filter (R=7 Gaussians, F=20: not a power of two) and the continuous-filter convolution
+    R, F = 7, 20
+    gauss, cos = GaussianRBF(cutoff, R).to(dtype), CosineCutoff(cutoff)
+    filt = RadialFilter(R, F).to(dtype)
+
+    def edges(basis, length=rr, unit=None):
+        return RadialEdges(src, dst, length, n, dtype, basis, cos, unit=unit)
+
+    _compare("radial_filter", filt, _switched(filt), lambda m: m(edges(gauss)), [rr], gen, results)
     x = torch.randn(n, F, dtype=dtype, generator=gen).requires_grad_()
     w = torch.randn(e, F, dtype=dtype, generator=gen).requires_grad_()
-    fused = ops.cfconv(x, w, rr, src, dst, consts, n)
-    ref = reference.cfconv(x, w, rr, src, dst, cutoff, n)
-    _compare("cfconv", (fused,), (ref,), (x, w, rr), (torch.randn(n, F, dtype=dtype, generator=gen),), results)
-    # PaiNN message: H=10 (3H = 30 columns), R=6 Bessel functions
+    conv = ContinuousFilterConv()
+    _compare("cfconv", conv, _switched(conv), lambda m: m(x, w, edges(gauss)), [x, w, rr], gen, results)
+    # PaiNN message: H=10 (3H = 30 columns), R=6 Bessel functions with trainable frequencies
     H, R = 10, 6
-    freqs = (torch.arange(1, R + 1, dtype=dtype) * math.pi / cutoff).requires_grad_()
-    pref = math.sqrt(2.0 / cutoff)
-    wf = torch.randn(3 * H, R, dtype=dtype, generator=gen).requires_grad_()
-    bf = torch.randn(3 * H, dtype=dtype, generator=gen).requires_grad_()
+    bessel = BesselRBF(cutoff, R, trainable=True).to(dtype)
+    msg = EquivariantMessage(R, H).to(dtype)
     phi = torch.randn(n, 3 * H, dtype=dtype, generator=gen).requires_grad_()
     v = torch.randn(n, 3, H, dtype=dtype, generator=gen).requires_grad_()
-    u = torch.nn.functional.normalize(torch.randn(e, 3, dtype=dtype, generator=gen), dim=-1)
-    u[-3:] = 0.0
-    u.requires_grad_()
-    pconsts = ops.constants(pref, cutoff, like=like)
-    fused = ops.painn_message(phi, v, rr, u, freqs, wf, bf, src, dst, pconsts, n)
-    ref = reference.painn_message(phi, v, rr, u, freqs, wf, bf, src, dst, pref, cutoff, n)
-    grads = (torch.randn(n, H, dtype=dtype, generator=gen), torch.randn(n, 3, H, dtype=dtype, generator=gen))
-    _compare("painn_message", fused, ref, (phi, v, rr, u, freqs, wf, bf), grads, results)
-    # forces-only backward (weights frozen, v constant): the inference configuration
-    fused = ops.painn_message(
-        phi.detach(), v.detach(), rr, u, freqs.detach(), wf.detach(), bf.detach(), src, dst, pconsts, n
-    )
-    ref = reference.painn_message(
-        phi.detach(), v.detach(), rr, u, freqs.detach(), wf.detach(), bf.detach(), src, dst, pref, cutoff, n
-    )
-    _compare("painn_message_geom", fused, ref, (rr, u), grads, results)
+    uu = u.clone().requires_grad_()
+    fast_msg = _switched(msg)
+
+    def message(m):
+        return m(phi, v, edges(bessel, unit=uu))
+
+    _compare("painn_message", msg, fast_msg, message, [phi, v, rr, uu, bessel.freqs], gen, results)
+    # forces-only backward (weights frozen, features constant): the inference configuration
+    frozen, fast_frozen = copy.deepcopy(msg).requires_grad_(False), copy.deepcopy(fast_msg).requires_grad_(False)
+
+    def geometry_only(m):
+        return m(phi.detach(), v.detach(), RadialEdges(src, dst, rr, n, dtype, bessel, cos, unit=uu))
+
+    _compare("painn_message_geom", frozen, fast_frozen, geometry_only, [rr, uu], gen, results)
     # no edges
     empty = torch.zeros(0, dtype=torch.long)
-    out = ops.cfconv(x.detach(), w.detach()[:0], r[:0], empty, empty, consts, n)
+    none = RadialEdges(empty, empty, r[:0], n, dtype, gauss, cos)
+    out = _switched(conv)(x.detach(), w.detach()[:0], none)
     results["cfconv_no_edges"] = float(out.abs().max())
+    # a call the kernel cannot serve (Bessel basis under the Gaussian filter) runs the stock forward
+    mixed = RadialEdges(src, dst, rr, n, dtype, BesselRBF(cutoff, 7).to(dtype), cos)
+    results["filter_declines_other_basis"] = rel_err(_switched(filt)(mixed), filt(mixed))
     return results
 
 

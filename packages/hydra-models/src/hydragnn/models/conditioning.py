@@ -26,7 +26,7 @@ from torch import nn
 
 from .encoders import GraphInputs
 from .errors import ModelConfigError, ModelError
-from .ops import mlp
+from .nn.activations import mlp
 
 ROOT = "NeuralNetwork.Architecture"
 NODE_MODES: tuple[str, ...] = ("concat_node", "film")

@@ -32,7 +32,8 @@ from .encoders import EncoderConfig, get_encoder
 from .energy_heads import EnergyHeadSpec, parse_energy_heads
 from .errors import ModelConfigError
 from .heads_config import HeadsConfig
-from .ops import ACTIVATIONS, POOLINGS
+from .nn.activations import ACTIVATIONS
+from .nn.scatter import POOLINGS
 
 ROOT = "NeuralNetwork.Architecture"
 
@@ -175,7 +176,9 @@ class ModelConfig:
         return tuple(
             EnergyHeadSpec(
                 name=h.name,
-                reference_energies=h.reference_energies if h.reference_energies is not None else self.reference_energies,
+                reference_energies=h.reference_energies
+                if h.reference_energies is not None
+                else self.reference_energies,
                 energy_shift=h.energy_shift if h.energy_shift is not None else self.energy_shift,
                 energy_scale=h.energy_scale if h.energy_scale is not None else self.energy_scale,
             )
@@ -223,8 +226,12 @@ class ModelConfig:
             kwargs["reference_energies"] = _reference_energies(values["reference_energies"])
         if values.get("energy_heads") is not None:
             if not kwargs.get("enable_interatomic_potential", False):
-                raise ModelConfigError(f"{ROOT}.energy_heads: only for interatomic potentials (enable_interatomic_potential)")
-            kwargs["energy_heads"] = parse_energy_heads(values["energy_heads"], f"{ROOT}.energy_heads", _reference_energies)
+                raise ModelConfigError(
+                    f"{ROOT}.energy_heads: only for interatomic potentials (enable_interatomic_potential)"
+                )
+            kwargs["energy_heads"] = parse_energy_heads(
+                values["energy_heads"], f"{ROOT}.energy_heads", _reference_energies
+            )
 
         rest = {k: v for k, v in values.items() if k not in COMMON_KEYS}
         config_cls = EncoderConfig if encoder_cls is None else encoder_cls.Config
@@ -308,5 +315,7 @@ def _reference_energies(values: Any, where: str = f"{ROOT}.reference_energies") 
     try:
         table = parse_reference_energies(values, where)
     except DataError as exc:
-        raise ModelConfigError(f"{exc} (keys are chemical symbols such as \"Cu\" or atomic numbers such as \"29\")") from None
+        raise ModelConfigError(
+            f'{exc} (keys are chemical symbols such as "Cu" or atomic numbers such as "29")'
+        ) from None
     return tuple(table.items())

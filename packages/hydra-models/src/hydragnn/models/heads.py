@@ -14,9 +14,10 @@ import torch
 from torch import nn
 
 from .encoders import GraphInputs
-from .encoders.basis import CosineCutoff
 from .heads_config import EdgeHeadConfig, GraphHeadConfig, NodeHeadConfig
-from .ops import POOLINGS, make_activation, mlp, scatter_sum
+from .nn.activations import make_activation, mlp
+from .nn.radial import CosineCutoff
+from .nn.scatter import POOLINGS, scatter_sum
 
 
 class GraphHeads(nn.Module):

@@ -19,7 +19,7 @@ from .energy_heads import EnergyHeadSpec
 from .errors import ModelError
 from .heads import NodeHead
 from .heads_config import NodeHeadConfig
-from .ops import accumulate_dtype, scatter_sum
+from .nn.scatter import accumulate_dtype, scatter_sum
 
 VOIGT_ROWS = (0, 1, 2, 1, 0, 0)
 VOIGT_COLS = (0, 1, 2, 2, 2, 1)

@@ -24,7 +24,7 @@ from .errors import ModelConfigError, ModelError
 from .heads import EdgeHeads, GraphHeads, NodeHeads
 from .loss import compute_loss
 from .mlip import EnergyHead, apply_strain, derivatives, dynamic_edges, stress_from_virial
-from .ops import safe_norm
+from .nn.geometry import safe_norm
 from .schema_checks import check_conditioning, mlip_roles, num_species, task_weights
 
 ROOT = "NeuralNetwork.Architecture"

@@ -1,14 +1,18 @@
-"""Triton inference kernels for the hottest primitives of SchNet and PAINN (``inference_kernels=True``).
+"""Triton inference kernels for the hottest primitives (``inference_kernels=True``).
 
-What is fused (see :mod:`.ops`; forward and first-order backward, both in Triton):
+The kernels are implementations of hydra-models primitives (:mod:`.primitives`, backend
+``"triton"``), never of encoders; :func:`install` switches a frozen copy of the model to them
+with :func:`hydragnn.models.nn.use_backend`. Fused (see :mod:`.ops`; forward and first-order
+backward, both in Triton):
 
-* SchNet, per interaction: Gaussian radial basis + the filter network's first linear layer +
-  shifted softplus (:func:`.ops.schnet_filter`); cosine envelope + gather ``lin1(h)[src]`` +
-  filter product + scatter-add into ``dst`` (:func:`.ops.cfconv`).
-* PAINN, per layer: Bessel radial basis + filter linear layer + cosine cutoff + gating of
-  ``phi(s)[src]`` + vector message + both scatter-adds (:func:`.ops.painn_message`).
+* :class:`~hydragnn.models.nn.RadialFilter` on a Gaussian basis: basis + first linear layer +
+  shifted softplus (:func:`.ops.schnet_filter`).
+* :class:`~hydragnn.models.nn.ContinuousFilterConv` with a cosine envelope: envelope + gather +
+  filter product + scatter-add (:func:`.ops.cfconv`).
+* :class:`~hydragnn.models.nn.EquivariantMessage` on a Bessel basis: basis + filter layer +
+  cosine cutoff + gating + vector message + both scatter-adds (:func:`.ops.painn_message`).
 
-Everything else (embeddings, dense linear layers, PaiNN's update block, heads, forces by
+Everything else (embeddings, dense layers, GPS mixers, update blocks, heads, forces by
 ``autograd.grad``) is the stock PyTorch code, so eager calls and CUDA-graph replay use the
 same patched model. Triton is an optional dependency (``hydra-infer[kernels]``) and is imported
 only by :func:`available` and the first kernel launch.
@@ -81,30 +85,35 @@ def available(device: str | torch.device) -> tuple[bool, str | None]:
 
 
 def install(model: Any) -> tuple[Any, str | None]:
-    """Swap the encoder of a copy of ``model`` for its kernel-backed subclass.
+    """Switch the primitives of a frozen copy of ``model`` to the Triton kernels.
 
     Args:
         model: a :class:`~hydragnn.models.HydraModel`.
 
     Returns:
-        ``(patched, None)``: a deep copy of ``model`` whose encoder is a
-        :class:`.modules.KernelSchNet` / :class:`.modules.KernelPAINN` with identical parameters;
-        the copy's parameters are frozen (``requires_grad=False``: inference only, so backward
-        passes compute no weight gradients) and it is in eval mode. ``model`` itself is not
-        modified. Or ``(model, reason)`` when the model is not eligible (another encoder, a
-        16-bit dtype, PAINN with edge inputs, no encoder).
+        ``(patched, None)``: a deep copy of ``model`` (identical parameters and state-dict keys)
+        whose primitives with a Triton implementation run it; the copy's parameters are frozen
+        (``requires_grad=False``: inference only, so backward passes compute no weight gradients)
+        and it is in eval mode. ``model`` itself is not modified. Or ``(model, reason)`` when no
+        primitive of the model has kernels, or the model is in a 16-bit dtype.
     """
-    from .modules import encoder_problem, patch_encoder
+    from hydragnn.models.nn import implementations, use_backend
+
+    from .primitives import BACKEND, DTYPES
 
     encoder = getattr(model, "encoder", None)
-    if encoder is None:
-        return model, f"{type(model).__name__} has no encoder"
-    problem = encoder_problem(encoder)
-    if problem is not None:
-        return model, problem
-    patched_encoder = patch_encoder(encoder)
-    memo = {id(encoder): patched_encoder}  # deepcopy the rest, reuse the new encoder
-    patched = copy.deepcopy(model, memo)
+    name = type(encoder).__name__ if encoder is not None else type(model).__name__
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if not dtypes <= DTYPES:
+        found = ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
+        return model, f"encoder {name} in {found}: the inference kernels support float32 and float64"
+    impls = implementations(BACKEND)
+    usable = [m for m in model.modules() if type(m) in impls and impls[type(m)].accepts(m) is None]
+    if not usable:
+        known = ", ".join(sorted(cls.__name__ for cls in impls))
+        return model, f"encoder {name} has no inference kernels (they implement the primitives {known})"
+    patched = copy.deepcopy(model)
+    use_backend(patched, BACKEND)
     patched.requires_grad_(False)
     return patched.eval(), None
 

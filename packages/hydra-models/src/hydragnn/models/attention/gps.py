@@ -28,7 +28,8 @@ from torch import nn
 
 from ..encoders.base import EncoderDims, GraphInputs
 from ..errors import ModelError
-from ..ops import accumulate_dtype, make_activation
+from ..nn.activations import make_activation
+from ..nn.scatter import accumulate_dtype
 from .performer import PerformerAttention
 
 __all__ = ["GPSLayer", "MultiheadAttention", "build_gps_mixers"]

@@ -22,7 +22,7 @@ import math
 import torch
 from torch import nn
 
-from ..ops import accumulate_dtype
+from ..nn.scatter import accumulate_dtype
 
 __all__ = ["PerformerAttention", "orthogonal_gaussian", "redraw_projections"]
 

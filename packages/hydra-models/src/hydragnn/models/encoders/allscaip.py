@@ -5,8 +5,8 @@ graph from ``pos`` and ``cell``) is replaced by a capture-safe conversion of Hyd
 its dense neighbour layout ``[N, max_neighbor_slots]``: a self-loop first (slot 0 is the node),
 then the neighbours nearest first; the envelope is ``envelope(d / radius)`` (no soft-kNN rank
 term), the bond-orientational order weights neighbours by that envelope (fairchem counts every
-neighbour inside the radius, so its energy jumps when an atom crosses the cutoff: 6e-5 on the
-continuity check of the conformance suite, now continuous). The sinc distance kernel of node
+neighbour inside the radius, so its energy jumps when an atom crosses the cutoff; here it is
+continuous). The sinc distance kernel of node
 attention (``use_sincx_mask``) reads every pairwise distance within a graph, at the minimum image
 in periodic cells, computed here from ``pos`` / ``cell`` (a radius graph does not carry them). It
 is rotation-, translation- and permutation-invariant with the default
@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import ModelConfigError, ModelError
-from ..ops import rank_in_group
+from ..nn.geometry import pair_geometry
+from ..nn.scatter import rank_in_group
 from ._fairchem import ROOT, _call_in, _check_common, _import, _system_ints
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 
@@ -123,16 +124,6 @@ class AllScAIPEncoder(Encoder):
     needs_pos = True
     supports_layer_mixing = False
     optional_dependency = "fairchem"
-    conformance_config: ClassVar[dict] = {}
-    #: ``Architecture`` overrides for the EMT learning test (tests/test_encoders_fairchem.py, which also
-    #: trains on the stress): its atoms have at most 18 neighbours within 4 Å, so 24 slots drop
-    #: none and halve the cost of the default 48.
-    learning_config: ClassVar[dict] = {"max_neighbor_slots": 24}
-    #: Shared conformance checks this encoder cannot pass by design (check -> reason).
-    conformance_skips: ClassVar[dict[str, str]] = {
-        "finite_differences": "computes in float32 (fairchem's frequency features are float32): the float64 check "
-        "cannot hold; a float32 finite-difference check replaces it",
-    }
 
     def __init__(self, dims: EncoderDims, config: AllScAIPConfig) -> None:
         super().__init__(dims, config)
@@ -216,8 +207,6 @@ class AllScAIPEncoder(Encoder):
         ``min`` over images); ``sin(x) / x`` uses its Taylor series below ``x = 1e-4`` through
         ``torch.where`` (fairchem indexes with a boolean mask, a host synchronisation).
         """
-        from ..attention.equivariant_transformer import pair_geometry  # the attention package imports encoders
-
         dist, _, same = pair_geometry(inputs.pos, inputs.batch, torch.float32, inputs.cell, inputs.pbc)
         x = dist.unsqueeze(-1) * self.sinc_omega.to(dist.dtype)  # [N, N, K] (the buffer follows the model dtype)
         small = x.abs() < 1e-4

@@ -10,16 +10,13 @@ pre-activations ``W z`` of every edge and the neighbour sum of every node. Batch
 would couple the graphs of a batch (a padded batch or a batch of one would give other results),
 so both are replaced by per-row LayerNorms: ``LN_f`` / ``LN_s`` over the channels of each edge's
 gate pre-activations and ``LN_a`` over the channels of each node's sum. Without them the sum of
-~17 strictly positive messages grows layer by layer, the second layer's gates saturate
-(40% below 0.01, 27% above 0.99 at hidden 32) and the model under-fits: on the EMT Cu-Au
-learning test (tests/test_learning.py) 0.061 eV/atom without, 0.0037 eV/atom with the norms.
-``LN_a`` makes a node's update independent of the overall scale of its sum; for an atom whose
+strictly positive messages grows layer by layer, the gates saturate and the model under-fits
+(docs/notes/encoder_design.md). ``LN_a`` makes a node's update independent of the overall scale of its sum; for an atom whose
 only neighbour approaches the cutoff the sum fades to zero continuously, but the update only
 fades once the sum's channel variance falls below LayerNorm's ``eps`` (continuous, steeper).
 
-Defaults: the Bessel radial basis (``radial_basis="bessel"``) with the cosine cutoff; with the
-Gaussian basis the same model reached 0.012 eV/atom on that test. (The polynomial envelope
-learns as well but, evaluated in bfloat16, its cancelling terms cost the bf16 forward ~7%.)
+Defaults: the Bessel radial basis (``radial_basis="bessel"``) with the cosine cutoff, which
+learned best of the bases and envelopes tried (docs/notes/encoder_design.md).
 
 In bfloat16 the gather, the norms, the gate nonlinearities and the sum over neighbours run in
 float32 (the linear maps stay in the model's dtype).
@@ -34,8 +31,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.conv import CGConv
 
+from ..nn.scatter import accumulate_dtype
 from .base import EncoderDims, register_encoder
-from .invariant_utils import Float32Aggregation, InvariantConfig, InvariantEncoder, accumulate_dtype
+from .invariant_utils import Float32Aggregation, InvariantConfig, InvariantEncoder
 
 
 def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:

@@ -21,11 +21,7 @@ Cost: the 2D basis is never materialised per triplet. DimeNet++'s first basis pr
 ``sum_l Y_l(angle) * (sum_n W_sbf1[:, l, n] rad_{ln}(d_kj))``: the inner sum is taken once per
 edge (``[E, L, basis_emb_size]``) and only ``L * basis_emb_size`` numbers are gathered per triplet
 instead of ``L * num_radial`` (:class:`_FactorizedInteractionPPBlock`; same weights and results
-as PyG's block). On 4 x 32 Cu-Au atoms at a 5 Å cutoff (~5300 edges, ~213k triplets, hidden 64,
-3 blocks, num_radial 20, forces by autograd, one CPU thread) a training step then takes 0.45-0.68x
-the time of the materialised basis (measured side by side on a loaded machine). What remains is
-dominated by the per-triplet product ``x_kj[idx_kj] * W_sbf2(...)`` (``[T, int_emb_size]``,
-forward, backward and double backward) and the per-edge spherical Bessel functions.
+as PyG's block), about half the cost of the materialised basis (docs/notes/encoder_design.md).
 
 Capture safety: with ``triplet_capacity = None`` (default) the exact triplet list is built in
 ``forward`` and its length is data-dependent (``repeat_interleave`` over in-degrees, a boolean
@@ -45,7 +41,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from torch import nn
@@ -54,9 +49,9 @@ from torch_geometric.nn.models.dimenet import InteractionPPBlock, OutputPPBlock
 from torch_geometric.utils import scatter
 
 from ..errors import ModelConfigError, ModelError
+from ..nn.geometry import safe_norm
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .dimenet_basis import BesselEdgeBasis, SphericalBasis, _compute_dtype
-from .safe_geometry import safe_edge_length
 from .triplets import build_triplets, build_triplets_padded
 
 _EPS = 1e-9
@@ -167,19 +162,6 @@ class DimeNetEncoder(Encoder):
     equivariant = False
     needs_pos = True
     supports_layer_mixing = False  # per-layer state is edge messages
-    #: Extra ``Architecture`` keys for the shared conformance suite: its capture-safety check
-    #: needs the fixed triplet layout (the test structures have in-degrees <= 18).
-    conformance_config: ClassVar[dict] = {"triplet_capacity": 32}
-    #: ``Architecture`` overrides for tests/test_learning.py: small widths and bases, exact
-    #: (unpadded) triplets, to fit its time budget.
-    learning_config: ClassVar[dict] = {
-        "num_radial": 4,
-        "num_spherical": 2,
-        "int_emb_size": 16,
-        "basis_emb_size": 4,
-        "out_emb_size": 16,
-        "triplet_capacity": None,
-    }
 
     def __init__(self, dims: EncoderDims, config: DimeNetConfig) -> None:
         super().__init__(dims, config)
@@ -250,7 +232,7 @@ class DimeNetEncoder(Encoder):
         if vec.dtype not in (torch.float32, torch.float64):
             vec = vec.float()  # geometry and bases in at least float32, cast to the module dtype below
         src, dst = edge_index[0], edge_index[1]
-        dist = safe_edge_length(vec)  # recomputed from vec: NaN-free gradient at zero length
+        dist = safe_norm(vec)  # recomputed from vec: NaN-free gradient at zero length
 
         idx_kj, idx_ji, weight = self.triplets(edge_index, num_nodes, vec)
         len_kj = torch.clamp(dist[idx_kj], min=_EPS)

@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from .basis import PolynomialCutoff
+from ..nn.radial import PolynomialCutoff
 
 _SERIES_TERMS = 20
 _TINY = 1e-6  # reduced distance below which an edge counts as zero-length (padding)

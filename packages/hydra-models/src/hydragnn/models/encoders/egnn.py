@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..nn.radial import BesselRBF, CosineCutoff
+from ..nn.scatter import scatter_sum
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .basis import BesselRBF, CosineCutoff
 from .equivariant_utils import (
     AtomEmbedding,
     call_layer,
@@ -28,7 +29,6 @@ from .equivariant_utils import (
     check_positive,
     edge_attributes,
     edge_geometry,
-    scatter_sum,
 )
 
 

@@ -1,4 +1,4 @@
-"""Building blocks shared by the equivariant encoders (PAINN, EGNN, PNAEq).
+"""Helpers shared by the equivariant encoders (PAINN, EGNN, PNAEq): embedding, edge inputs, checks.
 
 Everything here is capture-safe (no host synchronisation, no data-dependent shapes) and
 safe on padded batches whose sink edges have zero length: lengths, unit vectors and norms
@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ModelConfigError, ModelError
+from ..nn.geometry import safe_norm, safe_unit_vectors
 from .base import EncoderDims, GraphInputs
 
 
@@ -59,13 +60,8 @@ def edge_geometry(inputs: GraphInputs, encoder: str) -> tuple[torch.Tensor, torc
     vec = inputs.edge_vec
     if vec is None:
         raise ModelError(f"encoder {encoder} needs positions: GraphInputs.edge_vec is None")
-    sq = (vec * vec).sum(dim=-1)
-    nonzero = sq > 0
-    one = torch.ones_like(sq)
-    safe_len = torch.where(nonzero, sq, one).sqrt()
-    length = torch.where(nonzero, safe_len, torch.zeros_like(sq))
-    unit = vec / torch.where(nonzero, safe_len, one).unsqueeze(-1)
-    return length, unit
+    length = safe_norm(vec)
+    return length, safe_unit_vectors(vec, length)
 
 
 def edge_attributes(inputs: GraphInputs, dims: EncoderDims, encoder: str, dtype: torch.dtype) -> torch.Tensor | None:
@@ -77,48 +73,11 @@ def edge_attributes(inputs: GraphInputs, dims: EncoderDims, encoder: str, dtype:
     return inputs.edge_attr.to(dtype)
 
 
-def scatter_sum(src: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.Tensor:
-    """Sum rows of ``src [E, ...]`` into ``[dim_size, ...]`` at ``index [E]``."""
-    out = src.new_zeros((dim_size,) + tuple(src.shape[1:]))
-    return out.index_add_(0, index, src)
-
-
-def vector_norm(v: torch.Tensor, eps: float) -> torch.Tensor:
-    """``sqrt(|v|^2 + eps)`` over the Cartesian axis: ``[N, 3, C] -> [N, C]`` (smooth at 0)."""
-    return torch.sqrt((v * v).sum(dim=1) + eps)
-
-
 def call_layer(layer: Callable[..., object], checkpointing: bool, *args: object) -> object:
     """Run ``layer(*args)``, through activation checkpointing when asked and grads are on."""
     if checkpointing and torch.is_grad_enabled():
         return checkpoint(layer, *args, use_reentrant=False)
     return layer(*args)
-
-
-class PaiNNUpdate(nn.Module):
-    """The PaiNN update block: mixes scalar and vector channels of each node.
-
-    ``v += a_vv * U v``; ``s += a_sv * <U v, V v> + a_ss`` with ``(a_vv, a_sv, a_ss)`` an MLP of
-    ``[s, |V v|]``. Equivariant: U and V act on channels only (no bias).
-    """
-
-    def __init__(self, hidden: int, eps: float) -> None:
-        super().__init__()
-        self.hidden = hidden
-        self.eps = eps
-        self.U = nn.Linear(hidden, hidden, bias=False)
-        self.V = nn.Linear(hidden, hidden, bias=False)
-        self.mlp = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.SiLU(), nn.Linear(hidden, 3 * hidden))
-
-    def forward(self, s: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``s [N, H]``, ``v [N, 3, H]`` -> updated ``(s, v)``."""
-        uv = self.U(v)
-        vv = self.V(v)
-        a = self.mlp(torch.cat([s, vector_norm(vv, self.eps)], dim=-1))
-        a_vv, a_sv, a_ss = torch.split(a, self.hidden, dim=-1)
-        v = v + a_vv.unsqueeze(1) * uv
-        s = s + a_sv * (uv * vv).sum(dim=1) + a_ss
-        return s, v
 
 
 class VectorReadout(nn.Module):

@@ -14,8 +14,8 @@ and the message is the neighbour's value filtered by its distance,
 
 Why not PyG's plain softmax: it sums to one over the neighbours, so the layer sees a weighted
 *average* and cannot tell a compressed neighbourhood from a stretched one, nor 12 neighbours from
-18; the values were the same ``W_l x_j`` for every distance. On the EMT Cu-Au learning test that
-under-fitted the energy (0.0145 eV/atom against 0.0080 now). The null key ("softmax with an extra
+18; the values were the same ``W_l x_j`` for every distance, and the energy under-fitted
+(docs/notes/encoder_design.md). The null key ("softmax with an extra
 zero logit") lets the total weight ``sum_j alpha_ij < 1`` grow with the number and closeness of
 the neighbours, and the filter makes the values distance-aware.
 

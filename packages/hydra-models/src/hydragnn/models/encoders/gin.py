@@ -40,10 +40,6 @@ class GatedGINConv(Float32Aggregation, GINConv):
 class GINEncoder(InvariantEncoder):
     """Stack of :class:`GatedGINConv` (see the module docstring)."""
 
-    #: ``Architecture`` overrides for tests/test_learning.py (width 16 stays above half the
-    #: predict-the-mean energy error).
-    learning_config = {"hidden_dim": 32}
-
     @dataclass(frozen=True)
     class Config(InvariantConfig):
         """GIN keys: ``eps`` (initial self weight offset), ``train_eps`` (learn it)."""

@@ -29,8 +29,9 @@ from torch.utils.checkpoint import checkpoint
 from torch_geometric.utils import scatter
 
 from ..errors import ModelConfigError, ModelError
+from ..nn.radial import BesselRBF, CosineCutoff, GaussianRBF, PolynomialCutoff
+from ..nn.scatter import accumulate_dtype
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding
-from .basis import BesselRBF, CosineCutoff, GaussianRBF, PolynomialCutoff
 
 WHERE = "NeuralNetwork.Architecture"
 
@@ -86,11 +87,6 @@ def check_positive(key: str, value: int, minimum: int = 1) -> None:
     """Raise a :class:`ModelConfigError` naming ``key`` if ``value < minimum``."""
     if value < minimum:
         raise ModelConfigError(f"{WHERE}.{key}: expected an integer >= {minimum}, found {value!r}")
-
-
-def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype sums are accumulated in: float32 for 16-bit floats, else ``dtype``."""
-    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
 class Float32Aggregation:

@@ -11,10 +11,9 @@ from the second layer on, as in MACE). Node features are ``hidden_dim`` channels
 irrep ``0e, 1o, ..., node_max_ell``.
 
 Defaults: ``max_ell = 2``, ``correlation = 3`` (body order 4), a 3 x 64 radial MLP, as in MACE's
-smaller published models. ``max_ell = 3`` (MACE's own default) costs 1.5-3.5x more per training
-step with forces (4 x 32 Cu-Au atoms, 5 Å cutoff, ~5300 edges, hidden 64, 3 layers, one CPU
-thread: 5.4-13 s against 3.5-3.9 s, measured side by side on a loaded machine) for a modest
-accuracy gain; set it explicitly where that is worth it. Most of the ~2.7M parameters at hidden
+smaller published models. ``max_ell = 3`` (MACE's own default) costs several times more per
+training step with forces for a modest accuracy gain (docs/notes/encoder_design.md); set it
+explicitly where that is worth it. Most of the ~2.7M parameters at hidden
 64 and 119 species are per-species tables (the element-dependent residual, ``hidden x species x
 hidden`` per irrep and layer, and the product-basis path weights): each atom uses only its own
 species' slice.
@@ -35,7 +34,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
 
 import torch
 from e3nn import o3
@@ -43,10 +41,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ModelConfigError, ModelError
+from ..nn.geometry import safe_norm, safe_unit_vectors
+from ..nn.radial import BesselRBF, PolynomialCutoff
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .basis import BesselRBF, PolynomialCutoff
 from .mace_blocks import Interaction, ProductBasis, natural_irreps
-from .safe_geometry import safe_edge_length, safe_unit_vectors
 
 
 @dataclass(frozen=True)
@@ -100,8 +98,6 @@ class MACEEncoder(Encoder):
     Config = MACEConfig
     equivariant = True
     needs_pos = True
-    #: ``Architecture`` overrides for tests/test_learning.py (small: l <= 1, body order 3).
-    learning_config: ClassVar[dict] = {"max_ell": 1, "correlation": 2, "radial_mlp_dim": 16}
 
     def __init__(self, dims: EncoderDims, config: MACEConfig) -> None:
         super().__init__(dims, config)
@@ -165,7 +161,7 @@ class MACEEncoder(Encoder):
         hidden = self.dims.hidden_dim
 
         vec = inputs.edge_vec.to(_geometry_dtype(inputs.edge_vec.dtype))
-        dist = safe_edge_length(vec)
+        dist = safe_norm(vec)
         edge_sh = self.sh(safe_unit_vectors(vec, dist)).to(dtype)
         edge_radial = (self.radial_basis(dist) * (self.cutoff(dist) * self.radial_scale).unsqueeze(-1)).to(dtype)
 

@@ -14,18 +14,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..nn import BesselRBF, CosineCutoff, EquivariantMessage, PaiNNUpdate, RadialEdges
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .basis import BesselRBF, CosineCutoff
 from .equivariant_utils import (
     AtomEmbedding,
-    PaiNNUpdate,
     VectorReadout,
     call_layer,
     check_dims,
     check_positive,
     edge_attributes,
     edge_geometry,
-    scatter_sum,
 )
 
 
@@ -53,33 +51,23 @@ class PAINNConfig(EncoderConfig):
 
 
 class PaiNNMessage(nn.Module):
-    """The PaiNN message block plus update block of one layer."""
+    """The PaiNN message block plus update block of one layer.
+
+    ``phi(s)`` then the :class:`~hydragnn.models.nn.EquivariantMessage` primitive (named
+    ``filter``: it holds the radial filter's weights), residuals, then the update block.
+    """
 
     def __init__(self, hidden: int, num_filter_in: int, eps: float) -> None:
         super().__init__()
         self.hidden = hidden
         self.phi = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 3 * hidden))
-        self.filter = nn.Linear(num_filter_in, 3 * hidden)
+        self.filter = EquivariantMessage(num_filter_in, hidden)
         self.update = PaiNNUpdate(hidden, eps)
 
-    def forward(
-        self,
-        s: torch.Tensor,
-        v: torch.Tensor,
-        edge_index: torch.Tensor,
-        edge_feat: torch.Tensor,
-        fcut: torch.Tensor,
-        unit: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``s [N,H]``, ``v [N,3,H]``, edges ``[2,E]``, ``edge_feat [E,R(+Fe)]``, ``fcut [E]``, ``unit [E,3]``."""
-        src, dst = edge_index[0], edge_index[1]
-        num_nodes = s.shape[0]
-        x = self.phi(s)[src] * self.filter(edge_feat) * fcut.unsqueeze(-1)
-        ds, g_vv, g_vs = torch.split(x, self.hidden, dim=-1)
-        dv = v[src] * g_vv.unsqueeze(1) + g_vs.unsqueeze(1) * unit.unsqueeze(-1)
-        s = s + scatter_sum(ds, dst, num_nodes)
-        v = v + scatter_sum(dv, dst, num_nodes)
-        return self.update(s, v)
+    def forward(self, s: torch.Tensor, v: torch.Tensor, edges: RadialEdges) -> tuple[torch.Tensor, torch.Tensor]:
+        """``s [N, H]``, ``v [N, 3, H]``, edges with unit vectors -> updated ``(s, v)``."""
+        ds, dv = self.filter(self.phi(s), v, edges)
+        return self.update(s + ds, v + dv)
 
 
 @register_encoder("PAINN")
@@ -109,14 +97,15 @@ class PAINN(Encoder):
         s = self.embedding(inputs.x)
         length = length.to(s.dtype)
         unit = unit.to(s.dtype)
-        edge_feat = self.rbf(length)
         edge_attr = edge_attributes(inputs, self.dims, "PAINN", s.dtype)
-        if edge_attr is not None:
-            edge_feat = torch.cat([edge_feat, edge_attr], dim=-1)
-        fcut = self.cutoff(length)
+        src, dst = inputs.edge_index[0], inputs.edge_index[1]
+        edges = RadialEdges(src, dst, length, s.shape[0], s.dtype, self.rbf, self.cutoff, unit=unit, attr=edge_attr)
+        checkpointing = self.dims.conv_checkpointing and torch.is_grad_enabled()
+        if checkpointing:
+            edges.materialize()
         v = s.new_zeros((s.shape[0], 3, s.shape[1]))
         for i, layer in enumerate(self.layers):
             s_in = s
-            s, v = call_layer(layer, self.dims.conv_checkpointing, s, v, inputs.edge_index, edge_feat, fcut, unit)
+            s, v = call_layer(layer, checkpointing, s, v, edges)
             s = self.mix(i, s_in, s, inputs)
         return NodeEmbedding(scalar=s, vector=self.readout(v))

@@ -12,9 +12,8 @@ counts otherwise), never computed in forward. Messages are aggregated in float32
 
 Why the envelope: with PyG's unweighted aggregators a neighbour's message does not vanish at the
 cutoff (the mean and the degree scalers count it fully until it leaves), so the energy jumps when
-a neighbour crosses the radius, and a model fitted to forces learns a rough energy surface: on the
-EMT Cu-Au learning test plain PNAConv reached 0.019 eV/atom and 0.105 eV/Å, the envelope-weighted
-version 0.0096 eV/atom and 0.054 eV/Å.
+a neighbour crosses the radius, and a model fitted to forces learns a rough energy surface
+(measurements in docs/notes/encoder_design.md).
 
 Aggregators (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``, ``softmax``, ``softmin``)
 and scalers are the envelope-weighted ones defined in :mod:`.pnaplus` (``mean`` divides by the
@@ -168,10 +167,6 @@ class PNAEncoder(InvariantEncoder):
     def data_statistics(cls, config: PNAConfig, trainset: Sequence[Any]) -> dict[str, Any]:
         """``pna_deg`` from the training set's in-degrees (see :func:`degree_statistics`)."""
         return degree_statistics(config, trainset)
-    #: ``Architecture`` overrides for tests/test_learning.py (with 60 epochs there): the Bessel basis
-    #: with the polynomial envelope (HydraGNN's PNA+ choice) and no residual connections. With the
-    #: defaults the energy under-fits on that recipe (0.028 eV/atom, train 0.023; forces 0.049 eV/Å).
-    learning_config = {"radial_basis": "bessel", "cutoff_function": "polynomial", "residual": False}
 
     def make_conv(self, dims: EncoderDims, config: PNAConfig, edge_dim: int) -> nn.Module:
         """A :class:`.pnaplus.GatedPNAConv` whose gate is the envelope alone: ``conv(h, edge_index, edge_feat, env)``."""

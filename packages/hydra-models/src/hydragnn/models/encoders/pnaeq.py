@@ -31,18 +31,18 @@ import torch
 from torch import nn
 
 from ..errors import ModelConfigError
+from ..nn.painn import PaiNNUpdate
+from ..nn.radial import BesselRBF, CosineCutoff
+from ..nn.scatter import scatter_sum
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .basis import BesselRBF, CosineCutoff
 from .equivariant_utils import (
     AtomEmbedding,
-    PaiNNUpdate,
     VectorReadout,
     call_layer,
     check_dims,
     check_positive,
     edge_attributes,
     edge_geometry,
-    scatter_sum,
 )
 
 AGGREGATORS = ("mean", "min", "max", "std", "sum")

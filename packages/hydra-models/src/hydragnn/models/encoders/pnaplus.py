@@ -34,8 +34,9 @@ from torch import Tensor, nn
 from torch_geometric.nn.conv import PNAConv
 from torch_geometric.utils import scatter
 
+from ..nn.scatter import accumulate_dtype
 from .base import EncoderDims, register_encoder
-from .invariant_utils import InvariantEncoder, accumulate_dtype, smooth_count
+from .invariant_utils import InvariantEncoder, smooth_count
 from .pna import STD_EPS, PNAConfig, degree_statistics, pna_kwargs
 
 
@@ -44,9 +45,7 @@ class GatedPNAConv(PNAConv):
 
     propagate_type = {"x": "Tensor", "edge_attr": "OptTensor", "gate": "Tensor", "env": "Tensor"}
 
-    def __init__(
-        self, edge_dim: int, aggregator_names: tuple[str, ...], learned_gate: bool = True, **kwargs
-    ) -> None:
+    def __init__(self, edge_dim: int, aggregator_names: tuple[str, ...], learned_gate: bool = True, **kwargs) -> None:
         """``kwargs``: :class:`PNAConv`'s arguments (from :func:`.pna.pna_kwargs`, validated there).
         ``learned_gate`` False: messages are weighted by the envelope alone (plain PNA)."""
         super().__init__(edge_dim=edge_dim if edge_dim > 0 else None, **kwargs)
@@ -132,9 +131,6 @@ class GatedPNAConv(PNAConv):
 @register_encoder("PNAPlus")
 class PNAPlusEncoder(InvariantEncoder):
     """Stack of :class:`GatedPNAConv` (see the module docstring)."""
-
-    #: ``Architecture`` overrides for tests/test_learning.py (with lr 5e-3 there).
-    learning_config = {"hidden_dim": 32}
 
     @dataclass(frozen=True)
     class Config(PNAConfig):

@@ -15,31 +15,30 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..ops import ShiftedSoftplus, scatter_sum
+from ..nn import ContinuousFilterConv, CosineCutoff, GaussianRBF, RadialEdges, RadialFilter
+from ..nn.activations import ShiftedSoftplus
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .basis import CosineCutoff, GaussianRBF
 
 
 class Interaction(nn.Module):
-    """One SchNet interaction block: ``[N, H] -> [N, H]`` (the residual is added by the caller)."""
+    """One SchNet interaction block: ``[N, H] -> [N, H]`` (the residual is added by the caller).
+
+    ``lin(act(lin2(conv(lin1(h), filter(edges), edges))))`` with the primitives
+    :class:`~hydragnn.models.nn.RadialFilter` and :class:`~hydragnn.models.nn.ContinuousFilterConv`.
+    """
 
     def __init__(self, hidden_dim: int, num_radial: int, num_filters: int) -> None:
         super().__init__()
-        self.filter = nn.Sequential(
-            nn.Linear(num_radial, num_filters), ShiftedSoftplus(), nn.Linear(num_filters, num_filters)
-        )
+        self.filter = RadialFilter(num_radial, num_filters)
+        self.conv = ContinuousFilterConv()
         self.lin1 = nn.Linear(hidden_dim, num_filters, bias=False)
         self.lin2 = nn.Linear(num_filters, hidden_dim)
         self.act = ShiftedSoftplus()
         self.lin = nn.Linear(hidden_dim, hidden_dim)
 
-    def forward(
-        self, h: torch.Tensor, src: torch.Tensor, dst: torch.Tensor, rbf: torch.Tensor, envelope: torch.Tensor
-    ) -> torch.Tensor:
-        """Args: h ``[N, H]``, src/dst ``[E]``, rbf ``[E, R]``, envelope ``[E, 1]``."""
-        w = self.filter(rbf) * envelope
-        msg = self.lin1(h)[src] * w
-        agg = scatter_sum(msg, dst, h.shape[0])
+    def forward(self, h: torch.Tensor, edges: RadialEdges) -> torch.Tensor:
+        """Args: h ``[N, H]``, edges with a Gaussian basis and a cosine envelope."""
+        agg = self.conv(self.lin1(h), self.filter(edges), edges)
         return self.lin(self.act(self.lin2(agg)))
 
 
@@ -87,14 +86,15 @@ class SchNet(Encoder):
         else:
             h = self.embed(inputs.x)
         src, dst = inputs.edge_index[0], inputs.edge_index[1]
-        r = inputs.edge_len
-        rbf = self.rbf(r).to(h.dtype)
-        envelope = self.envelope(r).unsqueeze(-1).to(h.dtype)
+        edges = RadialEdges(src, dst, inputs.edge_len, h.shape[0], h.dtype, self.rbf, self.envelope)
+        checkpointing = self.dims.conv_checkpointing and torch.is_grad_enabled()
+        if checkpointing:
+            edges.materialize()
         for i, block in enumerate(self.interactions):
             h_in = h
-            if self.dims.conv_checkpointing and torch.is_grad_enabled():
-                h = h + checkpoint(block, h, src, dst, rbf, envelope, use_reentrant=False)
+            if checkpointing:
+                h = h + checkpoint(block, h, edges, use_reentrant=False)
             else:
-                h = h + block(h, src, dst, rbf, envelope)
+                h = h + block(h, edges)
             h = self.mix(i, h_in, h, inputs)
         return NodeEmbedding(scalar=h)

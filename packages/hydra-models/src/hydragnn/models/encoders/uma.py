@@ -21,7 +21,7 @@ system in batch order (as collated batches and the sink padding have them).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -147,11 +147,6 @@ class UMAEncoder(Encoder):
     needs_pos = True
     supports_layer_mixing = False
     optional_dependency = "fairchem"
-    #: Extra ``Architecture`` keys for the shared conformance suite (tiny: l <= 1).
-    conformance_config: ClassVar[dict] = {"lmax": 1, "mmax": 1}
-    #: ``Architecture`` overrides for tests/test_learning.py (with lr 5e-3: hidden 16 or lr 1e-2
-    #: under-fit the energy).
-    learning_config: ClassVar[dict] = {"lmax": 1, "mmax": 1, "hidden_dim": 32}
 
     def __init__(self, dims: EncoderDims, config: UMAConfig) -> None:
         super().__init__(dims, config)

@@ -1,7 +1,9 @@
-"""Radial bases and smooth cutoffs shared by the geometric encoders.
+"""Radial bases and smooth cutoffs shared by the geometric encoders and heads.
 
-All functions are smooth in the distance (forces by autograd are well defined) and vanish at
-the cutoff with zero slope, so energies are continuous when an atom crosses the radius.
+Each is a :class:`~.backends.Primitive` ``[E] -> [E]`` or ``[E] -> [E, R]``: smooth in the
+distance (forces by autograd are well defined); the cutoffs vanish at the radius with zero
+slope, so energies are continuous when an atom crosses it. Backends read their parameters
+(``centers`` / ``coeff``, ``freqs`` / ``prefactor``, ``cutoff``) to fuse them into kernels.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import math
 import torch
 from torch import nn
 
+from .backends import Primitive
 
-class CosineCutoff(nn.Module):
+
+class CosineCutoff(Primitive):
     """``0.5 * (cos(pi r / rc) + 1)`` for ``r < rc``, else 0. Shape-preserving."""
 
     def __init__(self, cutoff: float) -> None:
@@ -24,7 +28,7 @@ class CosineCutoff(nn.Module):
         return 0.5 * (torch.cos(r * (math.pi / self.cutoff)) + 1.0) * inside
 
 
-class PolynomialCutoff(nn.Module):
+class PolynomialCutoff(Primitive):
     """The DimeNet / MACE polynomial envelope of order ``p`` (smooth to order p at ``rc``)."""
 
     def __init__(self, cutoff: float, p: int = 6) -> None:
@@ -44,7 +48,7 @@ class PolynomialCutoff(nn.Module):
         return env * (u < 1.0).to(r.dtype)
 
 
-class GaussianRBF(nn.Module):
+class GaussianRBF(Primitive):
     """Gaussians centred on ``num_radial`` points in ``[0, cutoff]``: ``[E] -> [E, num_radial]``."""
 
     def __init__(self, cutoff: float, num_radial: int) -> None:
@@ -59,7 +63,7 @@ class GaussianRBF(nn.Module):
         return torch.exp(self.coeff * diff.pow(2))
 
 
-class BesselRBF(nn.Module):
+class BesselRBF(Primitive):
     """``sqrt(2/rc) sin(n pi r / rc) / r`` for n = 1..num_radial: ``[E] -> [E, num_radial]``.
 
     Safe at ``r == 0`` (padded sink edges have zero length): the limit ``n pi / rc`` is used.

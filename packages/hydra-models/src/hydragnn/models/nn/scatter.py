@@ -1,19 +1,14 @@
-"""Small capture-safe tensor helpers shared by encoders, heads and the MLIP wrapper.
+"""Scatter / segment reductions shared by encoders, heads and the MLIP wrapper.
 
-Every helper takes its output sizes from Python ints (never from tensor values), so none of
-them synchronises with the device; sums over bfloat16 / float16 inputs accumulate in float32.
+Every reduction takes its output size from a Python int (never from tensor values), so none
+synchronises with the device; sums over bfloat16 / float16 inputs accumulate in float32.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
-from torch import nn
-from torch.nn import functional as F
-
-from .errors import ModelConfigError
 
 
 def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -65,21 +60,6 @@ POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] =
 """Graph pooling by name (``Architecture.graph_pooling``)."""
 
 
-def safe_norm(vec: torch.Tensor) -> torch.Tensor:
-    """Euclidean norm over the last axis with a finite gradient at zero.
-
-    Args:
-        vec: ``[E, 3]`` vectors (zero rows allowed: padded sink edges).
-
-    Returns:
-        ``[E]`` lengths; zero vectors give length 0 and gradient 0 (first and second order).
-    """
-    sq = (vec * vec).sum(dim=-1)
-    nonzero = sq > 0
-    safe = torch.where(nonzero, sq, torch.ones_like(sq))
-    return torch.where(nonzero, safe.sqrt(), torch.zeros_like(sq))
-
-
 def rank_in_group(group: torch.Tensor, key: torch.Tensor, num_groups: int) -> torch.Tensor:
     """Rank ``[M]`` of each item within its ``group`` (ascending ``key``, ties in input order).
 
@@ -92,46 +72,3 @@ def rank_in_group(group: torch.Tensor, key: torch.Tensor, num_groups: int) -> to
     first = torch.cumsum(count, 0) - count
     sorted_rank = torch.arange(group.shape[0], device=group.device) - first[group[order]]
     return torch.empty_like(group).index_put((order,), sorted_rank)
-
-
-class ShiftedSoftplus(nn.Module):
-    """``softplus(x) - log(2)``: smooth, zero at zero (SchNet's activation)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.softplus(x) - math.log(2.0)
-
-
-ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    "relu": nn.ReLU,
-    "silu": nn.SiLU,
-    "swish": nn.SiLU,
-    "gelu": nn.GELU,
-    "tanh": nn.Tanh,
-    "sigmoid": nn.Sigmoid,
-    "elu": nn.ELU,
-    "leaky_relu": nn.LeakyReLU,
-    "softplus": nn.Softplus,
-    "shifted_softplus": ShiftedSoftplus,
-}
-"""Activation by name (``Architecture.activation``)."""
-
-
-def make_activation(name: str) -> nn.Module:
-    """A fresh activation module; unknown names raise :class:`ModelConfigError`."""
-    try:
-        return ACTIVATIONS[name]()
-    except KeyError:
-        raise ModelConfigError(
-            f"NeuralNetwork.Architecture.activation: unknown activation {name!r}; known: {sorted(ACTIVATIONS)}"
-        ) from None
-
-
-def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, activation: str) -> nn.Sequential:
-    """``Linear -> act -> ... -> Linear``: ``[*, in_dim] -> [*, out_dim]`` with ``len(hidden)`` hidden layers."""
-    layers: list[nn.Module] = []
-    width = in_dim
-    for h in hidden:
-        layers += [nn.Linear(width, h), make_activation(activation)]
-        width = h
-    layers.append(nn.Linear(width, out_dim))
-    return nn.Sequential(*layers)
