@@ -29,21 +29,13 @@ from torch.utils.checkpoint import checkpoint
 from torch_geometric.utils import scatter
 
 from ..errors import ModelConfigError, ModelError
+from ..nn.activations import make_activation
 from ..nn.radial import BesselRBF, CosineCutoff, GaussianRBF, PolynomialCutoff
 from ..nn.scatter import accumulate_dtype
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding
 
 WHERE = "NeuralNetwork.Architecture"
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {
-    "silu": nn.SiLU,
-    "relu": nn.ReLU,
-    "gelu": nn.GELU,
-    "tanh": nn.Tanh,
-    "softplus": nn.Softplus,
-    "leaky_relu": nn.LeakyReLU,
-    "elu": nn.ELU,
-}
 RADIAL_BASES = ("gaussian", "bessel")
 CUTOFF_FUNCTIONS = ("cosine", "polynomial")
 
@@ -65,16 +57,6 @@ class InvariantConfig(EncoderConfig):
     radial_basis: str = "gaussian"
     cutoff_function: str = "cosine"
     envelope_exponent: int = 6
-
-
-def make_activation(name: str) -> nn.Module:
-    """The activation module called ``name`` (see :data:`ACTIVATIONS`)."""
-    try:
-        return ACTIVATIONS[name]()
-    except KeyError:
-        raise ModelConfigError(
-            f"{WHERE}.activation: unknown activation {name!r}; known: {sorted(ACTIVATIONS)}"
-        ) from None
 
 
 def check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str] | set[str]) -> None:
