@@ -2,6 +2,7 @@
 
     nox -s tests                 all four distributions installed editable together, all tests
     nox -s tests-hydra-data      one distribution (and the layers below it) alone, its tests
+    nox -s slow                  the long training runs (@pytest.mark.slow) that tests leaves out
     nox -s lint                  ruff
     nox -s build                 a wheel per distribution with hatch; each installed alone in a
                                  fresh virtual environment and imported (proves the layering)
@@ -61,9 +62,12 @@ def _install_editable(session: nox.Session, dists: list[str], extras: dict[str, 
     session.install(*CONSTRAINTS, *args)
 
 
-def _pytest(session: nox.Session, dists: list[str], extra_paths: tuple[str, ...] = ()) -> None:
+def _pytest(
+    session: nox.Session, dists: list[str], extra_paths: tuple[str, ...] = (), marks: str = "not slow"
+) -> None:
+    """pytest over the packages' tests; ``slow`` tests only in ``nox -s slow``; the 20 slowest listed."""
     paths = [str(ROOT / "packages" / d / "tests") for d in dists] + list(extra_paths)
-    session.run("pytest", *paths, *session.posargs, env={"PYTHONHASHSEED": "0"})
+    session.run("pytest", *paths, "-m", marks, "--durations=20", *session.posargs, env={"PYTHONHASHSEED": "0"})
 
 
 @nox.session(python=PYTHON)
@@ -72,6 +76,14 @@ def tests(session: nox.Session) -> None:
     dists = list(PACKAGES)
     _install_editable(session, dists)
     _pytest(session, dists, extra_paths=(str(ROOT / "tools" / "tests"),))
+
+
+@nox.session(python=PYTHON)
+def slow(session: nox.Session) -> None:
+    """The long training runs left out of ``tests`` (``@pytest.mark.slow``: AllScAIP's learning test)."""
+    dists = list(PACKAGES)
+    _install_editable(session, dists)
+    _pytest(session, dists, marks="slow")
 
 
 def _make_package_session(dist: str):

@@ -236,8 +236,12 @@ def _trained(encoder_name: str, cuau) -> dict:
     return _TRAINED[encoder_name]
 
 
+# AllScAIP's recipe (80 epochs with the stress) takes about 5 minutes: nox -s slow runs it.
+LEARNERS = ["UMA", pytest.param("AllScAIP", marks=pytest.mark.slow)]
+
+
 @needs_fairchem
-@pytest.mark.parametrize("encoder_name", ["UMA", "AllScAIP"])
+@pytest.mark.parametrize("encoder_name", LEARNERS)
 def test_learns_emt_energy_and_forces(encoder_name, cuau):
     r = _trained(encoder_name, cuau)
     energy_mae, force_mae = r["energy_mae"], r["force_mae"]
@@ -251,13 +255,14 @@ def test_learns_emt_energy_and_forces(encoder_name, cuau):
 
 
 @needs_fairchem
-@pytest.mark.parametrize("encoder_name", ["UMA", "AllScAIP"])
+@pytest.mark.parametrize("encoder_name", LEARNERS)
 def test_energy_beats_half_the_mean_baseline(encoder_name, cuau):
     """tests/test_learning.py's energy criterion: half the predict-the-mean error."""
     r = _trained(encoder_name, cuau)
     assert r["energy_mae"] < BASELINE_FACTORS[0] * r["base_energy"]
 
 
+@pytest.mark.slow
 @needs_fairchem
 def test_allscaip_learns_the_stress(cuau):
     """AllScAIP's recipe trains on the stress: the test stress beats a quarter of predicting zero."""
