@@ -1,34 +1,22 @@
 """Cost-aware batching: pack graphs up to a node or edge budget, balanced across ranks.
 
-Configured by the JSON section ``Training.Batching``::
+Configured by ``Training.Batching``: ``{"mode": "node_budget", "max_nodes": 4096, "max_graphs":
+64, "oversized_sample": "error", "seed": 0, "drop_last": false}``.
 
-    {"mode": "node_budget", "max_nodes": 4096, "max_graphs": 64,
-     "oversized_sample": "error", "seed": 0, "drop_last": false}
+Packing, per epoch: the order is a permutation drawn from ``seed + epoch`` (identity without
+shuffling); graphs are packed next-fit in that order, a new batch starting when the budget
+(``max_nodes`` / ``max_edges``) or ``max_graphs`` would be exceeded: no batch exceeds the budget.
+A graph over the budget on its own follows ``oversized_sample``: ``"error"`` (a
+:class:`DataError` when the sampler is built), ``"single"`` (a batch of its own) or ``"skip"``
+(listed in :attr:`CostAwareBatchSampler.skipped`).
 
-Packing, per epoch: the sample order is a permutation drawn from ``seed + epoch`` (or the
-identity when not shuffling); graphs are then packed *next-fit* in that order: a graph joins the
-open batch when the batch stays within the budget (``max_nodes`` or ``max_edges``) and within
-``max_graphs``, otherwise the open batch is closed and a new one starts. No batch exceeds the
-budget. A graph whose own cost exceeds the budget follows ``oversized_sample``: ``"error"``
-raises :class:`DataError` when the sampler is built, ``"single"`` puts it in a batch of its own,
-``"skip"`` leaves it out of every epoch (listed in :attr:`CostAwareBatchSampler.skipped`).
-
-Ranks: every rank packs the same global list of batches (same sizes, seed and epoch), then rank
-``r`` takes batches ``r, r + R, r + 2R, ...``. When the number of batches ``B`` is not a multiple
-of the number of replicas ``R``:
-
-* ``drop_last=False`` (default): the batches holding the most graphs are split into contiguous
-  parts (parts of a batch within budget are within budget) until ``B`` is a multiple of ``R``;
-  each split adds one batch, so at most ``R - 1`` extra batches per epoch. Every rank takes
-  the same number of steps and every kept sample is seen exactly once per epoch across ranks.
-  Only when there are too few graphs to split (fewer samples than ``R`` times the steps per
-  rank, e.g. 3 graphs on 2 ranks with ``max_graphs=1``) are batches of one repeated sample
-  appended, taken from the start of the epoch order, as :class:`DistributedSampler` does; those
-  indices are listed in :attr:`padded`.
-* ``drop_last=True``: the last ``B mod R`` batches of the epoch are dropped (with one process
-  nothing is dropped).
-
-All ranks must build the sampler from the same sizes and configuration.
+Ranks: every rank packs the same global batch list and rank ``r`` takes batches ``r, r + R,
+...``. When the batch count is not a multiple of ``R``, ``drop_last=False`` (default) splits the
+fullest batches into contiguous parts (at most ``R - 1`` extra batches) so every rank takes the
+same number of steps and every kept sample is seen once; only with too few graphs to split are
+single-sample batches repeated from the start of the epoch (listed in :attr:`padded`), as
+:class:`DistributedSampler` does. ``drop_last=True`` drops the last ``B mod R`` batches. All
+ranks must build the sampler from the same sizes and configuration.
 """
 
 from __future__ import annotations

@@ -1,36 +1,23 @@
 """``create_dataloaders``: train / validation / test loaders, fixed-size or cost-aware, rank-aware.
 
-Two batching styles:
+Fixed (``batching=None``): ``batch_size`` graphs per batch. Training uses
+:class:`torch.utils.data.DistributedSampler` (shuffled from ``seed + epoch``; ``num_replicas=1``
+with one process, so the order is deterministic and ``set_epoch`` exists), which pads an epoch
+with up to ``world_size - 1`` repeated samples. Validation / test use
+:class:`~hydragnn.data.batching.FixedBatchSampler`: dataset order, batches dealt to ranks
+round-robin, the largest split when their number does not divide by the world size, so every
+sample is evaluated exactly once; only when even single-graph batches cannot balance the ranks
+are the first samples repeated (listed in ``loader.batch_sampler.padded``). With one process the
+batches are those of ``DataLoader(dataset, batch_size)``.
 
-* **Fixed** (``batching=None``): ``batch_size`` graphs per batch.
+Cost-aware (``batching`` = a ``Training.Batching`` dict or a
+:class:`~hydragnn.data.batching.BatchingConfig`): :class:`~hydragnn.data.batching.CostAwareBatchSampler`
+packs graphs up to ``max_nodes`` / ``max_edges``; ``batch_size`` is the default ``max_graphs``
+(``None``: no graph cap) and ``seed`` the default seed. Training shuffles; validation / test keep
+dataset order and never drop batches; the oversized-sample policy applies to all three sets.
 
-  - training: :class:`torch.utils.data.DistributedSampler` (shuffled from ``seed + epoch``;
-    with one process it is used with ``num_replicas=1``, so the order is still deterministic
-    and ``set_epoch`` exists). Under torch.distributed it pads the epoch by repeating up to
-    ``world_size - 1`` samples so that every rank takes the same number of steps (PyTorch's
-    behaviour).
-  - validation / test: :class:`~hydragnn.data.batching.FixedBatchSampler`, dataset order, no
-    shuffle and **no repeated samples**: batches of ``batch_size`` are dealt to ranks
-    round-robin and, when their number does not divide by the world size, the largest batches
-    are split (at most ``world_size - 1`` extra, smaller batches) so every rank takes the same
-    number of steps. Each sample is evaluated exactly once across ranks. The one exception:
-    when even single-graph batches cannot give every rank the same count (a set smaller than
-    ``world_size``, or ``batch_size=1`` with a length not divisible by it), single-sample
-    batches repeating the first samples fill the gap; they are listed in
-    ``loader.batch_sampler.padded``. With one process the batches are exactly those of
-    ``DataLoader(dataset, batch_size)``.
-
-* **Cost-aware** (``batching`` = a ``Training.Batching`` dict or a
-  :class:`~hydragnn.data.batching.BatchingConfig`): graphs are packed up to ``max_nodes`` or
-  ``max_edges`` by :class:`~hydragnn.data.batching.CostAwareBatchSampler`; ``batch_size`` is
-  the default ``max_graphs`` (a dict without ``max_graphs`` gets ``batch_size``; pass
-  ``batch_size=None`` for no graph cap) and ``seed`` the default ``seed``. Training shuffles;
-  validation / test keep dataset order and never drop batches (``drop_last`` applies to
-  training only). The oversized-sample policy applies to all three sets.
-
-Every loader is a ``torch_geometric.loader.DataLoader`` yielding PyG ``Batch`` objects. Call
-:func:`set_epoch` (or ``set_epoch`` on ``loader.batch_sampler`` / ``loader.sampler``) at the start
-of each epoch: the training order depends only on ``(seed, epoch)``.
+Every loader is a ``torch_geometric.loader.DataLoader`` of PyG ``Batch`` objects. Call
+:func:`set_epoch` at the start of each epoch: the training order depends only on ``(seed, epoch)``.
 """
 
 from __future__ import annotations

@@ -1,53 +1,28 @@
 """Equivariant all-to-all transformer (``global_attn_engine: "EquivariantTransformer"``).
 
-Every atom attends to every atom of its own graph. Nodes carry invariant scalars ``s [N, H]``
-and l=1 vectors ``v [N, 3, H]``; a layer with ``heads`` heads of width ``d = H / heads`` is
+Every atom attends to every atom of its own graph. Nodes carry scalars ``s [N, H]`` and l=1
+vectors ``v [N, 3, H]``; a layer with ``heads`` heads is
 
-* attention weights ``a_ij^h = softmax_j(q_i^h . k_j^h / sqrt(d) + b^h(|r_ij|))`` over the
-  atoms j of i's graph (other graphs get a large negative score through the additive mask
-  ``batch[:, None] == batch[None, :]``), with ``q, k`` linear in the layer-normed scalars and
-  ``b`` a learned function of a Gaussian basis of the distance over ``[0, RANGE_FACTOR *
-  radius]``: invariant by construction;
-* distance filters on the values, one per channel, as in TorchMD-Net's equivariant transformer
-  (Tholke & De Fabritiis 2022): ``phi(r) = n_g (W rbf'(r)) env(r) + c`` with ``rbf'`` a
-  Gaussian basis over ``[0, radius]``, ``env`` the cosine envelope of the cutoff ``radius``,
-  ``c`` a learned constant and ``n_g`` the number of atoms of the graph. Atoms beyond ``radius``
-  contribute through content attention only (``phi = c``); the factor ``n_g`` makes the local
-  part a continuous-filter sum over the neighbours when attention is uniform
-  (``a_ij = 1 / n_g``) instead of an average diluted by the size of the cell (measured: without
-  it the standalone stage does not learn EMT Cu-Au energies);
-* scalar update ``s_i += W_o sum_j a_ij phi_s(r_ij) W_v s_j``;
-* vector update ``v_i += W_ov sum_j a_ij (phi_v(r_ij) W_vv v_j + psi(r_ij) f(s_j) u_ij)``
-  with ``psi(r) = n_g (W' rbf'(r)) env(r)`` (local only: no constant) and
-  ``u_ij = r_ij / sqrt(|r_ij|^2 + delta^2)`` (``delta`` = :data:`DIRECTION_SMOOTHING` Å): a
-  smooth, bounded direction that is exactly 0 for i == j and for coincident atoms (padding
-  sink), so values and gradients stay finite;
-* the PaiNN update block (gated mixing of vector norms and inner products into the scalars,
-  scalar gates on the vectors).
+* attention ``a_ij = softmax_j(q_i . k_j / sqrt(d) + b(|r_ij|))`` within each graph, ``q, k``
+  linear in the layer-normed scalars, ``b`` learned on a Gaussian basis over ``[0, RANGE_FACTOR
+  * radius]``;
+* distance filters on the values as in TorchMD-Net's equivariant transformer:
+  ``phi(r) = n_g (W rbf(r)) env(r) + c`` (``n_g`` atoms in the graph, so uniform attention gives a
+  continuous-filter sum over neighbours rather than an average diluted by the cell size);
+* ``s_i += W_o sum_j a_ij phi_s W_v s_j``, ``v_i += W_ov sum_j a_ij (phi_v W_vv v_j + psi f(s_j)
+  u_ij)`` with the smooth direction ``u_ij = r_ij / sqrt(|r_ij|^2 + delta^2)`` (0 for i == j and
+  coincident atoms), then the PaiNN update block.
 
-All weights act on channels only and all geometry enters through ``r_ij`` (rotated with the
-positions) or ``|r_ij|`` (invariant), so scalars are rotation / translation invariant and
-vectors rotation equivariant exactly, up to round-off.
+Weights act on channels only and geometry enters through ``r_ij`` or ``|r_ij|``: scalars are
+invariant and vectors equivariant exactly. Periodic cells use the minimum image
+(:func:`hydragnn.models.nn.geometry.minimum_image`, differentiable in positions and cell): each
+pair counts once, at its nearest image, so results depend on how a crystal is cut into a cell
+and the attention bias may jump where a pair crosses the half-cell boundary.
 
-Periodic systems: pair vectors follow the minimum-image convention along the periodic
-directions of ``inputs.cell`` (rows = lattice vectors) and ``inputs.pbc``:
-``r_ij = pos_j - pos_i - n_ij @ cell`` with ``n_ij = round((pos_j - pos_i) @ cell^-1)``
-computed without gradient (0 along non-periodic directions). ``r_ij`` stays differentiable in
-the positions and in the (strained) cell, so forces and stress remain exact derivatives, and
-moving an atom by a lattice vector changes nothing. Each pair is counted once, at its nearest
-image; there is no sum over further images (an all-to-all sum over an infinite crystal does
-not converge). Consequences: results still depend on how a crystal is cut into a cell (a
-supercell is not equivalent to its primitive cell), and the energy jumps where a pair crosses
-the half-cell boundary (round(frac) changes); the value filters vanish beyond ``radius``, so
-only the attention bias carries such a jump when the cell is wider than ``2 * radius``.
-Without a cell (molecules, or ``cell`` None) the raw ``pos_j - pos_i`` is used.
-
-Layout and cost. In training mode the batch is laid out per graph, ``[B, n_max]`` blocks with
-``n_max`` the largest graph (read on the host: a synchronisation, harmless in eager training),
-so the pair work is ``B * n_max^2``. In eval mode (inference, CUDA-graph capture) the batch is
-one ``[N, N]`` block masked per graph: no data-dependent shape, capture-safe, but quadratic in
-the atoms of the whole batch, which suits the one-structure batches of MD. Both layouts compute
-the same function (tested). Use GPS with the performer for large systems.
+Layout: training lays the batch out per graph (``[B, n_max]``, ``n_max`` read on the host);
+eval (inference, capture) uses one masked ``[N, N]`` block, capture-safe but quadratic in the
+batch's atoms. Both compute the same function (tested). Use GPS with the performer for large
+systems.
 """
 
 from __future__ import annotations

@@ -1,40 +1,26 @@
 """DimeNet++ (Gasteiger et al. 2020, "Fast and Uncertainty-Aware Directional Message Passing").
 
 Directional messages live on edges ``j -> i``; each interaction mixes the messages of the edges
-``k -> j`` arriving at ``j`` through a spherical basis of the distance ``d_kj`` and the angle at
-``j`` between ``k`` and ``i``. Output blocks scatter edge messages to their target node; their
-sum over the embedding and every interaction is the node embedding ``[N, hidden_dim]``.
+``k -> j`` arriving at ``j`` through a spherical basis of ``d_kj`` and the angle at ``j``. Output
+blocks scatter edge messages to their targets; their sum is the node embedding ``[N, hidden_dim]``.
 
-Built here, not through ``torch_geometric.nn.DimeNetPlusPlus`` (which needs ``radius_graph``
-and ``SparseTensor``): edges come ready in :class:`GraphInputs`, triplets are built in plain
-torch (:mod:`.triplets`) and the bases are NaN-safe (:mod:`.dimenet_basis`). PyG's
-``InteractionPPBlock`` and ``OutputPPBlock`` are reused as they are (they take precomputed
-indices); the last output layer is glorot-initialised rather than zero (a zero layer would make
-the encoder's output identically zero at initialisation).
+Built here, not through ``torch_geometric.nn.DimeNetPlusPlus`` (which needs ``radius_graph`` and
+``SparseTensor``): edges come ready in :class:`GraphInputs`, triplets are plain torch
+(:mod:`.triplets`), the bases are NaN-safe (:mod:`.dimenet_basis`); PyG's ``InteractionPPBlock``
+and ``OutputPPBlock`` are reused; the last output layer is glorot-initialised (a zero layer would
+make the output identically zero at initialisation). Angles follow PyG's convention on the edge
+vectors of :class:`GraphInputs` (periodic shifts included).
 
-Angle convention (PyG's DimeNet++): ``cos = vec_ji . vec_kj / (|vec_ji| |vec_kj|)`` with the
-edge vectors of :class:`GraphInputs` (periodic shifts included, never position differences),
-i.e. the angle between ``i -> j`` and ``j -> k``; a backtracking pair would have ``cos = -1``.
+Cost: the first basis projection ``W_sbf1 a(d_kj, angle)`` is factorised as ``sum_l Y_l(angle)
+(sum_n W_sbf1[:, l, n] rad_ln(d_kj))``, the inner sum taken once per edge, so only
+``L * basis_emb_size`` numbers are gathered per triplet (:class:`_FactorizedInteractionPPBlock`;
+same weights and results as PyG's block; about half the cost, docs/notes/encoder_design.md).
 
-Cost: the 2D basis is never materialised per triplet. DimeNet++'s first basis projection
-``W_sbf1 a(d_kj, angle)`` with ``a_{ln} = rad_{ln}(d_kj) * Y_l(angle)`` equals
-``sum_l Y_l(angle) * (sum_n W_sbf1[:, l, n] rad_{ln}(d_kj))``: the inner sum is taken once per
-edge (``[E, L, basis_emb_size]``) and only ``L * basis_emb_size`` numbers are gathered per triplet
-instead of ``L * num_radial`` (:class:`_FactorizedInteractionPPBlock`; same weights and results
-as PyG's block), about half the cost of the materialised basis (docs/notes/encoder_design.md).
-
-Capture safety: with ``triplet_capacity = None`` (default) the exact triplet list is built in
-``forward`` and its length is data-dependent (``repeat_interleave`` over in-degrees, a boolean
-mask): **not capture-safe**. With ``triplet_capacity = C`` the triplets use a fixed
-``E * C`` layout with 0/1 weights: capture-safe, exact when no node has more than ``C``
-incoming edges (check with :func:`.triplets.max_in_degree` before capturing).
-
-bf16 / fp16: the geometry (lengths, angles, backtracking test, bases) is computed in float32
-(bf16 edge vectors are upcast; float32 ones are used as given), the bases are cast to the
-module dtype for the learned layers.
-
-Padding: a sink node's zero-length ``sink -> sink`` edges are backtracking pairs of each other
-(excluded / weight 0), their radial bases are finite, their gradients zero.
+Capture safety: ``triplet_capacity = None`` (default) builds the exact, data-dependent triplet
+list (not capture-safe); ``triplet_capacity = C`` uses a fixed ``E * C`` layout with 0/1
+weights, exact when no node has more than ``C`` incoming edges (:func:`.triplets.max_in_degree`).
+Geometry and bases are computed in float32 for 16-bit models; a sink node's zero-length edges are
+backtracking pairs of each other (weight 0), with finite bases and zero gradients.
 """
 
 from __future__ import annotations

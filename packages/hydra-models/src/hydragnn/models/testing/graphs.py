@@ -21,12 +21,10 @@ from torch_geometric.data import Batch, Data
 from hydragnn.data import Schema, prepare
 from hydragnn.data.ase_io import atoms_to_sample
 from hydragnn.data.neighbors import brute_force_radius_graph
+from hydragnn.data.reference import CUAU_VARIABLES
 
 VARIABLES = {
-    "inputs": [
-        {"name": "atomic_number", "level": "node", "dim": 1},
-        {"name": "pos", "level": "node", "dim": 3, "role": "position"},
-    ],
+    "inputs": CUAU_VARIABLES["inputs"],
     "outputs": [
         {"name": "energy", "level": "graph", "dim": 1},
         {"name": "gap", "level": "graph", "dim": 2},
