@@ -162,7 +162,7 @@ def test_artifact_round_trip(mode, tmp_path):
     model = _model("SchNet", mode)
     batch = collate(_samples(3))
     loaded = load_artifact(save_artifact(model, tmp_path / f"{mode}.hydra", species=[29, 79]))
-    assert loaded.config.use_graph_attr_conditioning and loaded.config.graph_attr_conditioning_mode == mode
+    assert loaded.config.conditioning.enabled and loaded.config.conditioning.mode == mode
     ref, out = model(batch), loaded(batch)
     for key in ref:
         assert torch.equal(ref[key], out[key]), f"output {key!r} differs after save/load"

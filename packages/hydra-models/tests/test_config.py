@@ -20,7 +20,7 @@ def _arch(**changes):
 def test_defaults_and_common_keys():
     cfg = ModelConfig.from_dict({"mpnn_type": "SchNet"})
     assert (cfg.hidden_dim, cfg.num_conv_layers, cfg.radius, cfg.num_radial) == (64, 3, 5.0, 20)
-    assert cfg.precision == "fp32" and cfg.dtype == torch.float32 and cfg.loss_function_type == "mse"
+    assert cfg.precision == "fp32" and cfg.dtype == torch.float32 and cfg.loss.function == "mse"
     assert cfg.output_heads.graph.shared_dims == (64,) and cfg.output_heads.graph.head_dims == (64, 64)
     assert cfg.output_heads.node.type == "mlp"
     cfg = ModelConfig.from_dict(
@@ -45,9 +45,47 @@ def test_defaults_and_common_keys():
     assert cfg.dtype == torch.bfloat16 and cfg.radius == 4.0 and isinstance(cfg.radius, float)
     assert cfg.output_heads.graph.shared_dims == (12, 12) and cfg.output_heads.graph.head_dims == (10, 6)
     assert cfg.output_heads.node == type(cfg.output_heads.node)(head_dims=(5,), type="conv")
-    assert cfg.reference_energies == ((29, -3.5), (79, -3.0))
+    assert cfg.mlip.reference_energies == ((29, -3.5), (79, -3.0))
     assert cfg.encoder.num_filters == 16 and cfg.activation == "tanh"
     assert cfg.raw["activation_function"] == "tanh"  # the section is stored as given
+
+
+def test_groups_read_the_flat_keys():
+    """The groups (mlip, attention, conditioning, loss) take their keys from the flat section:
+    the JSON keys are the common keys, a group's name is not a key, ``raw`` stays flat."""
+    from hydragnn.models.config import COMMON_KEYS
+    from hydragnn.models.config_parse import key_values, to_json
+
+    arch = _arch(
+        enable_interatomic_potential=True,
+        dynamic_graph=True,
+        energy_name="E",
+        energy_heads=["a", "b"],
+        global_attn_engine="GPS",
+        global_attn_type="performer",
+        global_attn_heads=2,
+        use_graph_attr_conditioning=True,
+        graph_attr_conditioning_mode="film",
+        loss_function_type="huber",
+        huber_delta=0.5,
+        task_weights=[1.0, 2.0],
+        energy_weight=3.0,
+        energy_loss="total",
+    )
+    cfg = ModelConfig.from_dict(arch)
+    assert cfg.mlip.enabled and cfg.mlip.dynamic_graph and cfg.mlip.energy_name == "E"
+    assert [h.name for h in cfg.mlip.head_specs()] == ["a", "b"]
+    assert (cfg.attention.engine, cfg.attention.attn_type, cfg.attention.heads) == ("GPS", "performer", 2)
+    assert cfg.conditioning.enabled and cfg.conditioning.mode == "film"
+    assert (cfg.loss.function, cfg.loss.huber_delta, cfg.loss.task_weights) == ("huber", 0.5, (1.0, 2.0))
+    assert (cfg.loss.energy_weight, cfg.loss.energy_loss) == (3.0, "total")
+    assert cfg.raw == arch and ModelConfig.from_dict(cfg.raw) == cfg
+    assert {"enable_interatomic_potential", "global_attn_engine", "pe_dim", "task_weights"} <= COMMON_KEYS
+    assert not {"mlip", "attention", "conditioning", "loss", "enabled"} & COMMON_KEYS
+    assert set(key_values(cfg)) == COMMON_KEYS | {"encoder", "raw"}
+    assert to_json(cfg)["global_attn_type"] == "performer" and "attention" not in to_json(cfg)
+    with pytest.raises(ModelConfigError, match=r"unknown key\(s\) \['mlip'\]"):
+        ModelConfig.from_dict(_arch(mlip={"enabled": True}))
 
 
 @pytest.mark.parametrize(

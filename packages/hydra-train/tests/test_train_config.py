@@ -100,7 +100,7 @@ def test_variables_error_is_a_config_error():
 def test_training_model_keys_are_copied_into_the_architecture():
     cfg = config(precision="fp64", loss_function_type="mae")
     run = load_config(cfg)
-    assert run.model_config.precision == "fp64" and run.model_config.loss_function_type == "mae"
+    assert run.model_config.precision == "fp64" and run.model_config.loss.function == "mae"
 
 
 def test_legacy_early_stopping_and_checkpoint_keys():

@@ -71,7 +71,7 @@ def test_one_command_from_extxyz_files_to_an_artifact(files, tmp_path):
     iso = {a.get_chemical_symbols()[0]: a.info["REF_energy"] for a in isolated_atom_frames(["Cu", "Au"])}
     assert metrics["reference_energies"] == {"method": "isolated_atoms", "values": iso}
     model = load_artifact(run_dir / "model.hydra")
-    assert model.config.reference_energies == ((29, iso["Cu"]), (79, iso["Au"]))
+    assert model.config.mlip.reference_energies == ((29, iso["Cu"]), (79, iso["Au"]))
     assert model.manifest["species"] == [29, 79]
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["Dataset"]["train_file"] == str(files / "train.xyz")  # stored absolute

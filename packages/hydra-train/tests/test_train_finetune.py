@@ -47,7 +47,7 @@ def test_architecture_comes_from_the_artifact_and_heads_are_kept_or_replaced(bas
     artifact = base / "base" / "model.hydra"
     run = load_config(_config(base / "cu2.xyz", arch=None, energy_weight=5.0), init_from=artifact)
     trained = load_artifact(artifact)
-    assert run.model_config.hidden_dim == 8 and run.model_config.energy_weight == 5.0
+    assert run.model_config.hidden_dim == 8 and run.model_config.loss.energy_weight == 5.0
     assert run.reference_energies == "given"  # the artifact's values
     for heads in ("keep", "replace"):
         torch.manual_seed(7)

@@ -116,7 +116,7 @@ def test_gps_with_positional_encodings_trains_and_reloads(tmp_path):
     history = metrics["history"]
     assert all(torch.isfinite(torch.tensor([h["train_loss"], h["val_loss"]])).all() for h in history)
     model = load_artifact(metrics["paths"]["artifact"])
-    assert model.config.pe_dim == 3 and model.config.global_attn_type == "performer"
+    assert model.config.attention.pe_dim == 3 and model.config.attention.attn_type == "performer"
     test_set = metrics["paths"]["test_set"]
     stored = open_dataset(test_set)[0]  # the prepared data carries its encodings
     assert stored.lap_pe.shape == stored.rw_pe.shape == (stored.num_nodes, 3)

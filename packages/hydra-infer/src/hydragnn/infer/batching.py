@@ -85,7 +85,7 @@ def call_batch(model: torch.nn.Module, info: ModelInfo, call: CallInputs) -> Bat
         pbc=call.pbc,
         ptr=ptr,
     )
-    pe_dim = getattr(model.config, "pe_dim", 0)
+    pe_dim = model.config.attention.pe_dim
     if pe_dim:
         b.lap_pe, b.rw_pe = positional_encodings(edge_index, call.batch, call.counts, pe_dim)
     return b

@@ -109,8 +109,8 @@ def model_info(model: HydraModel, species: Sequence[int] | None = None) -> Model
     listed = manifest.get("species") if manifest.get("species") is not None else species
     num_species = getattr(model.dims, "num_species", 0)
     special = dict(model.special) if model.mlip else {}
-    if model.mlip and model.config.compute_grad_energy:
-        special.setdefault("forces", model.config.forces_name)
+    if model.mlip and model.config.mlip.compute_grad_energy:
+        special.setdefault("forces", model.config.mlip.forces_name)
     taken = set(special.values())
     normalizer = _normalizer(manifest.get("normalization"), special)
     return ModelInfo(
@@ -122,7 +122,7 @@ def model_info(model: HydraModel, species: Sequence[int] | None = None) -> Model
         energy=special.get("energy"),
         forces=special.get("forces"),
         stress=special.get(
-            "stress", model.config.stress_name if model.mlip and model.config.compute_grad_energy else None
+            "stress", model.config.mlip.stress_name if model.mlip and model.config.mlip.compute_grad_energy else None
         ),
         atomic_energy=special.get("atomic_energy"),
         node_outputs=tuple(v.name for v in schema.outputs_at("node") if v.name not in taken),

@@ -206,11 +206,11 @@ def graph_model_problem(model: Any) -> str | None:
     """``None`` when the model fits CUDA-graph capture, else why not."""
     if not getattr(model, "mlip", False):
         return "not an interatomic potential"
-    if getattr(model.config, "dynamic_graph", False):
+    if model.config.mlip.dynamic_graph:
         return "dynamic_graph=True builds edges inside forward (data-dependent shapes)"
     if getattr(model.config, "max_neighbours", None) is not None:
         return "max_neighbours caps the neighbour list; the static edge buffers keep every pair within the cutoff"
-    if getattr(model.config, "pe_dim", 0):
+    if model.config.attention.pe_dim:
         return "positional encodings (pe_dim > 0) need a per-structure eigendecomposition of the graph Laplacian"
     for part in (getattr(model, "encoder", None), getattr(model, "global_stage", None)):
         if part is not None and not getattr(part, "capture_safe", True):

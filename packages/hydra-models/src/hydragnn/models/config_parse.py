@@ -10,7 +10,10 @@ Annotations: ``int``, ``float``, ``bool``, ``str``, ``Literal[...]``, ``tuple[X,
 (taken as given). Field metadata: ``min`` / ``max`` (inclusive bounds), ``gt`` / ``lt``
 (exclusive), ``choices`` (allowed strings when they live in a table such as the activations),
 ``noun`` (what the range message calls the value, default "a value"), ``json`` (the JSON key
-when it differs from the field name).
+when it differs from the field name), ``parse`` (``parse(value, where, error)`` for a shape no
+annotation says, e.g. a list or an object of weights), ``flat`` (on a nested-dataclass field: a
+group whose fields' keys sit in the enclosing JSON object itself, so the JSON stays flat while
+code reads ``config.group.field``; keys, unknown-key checks and :func:`to_json` see through it).
 
 Rules, the same for every section: an unknown key is refused with the allowed list; a bool is
 never an int or a float; an int is a valid float (converted); floats must be finite (JSON's
@@ -52,9 +55,28 @@ def json_key(f: dataclasses.Field) -> str:
     return f.metadata.get("json", f.name)
 
 
+def is_flat(f: dataclasses.Field) -> bool:
+    """Whether ``f`` is a flat group (``metadata["flat"]``): a dataclass whose fields' JSON keys
+    sit in the enclosing object."""
+    return bool(f.metadata.get("flat"))
+
+
 def section_keys(cls: type) -> set[str]:
-    """The JSON keys of every field of the dataclass ``cls``."""
-    return {json_key(f) for f in dataclasses.fields(cls)}
+    """The JSON keys of every field of the dataclass ``cls`` (a flat group's keys, not its name)."""
+    keys: set[str] = set()
+    for f in dataclasses.fields(cls):
+        keys |= section_keys(_hints(cls)[f.name]) if is_flat(f) else {json_key(f)}
+    return keys
+
+
+def key_values(obj: Any) -> dict[str, Any]:
+    """``{JSON key: attribute value}`` of a dataclass instance, flat groups merged in (values as
+    they are, not converted: see :func:`to_json`)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        out.update(key_values(value) if is_flat(f) else {json_key(f): value})
+    return out
 
 
 @functools.cache
@@ -73,15 +95,23 @@ def parse_fields(
 ) -> dict[str, Any]:
     """Parse each key of ``values`` that is a field of ``cls`` (JSON key, see :func:`json_key`)
     and not in ``skip``: the constructor keyword arguments (field name -> value). Keys that are
-    not fields are ignored here (see :func:`check_keys`).
+    not fields are ignored here (see :func:`check_keys`). A flat group is always built, from the
+    keys of ``values`` that are its fields (its defaults for the rest).
 
     ``annotation_text``: a wrong-kind message spells the expected type as the field's annotation
     (``int|None``) instead of in JSON words (``int or null``); encoder configs always did.
     """
     hints, skip, out = _hints(cls), set(skip), {}
     for f in dataclasses.fields(cls):
+        if is_flat(f):
+            group = hints[f.name]
+            out[f.name] = group(**parse_fields(group, values, where, error, skip=skip, annotation_text=annotation_text))
+            continue
         key = json_key(f)
         if key in skip or key not in values:
+            continue
+        if "parse" in f.metadata:
+            out[f.name] = f.metadata["parse"](values[key], f"{where}.{key}", error)
             continue
         text = str(f.type).replace(" ", "") if annotation_text else None
         out[f.name] = parse_value(values[key], hints[f.name], f"{where}.{key}", error, f.metadata, expected=text)
@@ -235,9 +265,10 @@ def choice(value: Any, options: Iterable[str], where: str, error: Error) -> str:
 
 
 def to_json(obj: Any) -> Any:
-    """A (nested) dataclass as JSON-ready dicts and lists, keyed by the fields' JSON keys."""
+    """A (nested) dataclass as JSON-ready dicts and lists, keyed by the fields' JSON keys (a flat
+    group's keys merged into its enclosing object)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {json_key(f): to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {k: to_json(v) for k, v in key_values(obj).items()}
     if isinstance(obj, (list, tuple)):
         return [to_json(v) for v in obj]
     if isinstance(obj, Mapping):

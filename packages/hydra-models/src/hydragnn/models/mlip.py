@@ -48,7 +48,7 @@ class EnergyHead(nn.Module):
         cutoff: radius for the ``conv`` head.
         heads: one :class:`~hydragnn.models.energy_heads.EnergyHeadSpec` per head, with its
             reference energies (``(Z, eV)`` pairs or ``None``), shift and scale filled in
-            (:meth:`ModelConfig.head_specs`).
+            (:meth:`~hydragnn.models.config_groups.MLIPConfig.head_specs`).
         trainable_reference: learn the reference energies.
     """
 

@@ -56,7 +56,7 @@ class HydraModel(nn.Module):
         super().__init__()
         self.config = config
         self.schema = schema
-        self.mlip = config.enable_interatomic_potential
+        self.mlip = config.mlip.enabled
         self.geometric = schema.position is not None
         encoder_cls = get_encoder(config.mpnn_type) if config.mpnn_type is not None else None
         if encoder_cls is not None and encoder_cls.needs_pos and not self.geometric:
@@ -64,9 +64,9 @@ class HydraModel(nn.Module):
                 f"{ROOT}.mpnn_type: {config.mpnn_type} needs positions; the schema has no 'pos' input"
             )
         special = mlip_roles(config, schema) if self.mlip else {}
-        if schema.outputs_at("edge") and self.mlip and config.dynamic_graph:
+        if schema.outputs_at("edge") and self.mlip and config.mlip.dynamic_graph:
             raise ModelConfigError(f"{ROOT}.dynamic_graph: edge outputs need the dataset's edges, not dynamic ones")
-        if schema.feature_inputs("edge") and self.mlip and config.dynamic_graph:
+        if schema.feature_inputs("edge") and self.mlip and config.mlip.dynamic_graph:
             raise ModelConfigError(f"{ROOT}.dynamic_graph: edge inputs need the dataset's edges, not dynamic ones")
         self.special = special  # role -> output name for the MLIP outputs
         self.dims = EncoderDims(
@@ -83,7 +83,7 @@ class HydraModel(nn.Module):
         )
         check_conditioning(config, schema, self.dims.graph_in, special)
         self.global_stage: nn.Module | None = None
-        if config.global_attn_engine == "EquivariantTransformer":
+        if config.attention.engine == "EquivariantTransformer":
             if not self.geometric:
                 raise ModelConfigError(f"{ROOT}.global_attn_engine: EquivariantTransformer needs positions")
             from .attention.equivariant_transformer import EquivariantTransformer
@@ -95,16 +95,16 @@ class HydraModel(nn.Module):
                 self.global_stage = EquivariantTransformer(self.dims, config, local=self.encoder)
         else:
             self.encoder = encoder_cls(self.dims, config.encoder)
-        if config.global_attn_engine == "GPS":
+        if config.attention.engine == "GPS":
             from .attention.gps import build_gps_mixers
 
             self.encoder.mixers = build_gps_mixers(config, self.dims)
         self.conditioning: nn.Module | None = None
-        if config.use_graph_attr_conditioning and config.graph_attr_conditioning_mode != "fuse_pool":
+        if config.conditioning.enabled and config.conditioning.mode != "fuse_pool":
             from .conditioning import NodeConditioning
 
             self.conditioning = NodeConditioning(
-                config.graph_attr_conditioning_mode, config.hidden_dim, self.dims.graph_in, config.activation
+                config.conditioning.mode, config.hidden_dim, self.dims.graph_in, config.activation
             )
         cutoff = config.radius if self.geometric else None
         heads, act = config.output_heads, config.activation
@@ -121,8 +121,7 @@ class HydraModel(nn.Module):
                 heads.graph,
                 config.graph_pooling,
                 act,
-                fuse_graph_attr=config.use_graph_attr_conditioning
-                and config.graph_attr_conditioning_mode == "fuse_pool",
+                fuse_graph_attr=config.conditioning.enabled and config.conditioning.mode == "fuse_pool",
             )
             if graph_outs
             else None
@@ -132,7 +131,7 @@ class HydraModel(nn.Module):
             EdgeHeads(H, self.dims.edge_in, self.geometric, edge_outs, heads.edge, act) if edge_outs else None
         )
         self.energy_head = (
-            EnergyHead(H, heads.node, act, cutoff, config.head_specs(), config.trainable_reference_energies)
+            EnergyHead(H, heads.node, act, cutoff, config.mlip.head_specs(), config.mlip.trainable_reference_energies)
             if self.mlip
             else None
         )
@@ -195,9 +194,9 @@ class HydraModel(nn.Module):
             pbc = torch.ones(cell.shape[0], 3, dtype=torch.bool, device=cell.device) if pbc is None else pbc
             pbc = pbc.reshape(-1, 3).to(torch.bool)
         pe = None
-        if self.config.pe_dim:
+        if self.config.attention.pe_dim:
             lap, rw = getattr(batch, "lap_pe", None), getattr(batch, "rw_pe", None)
-            k = self.config.pe_dim
+            k = self.config.attention.pe_dim
             if lap is None or rw is None or lap.shape[-1] != k or rw.shape[-1] != k:
                 raise ModelError(
                     f"{ROOT}.pe_dim is {k}: the batch needs 'lap_pe' and 'rw_pe' [N, {k}] "
@@ -261,7 +260,7 @@ class HydraModel(nn.Module):
         pos = batch.pos.to(self.geometry_dtype) if self.geometric else None
         edge_index = getattr(batch, "edge_index", None)
         edge_shift = getattr(batch, "edge_shift", None)
-        if self.mlip and (self.config.dynamic_graph or edge_index is None):
+        if self.mlip and (self.config.mlip.dynamic_graph or edge_index is None):
             edge_index, edge_shift = dynamic_edges(
                 pos,
                 self.config.radius,
@@ -277,11 +276,11 @@ class HydraModel(nn.Module):
             return self.heads(self.encode(inputs), inputs)
 
         special = self.special
-        want_forces = self.config.compute_grad_energy and (
+        want_forces = self.config.mlip.compute_grad_energy and (
             compute_forces if compute_forces is not None else "forces" in special
         )
         has_cell = getattr(batch, "cell", None) is not None
-        want_stress = self.config.compute_grad_energy and (
+        want_stress = self.config.mlip.compute_grad_energy and (
             compute_stress if compute_stress is not None else ("stress" in special and has_cell)
         )
         with torch.set_grad_enabled(outer_grad or want_forces or want_stress):
@@ -309,9 +308,9 @@ class HydraModel(nn.Module):
                     energy, pos, displacement, create_graph=self.training, retain_graph=outer_grad
                 )
                 if want_forces:
-                    out[special.get("forces", self.config.forces_name)] = forces
+                    out[special.get("forces", self.config.mlip.forces_name)] = forces
                 if want_stress:
-                    name = special.get("stress", self.config.stress_name)
+                    name = special.get("stress", self.config.mlip.stress_name)
                     dim = self.schema[name].dim if name in self.schema else 6
                     out[name] = stress_from_virial(virial, cell, dim)
         if not outer_grad:
@@ -338,7 +337,7 @@ class HydraModel(nn.Module):
         """Weighted loss of ``outputs`` against the batch targets (see :func:`compute_loss`); an
         interatomic potential's energy term is per atom unless ``energy_loss`` is ``"total"``;
         with :attr:`head_weights` set, each structure weighs as its energy head's weight."""
-        per_atom = (self.special["energy"],) if self.mlip and self.config.energy_loss == "per_atom" else ()
+        per_atom = (self.special["energy"],) if self.mlip and self.config.loss.energy_loss == "per_atom" else ()
         weights = None
         head = getattr(batch, "head", None)
         if self.head_weights is not None and head is not None:
@@ -348,8 +347,8 @@ class HydraModel(nn.Module):
             batch,
             self.schema,
             task_weights=self.task_weights,
-            loss_type=self.config.loss_function_type,
-            huber_delta=self.config.huber_delta,
+            loss_type=self.config.loss.function,
+            huber_delta=self.config.loss.huber_delta,
             per_atom=per_atom,
             graph_weights=weights,
         )

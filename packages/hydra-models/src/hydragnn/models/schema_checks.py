@@ -22,11 +22,11 @@ def mlip_roles(c: ModelConfig, s: Schema) -> dict[str, str]:
     where = f"{ROOT}.enable_interatomic_potential"
     if s.position is None:
         raise ModelConfigError(f"{where}: an interatomic potential needs a 'pos' input with role 'position'")
-    expect = {"energy": (c.energy_name, "graph", (1,))}
-    if c.compute_grad_energy:
-        expect["forces"] = (c.forces_name, "node", (3,))
-        expect["stress"] = (c.stress_name, "graph", (6, 9))
-    expect["atomic_energy"] = (c.atomic_energy_name, "node", (1,))
+    expect = {"energy": (c.mlip.energy_name, "graph", (1,))}
+    if c.mlip.compute_grad_energy:
+        expect["forces"] = (c.mlip.forces_name, "node", (3,))
+        expect["stress"] = (c.mlip.stress_name, "graph", (6, 9))
+    expect["atomic_energy"] = (c.mlip.atomic_energy_name, "node", (1,))
     special: dict[str, str] = {}
     for role, (name, level, dims) in expect.items():
         if name not in s or s[name] not in s.outputs:
@@ -49,7 +49,7 @@ def mlip_roles(c: ModelConfig, s: Schema) -> dict[str, str]:
 def check_conditioning(c: ModelConfig, s: Schema, graph_in: int, special: Mapping[str, str]) -> None:
     """Graph-attribute conditioning needs graph inputs; ``fuse_pool`` needs a (non-MLIP) graph head."""
     where = f"{ROOT}.use_graph_attr_conditioning"
-    if not c.use_graph_attr_conditioning:
+    if not c.conditioning.enabled:
         return
     if not graph_in:
         raise ModelConfigError(
@@ -57,7 +57,7 @@ def check_conditioning(c: ModelConfig, s: Schema, graph_in: int, special: Mappin
             "charge and spin) in the schema; it has none"
         )
     takes_graph = [v.name for v in s.outputs_at("graph") if v.name not in special.values()]
-    if c.graph_attr_conditioning_mode == "fuse_pool" and not takes_graph:
+    if c.conditioning.mode == "fuse_pool" and not takes_graph:
         raise ModelConfigError(
             f"{ROOT}.graph_attr_conditioning_mode: fuse_pool conditions the graph heads and this model has "
             "none (an MLIP energy is a sum of atomic energies): use concat_node or film"
@@ -77,7 +77,7 @@ def task_weights(c: ModelConfig, s: Schema, special: Mapping[str, str] | None = 
     and, for an interatomic potential, ``energy_weight`` / ``forces_weight`` / ``stress_weight``
     on the outputs playing those roles (``special``: role -> output name)."""
     names = [v.name for v in s.outputs]
-    tw = c.task_weights
+    tw = c.loss.task_weights
     where = f"{ROOT}.task_weights"
     if tw is None:
         weights = {n: 1.0 for n in names}
@@ -95,7 +95,7 @@ def task_weights(c: ModelConfig, s: Schema, special: Mapping[str, str] | None = 
         weights = {n: float(w) for n, w in zip(names, tw)}
         given = set(names)
     for key, role in ROLE_WEIGHTS.items():
-        value = getattr(c, key)
+        value = getattr(c.loss, key)
         if value is None:
             continue
         name = (special or {}).get(role)

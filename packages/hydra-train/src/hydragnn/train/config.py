@@ -32,7 +32,7 @@ from hydragnn.data import BatchingConfig, DataError, Schema, SchemaError
 from hydragnn.data.atomic import atomic_write
 from hydragnn.models import ModelConfig, ModelConfigError
 from hydragnn.models.config import COMMON_KEYS as ARCH_COMMON_KEYS
-from hydragnn.models.config_parse import parse_fields, parse_value, section_keys
+from hydragnn.models.config_parse import key_values, parse_fields, parse_value, section_keys
 
 from .config_dataset import DatasetConfig, GeneratorConfig
 from .config_sections import (
@@ -291,11 +291,12 @@ def _architecture(
         mc = ModelConfig.from_dict(parsed)
     except ModelConfigError as exc:
         raise ConfigError(str(exc)) from exc
-    if mode in REFERENCE_MODES and not mc.enable_interatomic_potential:
+    if mode in REFERENCE_MODES and not mc.mlip.enabled:
         raise ConfigError(f"{ARCH}.reference_energies: {mode!r} is for interatomic potentials (enable_interatomic_potential)")
+    parsed_values = key_values(mc)
     for key in sorted(ARCH_COMMON_KEYS):
         if key not in arch and key not in ("task_weights", "reference_energies", "output_heads", *FITTED_KEYS):
-            value = getattr(mc, key)
+            value = parsed_values[key]
             if isinstance(value, (bool, int, float, str)) or value is None:
                 arch[key] = value
     return arch, mc, mode
@@ -372,10 +373,10 @@ def load_config(
     if dataset.sources:
         filled = tuple(s if s.cutoff is not None else dataclasses.replace(s, cutoff=dataset.cutoff) for s in dataset.sources)
         dataset = dataclasses.replace(dataset, sources=filled)
-        if not mc.enable_interatomic_potential:
+        if not mc.mlip.enabled:
             raise ConfigError("Dataset.sources: one energy head per source is for interatomic potentials (enable_interatomic_potential)")
         names = [s.name for s in dataset.sources]
-        heads = [h.name for h in mc.energy_heads] if mc.energy_heads else None
+        heads = [h.name for h in mc.mlip.energy_heads] if mc.mlip.energy_heads else None
         if heads is not None and heads != names:
             raise ConfigError(f"{ARCH}.energy_heads: {heads} must be the Dataset.sources names in order, {names}")
     return RunConfig(

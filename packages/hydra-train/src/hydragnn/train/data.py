@@ -247,7 +247,7 @@ def load_run_data(
     if ds.sources:
         return _load_sources(cfg, is_main, barrier, log)
     cutoff = float(ds.cutoff)
-    pe_dim = cfg.model_config.pe_dim
+    pe_dim = cfg.model_config.attention.pe_dim
     files: list[dict[str, Any]] = []
 
     def convert(file: str, schema: Schema | None):

@@ -362,7 +362,7 @@ def predict(
     if trained.get("keys"):
         options["extra_keys"] = tuple(trained["keys"].items())
     options.update(labels or {})
-    samples = evaluation_samples(dataset, model.schema, model.cutoff, model.config.pe_dim, options)
+    samples = evaluation_samples(dataset, model.schema, model.cutoff, model.config.attention.pe_dim, options)
     _, _, loader = create_dataloaders(None, None, samples, batch_size)
     loss, heads, trues, preds, extras = evaluate_losses(_as_strategy(model), loader, collect=True)
     report = mae_report(trues, preds, extras.get("natoms"), head_units(model))

@@ -97,12 +97,12 @@ def resolve_reference_energies(
             without an ``IsolatedAtom`` frame for every species, or an average with no energies.
     """
     mode = cfg.reference_energies
-    if not model_config.enable_interatomic_potential or mode == "none":
+    if not model_config.mlip.enabled or mode == "none":
         return model_config, None
     where = f"{ARCH}.reference_energies"
-    given = dict(model_config.reference_energies or ())
+    given = dict(model_config.mlip.reference_energies or ())
     if not data.heads:
-        table, record = _references(mode, given, data, model_config.energy_name, where, log)
+        table, record = _references(mode, given, data, model_config.mlip.energy_name, where, log)
         if mode == "given":
             return model_config, record
         return ModelConfig.from_dict({**model_config.raw, "reference_energies": _json(table)}), record
@@ -111,9 +111,9 @@ def resolve_reference_energies(
     for k, (name, part) in enumerate(zip(data.heads, data.parts, strict=True)):
         own = objects[k].get("reference_energies")
         head_mode = "given" if own is not None else mode
-        head_given = dict(model_config.head_specs()[k].reference_energies or ()) if own is not None else given
+        head_given = dict(model_config.mlip.head_specs()[k].reference_energies or ()) if own is not None else given
         table, records[name] = _references(
-            head_mode, head_given, part, model_config.energy_name, where, log, label=f" of head {name!r}"
+            head_mode, head_given, part, model_config.mlip.energy_name, where, log, label=f" of head {name!r}"
         )
         objects[k]["reference_energies"] = _json(table)
     return ModelConfig.from_dict({**model_config.raw, "energy_heads": objects}), records
@@ -129,9 +129,9 @@ def _scale_shift(
     per_atom, forces = [], []
     for sample in part.train:
         z = sample.atomic_number.reshape(-1).long().tolist()
-        energy = float(getattr(sample, model_config.energy_name).reshape(-1)[0])
+        energy = float(getattr(sample, model_config.mlip.energy_name).reshape(-1)[0])
         per_atom.append((energy - sum(reference.get(k, 0.0) for k in z)) / len(z))
-        f = getattr(sample, model_config.forces_name, None)
+        f = getattr(sample, model_config.mlip.forces_name, None)
         if f is not None:
             forces.append(f.reshape(-1).double())
     residual = torch.tensor(per_atom, dtype=torch.float64)
@@ -157,10 +157,10 @@ def resolve_scale_shift(
         ``(model_config, None)`` when nothing was filled (not an MLIP, or both given).
     """
     missing = [key for key in FITTED_KEYS if key not in cfg.architecture]
-    if not model_config.enable_interatomic_potential or not missing:
+    if not model_config.mlip.enabled or not missing:
         return model_config, None
     if not data.heads:
-        values, what = _scale_shift(data, model_config, dict(model_config.reference_energies or ()))
+        values, what = _scale_shift(data, model_config, dict(model_config.mlip.reference_energies or ()))
         fitted = {key: values[key] for key in missing}
         log(
             "energy scale-shift from the training split: "
@@ -169,7 +169,7 @@ def resolve_scale_shift(
         )
         return ModelConfig.from_dict({**model_config.raw, **fitted}), fitted
     objects = _head_objects(model_config, data.heads)
-    specs = model_config.head_specs()
+    specs = model_config.mlip.head_specs()
     records = {}
     for k, (name, part) in enumerate(zip(data.heads, data.parts, strict=True)):
         values, _ = _scale_shift(part, model_config, dict(specs[k].reference_energies or ()))

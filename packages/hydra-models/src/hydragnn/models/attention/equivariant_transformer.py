@@ -156,7 +156,7 @@ class EquivariantTransformer(nn.Module):
     def __init__(self, dims: EncoderDims, config: ModelConfig, local: Encoder | None = None) -> None:
         super().__init__()
         check_dims(dims, "EquivariantTransformer")
-        hidden, heads = dims.hidden_dim, config.global_attn_heads
+        hidden, heads = dims.hidden_dim, config.attention.heads
         if heads <= 0 or hidden % heads:
             raise ModelConfigError(
                 f"{ROOT}.global_attn_heads: hidden_dim ({hidden}) must be a multiple of global_attn_heads ({heads})"
@@ -164,7 +164,7 @@ class EquivariantTransformer(nn.Module):
         if local is not None and not isinstance(local, nn.Module):
             raise ModelError(f"EquivariantTransformer: local must be the encoder instance, found {local!r}")
         self.dims = dims
-        self.num_layers = config.global_attn_layers or config.num_conv_layers
+        self.num_layers = config.attention.layers or config.num_conv_layers
         self.checkpointing = bool(dims.conv_checkpointing)
         self.standalone = local is None
         self.mixers: nn.ModuleList | None = None  # the encoder interface (no GPS mixing here)

@@ -127,17 +127,17 @@ class GPSLayer(nn.Module):
 
 def build_gps_mixers(config, dims: EncoderDims) -> nn.ModuleList:
     """One :class:`GPSLayer` per conv layer for a :class:`~hydragnn.models.ModelConfig` with
-    ``global_attn_engine == "GPS"``; only the first layer reads the positional encodings."""
-    heads, hidden = config.global_attn_heads, dims.hidden_dim
+    ``attention.engine == "GPS"``; only the first layer reads the positional encodings."""
+    heads, hidden = config.attention.heads, dims.hidden_dim
     if hidden % heads:
         raise ModelError(f"{ROOT}.global_attn_heads: hidden_dim ({hidden}) must be a multiple of {heads}")
     return nn.ModuleList(
         GPSLayer(
             hidden,
             heads,
-            config.global_attn_type,
-            config.global_attn_features,
-            config.pe_dim if layer == 0 else 0,
+            config.attention.attn_type,
+            config.attention.features,
+            config.attention.pe_dim if layer == 0 else 0,
             config.activation,
         )
         for layer in range(dims.num_conv_layers)

@@ -40,7 +40,7 @@ def deepspeed_config(zero_stage: int, micro_batch: int = 1) -> dict[str, Any]:
 def differentiates_through_parameters(model: nn.Module) -> bool:
     """Whether training ``model`` needs a double backward (an MLIP computing forces / stress)."""
     config = getattr(model, "config", None)
-    return bool(getattr(model, "mlip", False) and getattr(config, "compute_grad_energy", False))
+    return bool(getattr(model, "mlip", False) and config is not None and config.mlip.compute_grad_energy)
 
 
 @register_strategy
