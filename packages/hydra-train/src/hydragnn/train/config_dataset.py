@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config_sections import at_least, choice, section, typed
+from hydragnn.models import config_parse as cp
+
 from .errors import ConfigError
 
 __all__ = ["DatasetConfig", "GeneratorConfig"]
@@ -42,49 +43,100 @@ GENERATORS = ("cuau",)
 LABEL_KEYS = ("energy_key", "forces_key", "stress_key")
 _FILES = ("path", "train_file", "valid_file", "test_file")
 _ASE_ONLY = (*LABEL_KEYS, "keys", "index", "config_types", "config_type_key", "file_format")
+_NOT_JSON = {"explicit_keys"}
+"""Fields that are no JSON key."""
+
+
+def _split(split: Any, where: str, error: cp.Error) -> tuple[float, float, float]:
+    if not isinstance(split, list) or len(split) != 3:
+        raise error(f"{where}: expected [train, val, test] fractions, found {split!r}")
+    fr = tuple(cp.parse_value(s, float, f"{where}[{i}]", error) for i, s in enumerate(split))
+    if any(f < 0 for f in fr) or fr[0] <= 0 or abs(sum(fr) - 1.0) > 1e-6:
+        raise error(f"{where}: expected fractions >= 0 (train > 0) summing to 1, found {split!r}")
+    return fr  # type: ignore[return-value]
+
+
+def _keys(values: Any, where: str, error: cp.Error) -> tuple[tuple[str, str], ...]:
+    if values is None:
+        return ()
+    if not isinstance(values, Mapping):
+        raise error(f"{where}: expected an object {{output name: file label}}, found {type(values).__name__}")
+    out = []
+    for name, label in values.items():
+        if name in ("energy", "forces", "stress"):
+            raise error(f"{where}.{name}: give the label of {name!r} with '{name}_key'")
+        out.append((name, cp.parse_value(label, str, f"{where}.{name}", error)))
+    return tuple(out)
+
+
+def _index(index: Any, where: str, error: cp.Error) -> str:
+    from ase.io.formats import string2index
+
+    if isinstance(index, int) and not isinstance(index, bool):
+        index = str(index)
+    index = cp.parse_value(index, str, where, error)
+    try:
+        string2index(index)
+    except ValueError as exc:
+        raise error(
+            f"{where}: expected an ase.io index such as ':', '10:', '::2' or '-5:', found {index!r} ({exc})"
+        ) from None
+    return index
+
+
+def _config_types(types: Any, where: str, error: cp.Error) -> tuple[str, ...] | None:
+    if types is None:
+        return None
+    types = [types] if isinstance(types, str) else types
+    if not isinstance(types, list) or not types:
+        raise error(f"{where}: expected a config type or a non-empty list of them, found {types!r}")
+    return tuple(cp.parse_value(t, str, f"{where}[{i}]", error) for i, t in enumerate(types))
 
 
 @dataclass(frozen=True)
 class GeneratorConfig:
     """``Dataset.generator``: name ["cuau"], n_structures [200], seed [0]."""
 
-    name: str = "cuau"
-    n_structures: int = 200
-    seed: int = 0
+    name: str = field(default="cuau", metadata={"choices": GENERATORS})
+    n_structures: int = field(default=200, metadata={"min": 1})
+    seed: int = field(default=0, metadata={"min": 0})
 
 
 @dataclass(frozen=True)
 class DatasetConfig:
     """A validated ``Dataset`` section (see the module docstring for the keys).
 
-    ``explicit_keys`` (not a JSON key) holds the outputs whose label key the user gave: those
-    labels must exist; a default key only adds its output when the file carries the label.
+    Field annotations and metadata are the keys' types and ranges (parsed by
+    :mod:`hydragnn.models.config_parse`); :meth:`from_dict` adds the rules between keys and
+    resolves paths. ``explicit_keys`` (not a JSON key) holds the outputs whose label key the
+    user gave: those labels must exist; a default key only adds its output when the file
+    carries the label.
     """
 
     name: str = "dataset"
     path: str | None = None
-    format: str | None = None
+    format: str | None = field(default=None, metadata={"choices": CONTAINER_FORMATS})
     generator: GeneratorConfig | None = None
     train_file: str | None = None
     valid_file: str | None = None
     test_file: str | None = None
-    split: tuple[float, float, float] = (0.8, 0.1, 0.1)
-    valid_fraction: float = 0.1
-    seed: int = 0
-    cutoff: float | None = None
+    split: tuple[float, float, float] = field(default=(0.8, 0.1, 0.1), metadata={"parse": _split})
+    valid_fraction: float = field(default=0.1, metadata={"min": 0, "lt": 1})
+    seed: int = field(default=0, metadata={"min": 0})
+    cutoff: float | None = field(default=None, metadata={"gt": 0.0})
     energy_key: str | None = "energy"
     forces_key: str | None = "forces"
     stress_key: str | None = "stress"
-    keys: tuple[tuple[str, str], ...] = ()
+    keys: tuple[tuple[str, str], ...] = field(default=(), metadata={"parse": _keys})
     explicit_keys: frozenset[str] = frozenset()
-    index: str = ":"
-    config_types: tuple[str, ...] | None = None
+    index: str = field(default=":", metadata={"parse": _index})
+    config_types: tuple[str, ...] | None = field(default=None, metadata={"parse": _config_types})
     config_type_key: str = "config_type"
     file_format: str | None = None
     cache_dir: str | None = None
-    cache_format: str = "pt"
+    cache_format: str = field(default="pt", metadata={"choices": CACHE_FORMATS})
     sources: tuple[DatasetConfig, ...] = ()
-    weight: float = 1.0
+    weight: float = field(default=1.0, metadata={"min": 0.0})
 
     @property
     def files(self) -> dict[str, str]:
@@ -99,85 +151,39 @@ class DatasetConfig:
         Raises:
             ConfigError: naming ``Dataset.<key>``.
         """
-        allowed = {f.name for f in dataclasses.fields(cls)} - {"explicit_keys"}
+        allowed = cp.section_keys(cls) - _NOT_JSON
         in_source = ".sources[" in where
-        v = section(values, where, allowed - {"sources"} if in_source else allowed)
+        v = cp.check_keys(values, where, allowed - {"sources"} if in_source else allowed, ConfigError)
         if v.get("sources") is not None:
             return cls._with_sources(v, where, base)
         if "weight" in v and not in_source:
             raise ConfigError(f"{where}.weight: only for an entry of Dataset.sources")
-        kw: dict[str, Any] = {}
-        for key in ("name", "config_type_key"):
-            if key in v:
-                kw[key] = typed(v[key], "str", f"{where}.{key}")
+        kw = cp.parse_fields(cls, v, where, ConfigError, skip={"sources", *_NOT_JSON})
         for key in (*_FILES, "cache_dir"):
-            if v.get(key) is not None:
-                text = typed(v[key], "str", f"{where}.{key}")
-                kw[key] = str((base or Path.cwd()) / Path(text).expanduser()) if text else text
-        if v.get("format") is not None:
-            kw["format"] = choice(v["format"], CONTAINER_FORMATS, f"{where}.format")
-        if "cache_format" in v:
-            kw["cache_format"] = choice(v["cache_format"], CACHE_FORMATS, f"{where}.cache_format")
-        if v.get("file_format") is not None:
-            kw["file_format"] = typed(v["file_format"], "str", f"{where}.file_format")
-        if v.get("generator") is not None:
-            kw["generator"] = _generator(v["generator"], f"{where}.generator")
-        sources = [k for k in ("path", "generator", "train_file") if k in kw]
+            if kw.get(key):
+                kw[key] = str((base or Path.cwd()) / Path(kw[key]).expanduser())
+        sources = [k for k in ("path", "generator", "train_file") if kw.get(k) is not None]
         if len(sources) != 1:
             raise ConfigError(
                 f"{where}: give exactly one of 'path' (a dataset container or a file ASE reads), 'train_file' "
                 f"(with optional 'valid_file' / 'test_file') or 'generator'; found {sources or 'none'}"
             )
         for key in ("valid_file", "test_file"):
-            if key in kw and "train_file" not in kw:
+            if kw.get(key) is not None and kw.get("train_file") is None:
                 raise ConfigError(f"{where}.{key}: only together with 'train_file'")
-        if "split" in v:
-            if "train_file" in kw:
-                raise ConfigError(
-                    f"{where}.split: a 'train_file' dataset takes 'valid_file' / 'test_file' or 'valid_fraction', not 'split'"
-                )
-            kw["split"] = _split(v["split"], f"{where}.split")
-        if "valid_fraction" in v:
-            if "train_file" not in kw or "valid_file" in kw:
-                raise ConfigError(f"{where}.valid_fraction: only for a 'train_file' dataset without 'valid_file'")
-            kw["valid_fraction"] = typed(v["valid_fraction"], "float", f"{where}.valid_fraction")
-            if not 0.0 <= kw["valid_fraction"] < 1.0:
-                raise ConfigError(f"{where}.valid_fraction: expected a value in [0, 1), found {kw['valid_fraction']!r}")
-        if "seed" in v:
-            kw["seed"] = typed(v["seed"], "int", f"{where}.seed")
-            at_least(kw["seed"], 0, f"{where}.seed")
-        if v.get("cutoff") is not None:
-            kw["cutoff"] = typed(v["cutoff"], "float", f"{where}.cutoff")
-            at_least(kw["cutoff"], 0.0, f"{where}.cutoff", strict=True)
-        if "generator" in kw:
+        train_file = kw.get("train_file") is not None
+        if "split" in v and train_file:
+            raise ConfigError(
+                f"{where}.split: a 'train_file' dataset takes 'valid_file' / 'test_file' or 'valid_fraction', not 'split'"
+            )
+        if "valid_fraction" in v and (not train_file or kw.get("valid_file") is not None):
+            raise ConfigError(f"{where}.valid_fraction: only for a 'train_file' dataset without 'valid_file'")
+        if kw.get("generator") is not None:
             given = sorted(k for k in _ASE_ONLY if k in v)
             if given:
                 raise ConfigError(f"{where}.{given[0]}: only for files ASE reads, not for a 'generator' dataset")
-        explicit = set()
-        for key in LABEL_KEYS:
-            if key in v:
-                kw[key] = typed(v[key], "str", f"{where}.{key}", optional=True)
-                if kw[key] is not None:
-                    explicit.add(key.removesuffix("_key"))
-        if v.get("keys") is not None:
-            kw["keys"] = _keys(v["keys"], f"{where}.keys")
-            explicit.update(name for name, _ in kw["keys"])
-        kw["explicit_keys"] = frozenset(explicit)
-        if "weight" in v:
-            kw["weight"] = typed(v["weight"], "float", f"{where}.weight")
-            at_least(kw["weight"], 0.0, f"{where}.weight")
-        if "index" in v:
-            index = v["index"]
-            if isinstance(index, int) and not isinstance(index, bool):
-                index = str(index)
-            kw["index"] = typed(index, "str", f"{where}.index")
-            _check_index(kw["index"], f"{where}.index")
-        if v.get("config_types") is not None:
-            types = v["config_types"]
-            types = [types] if isinstance(types, str) else types
-            if not isinstance(types, list) or not types:
-                raise ConfigError(f"{where}.config_types: expected a config type or a non-empty list of them, found {types!r}")
-            kw["config_types"] = tuple(typed(t, "str", f"{where}.config_types[{i}]") for i, t in enumerate(types))
+        explicit = {key.removesuffix("_key") for key in LABEL_KEYS if key in v and kw[key] is not None}
+        kw["explicit_keys"] = frozenset(explicit | {name for name, _ in kw.get("keys", ())})
         return cls(**kw)
 
     @classmethod
@@ -238,45 +244,3 @@ class DatasetConfig:
                 if value is not None:
                     out[key] = list(value) if isinstance(value, tuple) else value
         return out
-
-
-def _generator(values: Any, where: str) -> GeneratorConfig:
-    g = section(values, where, {"name", "n_structures", "seed"})
-    kw: dict[str, Any] = {}
-    if "name" in g:
-        kw["name"] = choice(g["name"], GENERATORS, f"{where}.name")
-    for key in ("n_structures", "seed"):
-        if key in g:
-            kw[key] = typed(g[key], "int", f"{where}.{key}")
-            at_least(kw[key], 1 if key == "n_structures" else 0, f"{where}.{key}")
-    return GeneratorConfig(**kw)
-
-
-def _split(split: Any, where: str) -> tuple[float, float, float]:
-    if not isinstance(split, list) or len(split) != 3:
-        raise ConfigError(f"{where}: expected [train, val, test] fractions, found {split!r}")
-    fr = tuple(typed(s, "float", f"{where}[{i}]") for i, s in enumerate(split))
-    if any(f < 0 for f in fr) or fr[0] <= 0 or abs(sum(fr) - 1.0) > 1e-6:
-        raise ConfigError(f"{where}: expected fractions >= 0 (train > 0) summing to 1, found {split!r}")
-    return fr  # type: ignore[return-value]
-
-
-def _keys(values: Any, where: str) -> tuple[tuple[str, str], ...]:
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"{where}: expected an object {{output name: file label}}, found {type(values).__name__}")
-    out = []
-    for name, label in values.items():
-        if name in ("energy", "forces", "stress"):
-            raise ConfigError(f"{where}.{name}: give the label of {name!r} with '{name}_key'")
-        out.append((name, typed(label, "str", f"{where}.{name}")))
-    return tuple(out)
-
-
-def _check_index(index: str, where: str) -> None:
-    from ase.io.formats import string2index
-
-    try:
-        string2index(index)
-    except ValueError as exc:
-        raise ConfigError(f"{where}: expected an ase.io index such as ':', '10:', '::2' or '-5:', found {index!r} ({exc})") from None
-

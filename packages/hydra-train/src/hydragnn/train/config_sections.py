@@ -18,14 +18,6 @@ from hydragnn.models import config_parse as cp
 
 from .errors import ConfigError
 
-_KINDS = {"int": int, "float": float, "bool": bool, "str": str}
-
-
-def typed(value: Any, kind: str, where: str, *, optional: bool = False) -> Any:
-    """One JSON scalar (``int``, ``float``, ``bool`` or ``str``) by the common rules."""
-    hint = _KINDS[kind] | None if optional else _KINDS[kind]
-    return cp.parse_value(value, hint, where, ConfigError)
-
 
 def section(values: Any, where: str, allowed: Iterable[str]) -> dict[str, Any]:
     """A JSON object with only ``allowed`` keys (``None`` is an empty object)."""
@@ -33,12 +25,8 @@ def section(values: Any, where: str, allowed: Iterable[str]) -> dict[str, Any]:
 
 
 def choice(value: Any, options: Iterable[str], where: str) -> str:
+    """A string that must be one of ``options``."""
     return cp.choice(value, options, where, ConfigError)
-
-
-def at_least(value: float | int | None, low: float, where: str, *, strict: bool = False) -> None:
-    if value is not None:
-        cp.check_range(value, {"gt" if strict else "min": low}, where, ConfigError)
 
 
 plain = cp.to_json
