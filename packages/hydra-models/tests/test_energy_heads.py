@@ -98,7 +98,7 @@ def test_artifact_keeps_the_heads(tmp_path):
         ([], "energy_heads: expected a non-empty list"),
         (["a", "a"], r"energy_heads: head names must be unique, found \['a'\]"),
         ([{"name": ""}], r"energy_heads\[0\]\.name: expected a non-empty string"),
-        ([{"name": "a", "scale": 1}], r"energy_heads\[0\]: unknown key\(s\) \['scale'\]"),
+        ([{"name": "a", "scale": 1}], r"energy_heads\[0\]\.scale: unknown key; allowed"),
         ([{"name": "a", "energy_scale": 0}], r"energy_heads\[0\]\.energy_scale: expected a finite number > 0"),
         ([{"name": "a", "reference_energies": {"Qq": 1.0}}], r"energy_heads\[0\]\.reference_energies: 'Qq'"),
         ([3], r"energy_heads\[0\]: expected a name or an object"),

@@ -331,11 +331,11 @@ BASE = {"hidden_dim": 16, "global_attn_engine": "EquivariantTransformer"}
         ({**BASE, "global_attn_layers": 0}, r"global_attn_layers: expected a value > 0"),
         ({"mpnn_type": "SchNet", "global_attn_layers": 2}, r"global_attn_layers: only used with"),
         ({"hidden_dim": 16}, r"mpnn_type: required"),
-        ({**BASE, "num_filters": 8}, r"unknown key\(s\) \['num_filters'\].*standalone EquivariantTransformer"),
+        ({**BASE, "num_filters": 8}, r"num_filters: unknown key; .*standalone EquivariantTransformer"),
     ],
 )
 def test_config_errors_name_the_key(arch, match):
-    with pytest.raises(ModelConfigError, match=rf"NeuralNetwork\.Architecture(\.|: ){match}"):
+    with pytest.raises(ModelConfigError, match=rf"NeuralNetwork\.Architecture\.{match}"):
         ModelConfig.from_dict(arch)
 
 

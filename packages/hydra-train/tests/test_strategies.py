@@ -56,7 +56,7 @@ def test_parse_dict_and_object_forms():
         ({"Parallelism": {"strategy": "ddp", "timeout_s": 0}}, "Parallelism.timeout_s"),
         ({"Parallelism": {"strategy": "deepspeed", "zero_stage": 4}}, "Parallelism.zero_stage"),
         ({"Parallelism": {"strategy": "ddp", "zero_stage": 2}}, "Parallelism.zero_stage"),
-        ({"Parallelism": {"strategy": "ddp", "bogus": 1}}, "Parallelism: unknown key"),
+        ({"Parallelism": {"strategy": "ddp", "bogus": 1}}, "Parallelism.bogus: unknown key; allowed"),
         ({"Parallelism": {"strategy": "ddp", "find_unused_parameters": "yes"}}, "find_unused_parameters"),
         ({"Parallelism": {"strategy": "fsdp"}, "LocalSGD": {"enabled": True}}, "LocalSGD.enabled"),
         (

@@ -66,7 +66,7 @@ def test_defaults_filled_and_round_trip(tmp_path):
         ("NeuralNetwork.Training.nan_policy", "ignore", "NeuralNetwork.Training.nan_policy"),
         ("NeuralNetwork.Training.precision", "fp64", "NeuralNetwork.Training.precision: 'fp64' conflicts"),
         ("NeuralNetwork.Architecture.hidden_dim", -4, "NeuralNetwork.Architecture.hidden_dim"),
-        ("NeuralNetwork.Architecture.hiden_dim", 4, "NeuralNetwork.Architecture: unknown key(s) ['hiden_dim']"),
+        ("NeuralNetwork.Architecture.hiden_dim", 4, "NeuralNetwork.Architecture.hiden_dim: unknown key; neither a common key"),
         ("Dataset.split", [0.5, 0.2, 0.2], "Dataset.split"),
         ("Dataset.path", "/x", "Dataset: give exactly one of"),
         ("Verbosity.level", 7, "Verbosity.level"),

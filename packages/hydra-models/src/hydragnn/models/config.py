@@ -38,7 +38,7 @@ from .config_groups import (
     LossConfig,
     MLIPConfig,
 )
-from .config_parse import parse_fields, parse_value, section_keys
+from .config_parse import parse_fields, parse_value, section_keys, unknown_keys
 from .encoders import EncoderConfig, get_encoder
 from .errors import ModelConfigError
 from .heads_config import HeadsConfig
@@ -173,7 +173,7 @@ class ModelConfig:
         unknown = sorted(set(rest) - encoder_fields)
         if unknown:
             raise ModelConfigError(
-                f"{ROOT}: unknown key(s) {unknown}: neither a common key ({sorted(COMMON_KEYS)}) "
+                f"{unknown_keys(ROOT, unknown)}; neither a common key ({sorted(COMMON_KEYS)}) "
                 f"nor a {mpnn_type or 'standalone EquivariantTransformer'} key ({sorted(encoder_fields)})"
             )
         encoder = config_cls.from_dict(rest, ROOT)

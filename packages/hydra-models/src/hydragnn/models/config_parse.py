@@ -15,7 +15,8 @@ annotation says, e.g. a list or an object of weights), ``flat`` (on a nested-dat
 group whose fields' keys sit in the enclosing JSON object itself, so the JSON stays flat while
 code reads ``config.group.field``; keys, unknown-key checks and :func:`to_json` see through it).
 
-Rules, the same for every section: an unknown key is refused with the allowed list; a bool is
+Rules, the same for every section: an unknown key is refused with the allowed list
+(``<path>.<key>: unknown key; allowed: [...]``, see :func:`unknown_keys`); a bool is
 never an int or a float; an int is a valid float (converted); floats must be finite (JSON's
 ``NaN`` / ``Infinity``, which Python's json reads, are refused); a JSON list becomes a tuple
 for a ``tuple`` field; a value of the wrong kind gets ``<path>: expected <type>, found <value>``.
@@ -45,9 +46,16 @@ def check_keys(values: Any, where: str, allowed: Iterable[str], error: Error) ->
     allowed = sorted(allowed)
     unknown = sorted(set(values) - set(allowed), key=str)
     if unknown:
-        paths = ", ".join(f"{where}.{k}" for k in unknown)
-        raise error(f"{paths}: unknown key ({where}: unknown key(s) {unknown}; allowed: {allowed})")
+        raise error(f"{unknown_keys(where, unknown)}; allowed: {allowed}")
     return dict(values)
+
+
+def unknown_keys(where: str, unknown: Iterable[Any]) -> str:
+    """The start of every unknown-key message: each key's JSON path, then ``unknown key``
+    (``unknown keys`` for several), e.g. ``Training.Optimizer.lr: unknown key``."""
+    unknown = list(unknown)
+    paths = ", ".join(f"{where}.{k}" for k in unknown)
+    return f"{paths}: unknown key{'s' if len(unknown) > 1 else ''}"
 
 
 def json_key(f: dataclasses.Field) -> str:
