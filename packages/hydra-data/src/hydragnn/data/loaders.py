@@ -16,7 +16,8 @@ packs graphs up to ``max_nodes`` / ``max_edges``; ``batch_size`` is the default 
 (``None``: no graph cap) and ``seed`` the default seed. Training shuffles; validation / test keep
 dataset order and never drop batches; the oversized-sample policy applies to all three sets.
 
-Every loader is a ``torch_geometric.loader.DataLoader`` of PyG ``Batch`` objects. Call
+Every loader is a ``torch_geometric.loader.DataLoader`` of PyG ``Batch`` objects, collated by
+:func:`~hydragnn.data.collate.collate_graphs` (the same batches, built faster). Call
 :func:`set_epoch` at the start of each epoch: the training order depends only on ``(seed, epoch)``.
 """
 
@@ -31,6 +32,7 @@ from torch.utils.data import DistributedSampler
 from torch_geometric.loader import DataLoader
 
 from .batching import BatchingConfig, CostAwareBatchSampler, FixedBatchSampler, _is_int, sample_costs
+from .collate import GraphCollater
 from .errors import DataError
 
 
@@ -49,6 +51,13 @@ def _batching_config(batching: Mapping[str, Any] | BatchingConfig, batch_size: i
     if batch_size is not None:
         defaults["max_graphs"] = batch_size
     return BatchingConfig.from_dict({**defaults, **batching})
+
+
+def _loader(dataset: Any, **kwargs: Any) -> DataLoader:
+    """A PyG ``DataLoader`` whose batches :func:`~hydragnn.data.collate.collate_graphs` builds."""
+    loader = DataLoader(dataset, **kwargs)
+    loader.collate_fn = GraphCollater(dataset)
+    return loader
 
 
 def create_dataloaders(
@@ -96,22 +105,22 @@ def create_dataloaders(
 
         def train_loader(ds: Any) -> DataLoader:
             sampler = DistributedSampler(ds, num_replicas=replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
-            return DataLoader(ds, batch_size=batch_size, sampler=sampler, **common)
+            return _loader(ds, batch_size=batch_size, sampler=sampler, **common)
 
         def eval_loader(ds: Any) -> DataLoader:
             sampler = FixedBatchSampler(len(ds), batch_size, num_replicas=replicas, rank=rank)
-            return DataLoader(ds, batch_sampler=sampler, **common)
+            return _loader(ds, batch_sampler=sampler, **common)
     else:
         cfg = _batching_config(batching, batch_size, seed)
         eval_cfg = dataclasses.replace(cfg, drop_last=False)
 
         def train_loader(ds: Any) -> DataLoader:
             sampler = CostAwareBatchSampler(sample_costs(ds, cfg.mode), cfg, True, replicas, rank)
-            return DataLoader(ds, batch_sampler=sampler, **common)
+            return _loader(ds, batch_sampler=sampler, **common)
 
         def eval_loader(ds: Any) -> DataLoader:
             sampler = CostAwareBatchSampler(sample_costs(ds, cfg.mode), eval_cfg, False, replicas, rank)
-            return DataLoader(ds, batch_sampler=sampler, **common)
+            return _loader(ds, batch_sampler=sampler, **common)
 
     return (
         train_loader(trainset) if trainset is not None else None,

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hydragnn.models.loss import atom_counts
 from hydragnn.models.loss import targets as batch_targets
 
 from .strategies.base import Strategy
@@ -35,11 +36,6 @@ def head_units(model: nn.Module) -> dict[str, tuple[str, bool]]:
     for var in model.schema.outputs:
         out[var.name] = roles[special[var.name]] if var.name in special else UNITS.get(var.name, ("", False))
     return out
-
-
-def _atoms_per_graph(batch: Any) -> torch.Tensor:
-    ptr = getattr(batch, "ptr", None)
-    return (ptr[1:] - ptr[:-1]) if ptr is not None else torch.tensor([batch.num_nodes])
 
 
 def evaluate_losses(
@@ -64,8 +60,9 @@ def evaluate_losses(
     units = head_units(model)
     was_training = model.training
     model.eval()
-    sums = torch.zeros(len(names) + 2, dtype=torch.float64)
-    errors = torch.zeros(len(names), 3, dtype=torch.float64)  # sum |d|, sum d^2, components
+    # sums and errors stay on the model's device and are read once, after the loop
+    sums = torch.zeros(len(names) + 2, dtype=torch.float64, device=strategy.device)
+    errors = torch.zeros(len(names), 3, dtype=torch.float64, device=strategy.device)  # sum |d|, sum d^2, components
     preds: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     trues: dict[str, list[torch.Tensor]] = {n: [] for n in names}
     natoms: list[torch.Tensor] = []
@@ -76,29 +73,27 @@ def evaluate_losses(
                 out = strategy.forward(batch)
                 total, heads = model.loss(out, batch)
                 n = _num_graphs(batch)
-                sums[0] += float(total) * n
-                for i, name in enumerate(names):
-                    sums[1 + i] += float(heads[name]) * n
+                sums[:-1].add_(torch.stack([total, *(heads[name] for name in names)]).double(), alpha=n)
                 sums[-1] += n
                 wanted = batch_targets(batch, model.schema)
-                atoms = _atoms_per_graph(batch).cpu()
+                atoms = atom_counts(batch)
                 for i, name in enumerate(names):
-                    diff = out[name].detach().double().cpu() - wanted[name].detach().double().cpu()
+                    diff = out[name].detach().double() - wanted[name].detach().double()
                     if units[name][1] and diff.shape[0] == atoms.shape[0]:
                         diff = diff / atoms.double().reshape(-1, *([1] * (diff.dim() - 1)))
-                    errors[i, 0] += diff.abs().sum()
-                    errors[i, 1] += diff.pow(2).sum()
+                    errors[i, :2] += torch.stack([diff.abs().sum(), diff.pow(2).sum()])
                     errors[i, 2] += diff.numel()
                 if collect:
                     for name in names:
                         preds[name].append(out[name].detach().float().cpu())
                         trues[name].append(wanted[name].detach().float().cpu())
-                    natoms.append(atoms)
+                    natoms.append(atoms.cpu())
     finally:
         model.train(was_training)
     if reduce:
         sums = strategy.all_reduce_sum(sums)
         errors = strategy.all_reduce_sum(errors)
+    sums, errors = sums.cpu(), errors.cpu()
     count = max(float(sums[-1]), 1.0)
     total = float(sums[0]) / count
     per_head = {name: float(sums[1 + i]) / count for i, name in enumerate(names)}

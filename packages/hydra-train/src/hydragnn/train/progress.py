@@ -52,12 +52,16 @@ class Progress:
 
         return tqdm(iterable, total=total, desc=desc, unit="batch", leave=False, file=self.stream, dynamic_ncols=True)
 
-    def batch(self, epoch: int, i: int, n: int, loss: float, heads: Mapping[str, float], graphs_per_s: float) -> None:
-        """Batch progress (level 3: about ten lines per epoch; level 4: every batch)."""
+    def batch_due(self, i: int, n: int) -> bool:
+        """Whether batch ``i`` of ``n`` prints a line (level 3: about ten per epoch; level 4: all)."""
         if not self.is_main or self.verbosity < 3:
-            return
+            return False
         every = 1 if self.verbosity >= 4 else max(1, n // 10)
-        if (i + 1) % every == 0 or i + 1 == n:
+        return (i + 1) % every == 0 or i + 1 == n
+
+    def batch(self, epoch: int, i: int, n: int, loss: float, heads: Mapping[str, float], graphs_per_s: float) -> None:
+        """Batch progress, when :meth:`batch_due` (the caller reads the values only then)."""
+        if self.batch_due(i, n):
             self.log(
                 3,
                 f"  epoch {epoch} batch {i + 1}/{n} loss={loss:.4g} {fmt_losses(heads)} {graphs_per_s:.1f} graphs/s",

@@ -1,0 +1,94 @@
+"""collate_graphs builds exactly the Batch that PyG's Batch.from_data_list builds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch_geometric.data import Batch, Data
+
+from hydragnn.data import Schema, add_edges, create_dataloaders, prepare
+from hydragnn.data.collate import GraphCollater, collate_graphs
+from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
+
+
+def assert_same_batch(ours: Batch, pyg: Batch) -> None:
+    assert type(ours) is type(pyg)
+    assert sorted(ours.keys()) == sorted(pyg.keys())
+    for key in pyg.keys():
+        a, b = ours[key], pyg[key]
+        if isinstance(b, torch.Tensor):
+            assert a.dtype == b.dtype and torch.equal(a, b), key
+        else:
+            assert a == b, key
+    assert ours.num_graphs == pyg.num_graphs and ours.num_nodes == pyg.num_nodes
+    assert ours._slice_dict.keys() == pyg._slice_dict.keys()
+    for key in pyg._slice_dict:
+        for mine, theirs in ((ours._slice_dict[key], pyg._slice_dict[key]), (ours._inc_dict[key], pyg._inc_dict[key])):
+            assert (mine is None and theirs is None) or torch.equal(mine, theirs), key
+    for x, y in zip(ours.to_data_list(), pyg.to_data_list(), strict=True):
+        assert sorted(x.keys()) == sorted(y.keys())
+        for key in y.keys():
+            assert torch.equal(x[key], y[key]) if isinstance(y[key], torch.Tensor) else x[key] == y[key]
+
+
+def _prepared(n: int) -> list[Data]:
+    schema = Schema.from_dict(CUAU_VARIABLES)
+    return [add_edges(prepare(s, schema, index=i), 4.0) for i, s in enumerate(generate_cuau(n, seed=3))]
+
+
+def test_prepared_structures_collate_as_pyg_does():
+    data = _prepared(5)
+    for chunk in (data, data[:1], data[2:4]):
+        assert_same_batch(collate_graphs(chunk), Batch.from_data_list(chunk))
+
+
+def _graph(nodes: int, edges: int, seed: int) -> Data:
+    g = torch.Generator().manual_seed(seed)
+    return Data(
+        x=torch.randn(nodes, 2, generator=g),
+        pos=torch.randn(nodes, 3, generator=g),
+        edge_index=torch.randint(0, max(nodes, 1), (2, edges), generator=g) if nodes else torch.zeros(2, 0, dtype=torch.long),
+        edge_attr=torch.randn(edges, 1, generator=g),
+        graph_output=torch.randn(1, 1, generator=g),
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), st.integers(0, 20)), min_size=1, max_size=6), st.integers(0, 1000))
+def test_random_graphs_collate_as_pyg_does(shapes, seed):
+    data = [_graph(n, e, seed + i) for i, (n, e) in enumerate(shapes)]
+    assert_same_batch(collate_graphs(data), Batch.from_data_list(data))
+
+
+class Tagged(Data):
+    def __inc__(self, key, value, *args, **kwargs):
+        return 10 if key == "tag" else super().__inc__(key, value, *args, **kwargs)
+
+
+def test_graphs_outside_the_fast_path_are_collated_by_pyg():
+    plain = [_graph(3, 4, 0), _graph(2, 2, 1)]
+    named = [Data(**g.to_dict(), name=f"s{i}") for i, g in enumerate(plain)]  # a non-tensor attribute
+    tagged = [Tagged(**g.to_dict(), tag=torch.tensor([1])) for g in plain]  # a subclass with its own __inc__
+    missing = [plain[0], Data(x=plain[1].x, pos=plain[1].pos, edge_index=plain[1].edge_index,
+                              edge_attr=plain[1].edge_attr, graph_output=plain[1].graph_output, extra=torch.ones(1))]
+    later_scalar = [plain[0], Data(**{**plain[1].to_dict(), "graph_output": torch.tensor(1.0)})]
+    for case in (named, tagged, missing):
+        assert_same_batch(collate_graphs(case), Batch.from_data_list(case))
+    assert torch.equal(collate_graphs(tagged).tag, torch.tensor([1, 11]))
+    # a later graph the fast path cannot concatenate is handed to PyG, which reports it
+    with pytest.raises(Exception) as pyg_error:
+        Batch.from_data_list(later_scalar)
+    with pytest.raises(type(pyg_error.value)) as ours:
+        collate_graphs(later_scalar)
+    assert str(ours.value) == str(pyg_error.value)
+
+
+def test_loaders_use_the_collater_and_keep_pyg_batches():
+    data = _prepared(6)
+    train, val, _ = create_dataloaders(data, data, None, 4)
+    assert isinstance(train.collate_fn, GraphCollater)
+    batches = list(val)
+    assert [b.num_graphs for b in batches] == [4, 2]
+    assert_same_batch(batches[0], Batch.from_data_list(data[:4]))
