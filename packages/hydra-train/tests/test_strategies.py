@@ -5,6 +5,7 @@ The multi-process tests (torchrun, 2 ranks) are in ``test_strategies_dist.py``.
 
 from __future__ import annotations
 
+import copy
 import types
 
 import pytest
@@ -20,6 +21,7 @@ from hydragnn.train.strategies import (
     make_strategy,
     parse_parallelism,
 )
+from hydragnn.train.strategies.optim import OPTIMIZERS
 
 
 @pytest.fixture(autouse=True)
@@ -97,6 +99,28 @@ def test_optimizer_factory(kind):
     assert opt.defaults["lr"] == 0.01 and opt.defaults["weight_decay"] == 0.001
     if kind in ("SGD", "RMSprop"):
         assert opt.defaults["momentum"] == 0.5
+    # never torch's per-parameter loop: fused where the class has it, else foreach
+    assert opt.defaults.get("fused") is (kind in ("AdamW", "Adam", "SGD")) or opt.defaults.get("foreach") is True
+
+
+@pytest.mark.parametrize("kind", ["AdamW", "SGD"])
+def test_fused_optimizer_step_matches_the_loop(kind):
+    """The fused step applies the same update as torch's reference loop (to rounding)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)).double()
+    twin = copy.deepcopy(model)
+    cfg = {"type": kind, "learning_rate": 0.01, "weight_decay": 0.01}
+    fused = build_optimizer_factory(cfg)(model.parameters())
+    loop = OPTIMIZERS[kind](twin.parameters(), lr=0.01, weight_decay=0.01, foreach=False)
+    assert fused.defaults.get("fused") is True
+    x = torch.randn(16, 4, dtype=torch.float64)
+    for _ in range(5):
+        for net, opt in ((model, fused), (twin, loop)):
+            opt.zero_grad()
+            net(x).pow(2).mean().backward()
+            opt.step()
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize(
