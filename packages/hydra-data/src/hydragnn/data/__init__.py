@@ -4,9 +4,11 @@ Schema and sample preparation (Contract 1 of DESIGN.md), dataset containers, nei
 loaders with cost-aware batching, normalization, ASE conversion (any file ASE reads, converted
 once into a cached prepared container), per-species reference energies, reference data from
 EMT, and a checksum-verified download cache. Heavy optional parts import lazily: ``adios2`` (the
-``hydra-data[adios]`` extra) and nvalchemi-toolkit-ops (first neighbor-list call).
+``hydra-data[adios]`` extra) and nvalchemi-toolkit-ops (first neighbor-list call). Importing it
+sets ``OMP_WAIT_POLICY=PASSIVE`` when unset and torch is not loaded yet (:mod:`.threads`).
 """
 
+from . import threads  # noqa: F401  (first: OpenMP's wait policy must be in the environment before torch loads)
 from .__about__ import __version__
 from .ase_io import atoms_to_sample, sample_to_atoms
 from .ase_source import AseSource

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
+
 from .__about__ import __version__
 from .ase import HydraASECalculator
 from .calculator import HydraCalculator

@@ -22,6 +22,7 @@ Modes on every device:
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 from torch_geometric.data import Batch
 
+from hydragnn.data.threads import configure_threads
 from hydragnn.models import HydraModel, load_artifact
 
 from .batching import call_batch
@@ -48,6 +50,16 @@ from .modes import (
     resolve_cuda_graph,
 )
 from .outputs import convert
+
+_THREADS: list[str] = []
+
+
+def _threads_notice() -> str:
+    """Threading defaults applied once per process, their one-line notice printed to stderr."""
+    if not _THREADS:
+        _THREADS.append(configure_threads())
+        print(f"hydragnn.infer: {_THREADS[0]}", file=sys.stderr)
+    return _THREADS[0]
 
 
 class HydraCalculator:
@@ -69,6 +81,11 @@ class HydraCalculator:
         head: for a model with several energy heads (one per training data source), the one to
             serve (default: the first); sets the model's default head (``model.select_head``).
 
+    Attributes:
+        threads: the threading notice (the first calculator of a process lowers torch's thread
+            count to the cores per torchrun rank when ``OMP_NUM_THREADS`` is unset; see
+            :mod:`hydragnn.data.threads`).
+
     Raises:
         InferenceError: a model the calculator cannot feed, or bad options.
         hydragnn.models.ArtifactError: an unreadable artifact.
@@ -88,6 +105,7 @@ class HydraCalculator:
         compile_options: dict[str, Any] | None = None,
         head: str | None = None,
     ) -> None:
+        self.threads = _threads_notice()
         if isinstance(model_or_artifact_path, (str, os.PathLike)):
             model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")
             model.requires_grad_(False)  # the calculator owns this copy: inference only

@@ -7,6 +7,8 @@ per-atom energies with forces ``-dE/dpos`` and stress by autograd. ``save_artifa
 ``load_artifact`` write and read the one-file model artifact (JSON manifest + safetensors).
 """
 
+import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
+
 from .__about__ import __version__
 from .artifact import FORMAT_VERSION, load_artifact, read_manifest, save_artifact
 from .attention.performer import redraw_projections

@@ -49,6 +49,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'hydragnn.train' has no attribute {name!r}")
+    importlib.import_module("hydragnn.data")  # before torch: it sets OpenMP's wait policy (hydragnn.data.threads)
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value

@@ -21,6 +21,7 @@ import torch
 
 from hydragnn.data import create_dataloaders, write_dataset
 from hydragnn.data.atomic import atomic_write
+from hydragnn.data.threads import configure_threads
 from hydragnn.models import ModelConfig, build_model, save_artifact
 from hydragnn.models.encoders import get_encoder
 from hydragnn.models.encoders.pna import degree_histogram
@@ -152,6 +153,7 @@ def run_training(
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.dataset.name
     strategy = make_strategy(cfg.training)  # may initialise the process group (before the loaders)
     progress = Progress(level, strategy.is_main)
+    progress.log(1, configure_threads())
     try:
         prepare_run_folder(run_dir, resume=resume, overwrite=overwrite, modify=strategy.is_main)
         strategy.barrier()

@@ -1,0 +1,69 @@
+"""Threading defaults: passive OpenMP waiting and threads per torchrun rank, only where unset."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hydragnn.data.threads import choose_threads, prefer_passive_waiting
+
+
+@pytest.mark.parametrize(
+    ("environ", "cores", "expected"),
+    [
+        ({"OMP_NUM_THREADS": "3", "LOCAL_WORLD_SIZE": "2"}, 16, (3, "OMP_NUM_THREADS")),
+        ({"LOCAL_WORLD_SIZE": "2"}, 16, (8, "16 usable cores / 2 rank(s) on this node")),
+        ({"LOCAL_WORLD_SIZE": "4"}, 2, (1, "2 usable cores / 4 rank(s) on this node")),
+        ({}, 6, (6, "6 usable cores / 1 rank(s) on this node")),
+        ({"OMP_NUM_THREADS": "0", "LOCAL_WORLD_SIZE": "two"}, 4, (4, "4 usable cores / 1 rank(s) on this node")),
+    ],
+)
+def test_thread_count_fits_the_ranks_of_a_node(environ, cores, expected):
+    assert choose_threads(environ, cores=cores) == expected
+
+
+def test_wait_policy_is_never_set_once_torch_is_loaded_or_over_the_users():
+    import torch  # noqa: F401  (loaded: OpenMP has read its environment already)
+
+    environ: dict[str, str] = {}
+    assert prefer_passive_waiting(environ) is False and environ == {}
+    environ = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert prefer_passive_waiting(environ) is False and environ == {"OMP_WAIT_POLICY": "ACTIVE"}
+
+
+_PROBE = """
+import json, os, sys
+first = sys.argv[1]
+if first == "torch":
+    import torch
+import hydragnn.data
+from hydragnn.data.threads import configure_threads
+notice = configure_threads()
+import torch
+print(json.dumps({"policy": os.environ.get("OMP_WAIT_POLICY"), "threads": torch.get_num_threads(), "notice": notice}))
+"""
+
+
+def _probe(first: str, **env: str) -> dict:
+    environ = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    environ.update(env)
+    out = subprocess.run([sys.executable, "-c", _PROBE, first], env=environ, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_fresh_process_waits_passively_with_threads_per_rank():
+    got = _probe("hydragnn", LOCAL_WORLD_SIZE=str(len(os.sched_getaffinity(0))))
+    assert got["policy"] == "PASSIVE"
+    assert got["threads"] == 1
+    assert got["notice"].startswith("threads: 1 per process (") and "set by hydragnn" in got["notice"]
+
+
+def test_a_process_that_loaded_torch_first_is_told_how_to_wait_passively():
+    got = _probe("torch")
+    assert got["policy"] is None
+    assert "OMP_WAIT_POLICY=PASSIVE" in got["notice"]
