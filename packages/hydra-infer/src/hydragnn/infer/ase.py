@@ -8,6 +8,8 @@ per-atom energy head, when the model has one) and every other head under its own
 Energy and forces are computed together on every calculation; stress only when asked.
 The total charge is read from ``atoms.info["charge"]`` for models with a charge input, the spin
 from ``atoms.info["spin"]`` for models with a spin input (0 when absent).
+Neighbour lists are kept with a Verlet skin (default 0.5 Å, see :mod:`.neighbors`): MD steps
+reuse them, with unchanged results, until an atom has moved more than half the skin.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ase.calculators.calculator import Calculator, PropertyNotImplementedError, 
 from ase.stress import full_3x3_to_voigt_6_stress
 
 from .calculator import HydraCalculator
+from .neighbors import md_skin
 
 
 class HydraASECalculator(Calculator):
@@ -26,16 +29,23 @@ class HydraASECalculator(Calculator):
 
     Args:
         calc_or_path: a :class:`HydraCalculator`, a ``HydraModel`` or an artifact path.
+        skin: Verlet skin (Å) of the neighbour list. ``None``: a calculator passed in keeps its
+            own; one built here gets :data:`~.neighbors.MD_SKIN` (0.5 Å) when reuse applies to
+            the model (:func:`~.neighbors.md_skin`), since this adapter mostly serves MD and
+            optimisers. A value sets the calculator's skin (0: a fresh list on every call).
         **calculator_kwargs: passed to :class:`HydraCalculator` when it is built here.
     """
 
     default_parameters: dict[str, Any] = {}
 
-    def __init__(self, calc_or_path: Any, **calculator_kwargs: Any) -> None:
+    def __init__(self, calc_or_path: Any, *, skin: float | None = None, **calculator_kwargs: Any) -> None:
         if isinstance(calc_or_path, HydraCalculator):
             self.hydra = calc_or_path
+            if skin is not None:
+                self.hydra.skin = skin
         else:
             self.hydra = HydraCalculator(calc_or_path, **calculator_kwargs)
+            self.hydra.skin = md_skin(self.hydra, skin)
         info = self.hydra.info
         self._head_names: dict[str, str] = {}  # model output name -> ASE property name
         if info.atomic_energy is not None:

@@ -16,6 +16,7 @@ from hydragnn.data.neighbors import radius_graph
 
 from .inputs import CallInputs
 from .model_info import ModelInfo
+from .neighbors import NeighborCache
 from .positional import positional_encodings
 
 
@@ -60,16 +61,23 @@ def model_batch(
     return b
 
 
-def call_batch(model: torch.nn.Module, info: ModelInfo, call: CallInputs) -> Batch:
+def call_batch(
+    model: torch.nn.Module, info: ModelInfo, call: CallInputs, neighbors: NeighborCache | None = None
+) -> Batch:
     """The regular path's batch for a validated call.
 
     Edges come from :func:`hydragnn.data.neighbors.radius_graph` (the model's cutoff and
-    neighbour cap; periodic images where ``call`` has a cell); a model with ``pe_dim > 0`` also
-    gets ``lap_pe`` / ``rw_pe`` ``[N, pe_dim]``, computed structure by structure.
+    neighbour cap; periodic images where ``call`` has a cell), through ``neighbors`` when given
+    (the same edges, possibly filtered from a list kept with a Verlet skin; see
+    :mod:`.neighbors`); a model with ``pe_dim > 0`` also gets ``lap_pe`` / ``rw_pe``
+    ``[N, pe_dim]``, computed structure by structure.
     """
-    edge_index, edge_shift = radius_graph(
-        call.pos, info.cutoff, batch=call.batch, cell=call.cell, pbc=call.pbc, max_neighbours=info.max_neighbours
-    )
+    if neighbors is not None:
+        edge_index, edge_shift = neighbors.edges(call, info.cutoff, info.max_neighbours)
+    else:
+        edge_index, edge_shift = radius_graph(
+            call.pos, info.cutoff, batch=call.batch, cell=call.cell, pbc=call.pbc, max_neighbours=info.max_neighbours
+        )
     ptr = torch.zeros(call.num_graphs + 1, dtype=torch.long, device=call.pos.device)
     ptr[1:] = torch.cumsum(call.counts, 0)
     b = model_batch(

@@ -17,6 +17,8 @@ Modes on every device:
   :func:`.modes.graph_backend_request`'s hook) builds the engine with the CPU replay backend,
   which runs the same static-buffer code path without a GPU.
 * ``inference_kernels=True``: the kernels plugged into ``_kernels``.
+
+The regular path (eager, compiled, kernels) takes its edges from :class:`~.neighbors.NeighborCache`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from hydragnn.data.threads import configure_threads
 from hydragnn.models import HydraModel, load_artifact
 
 from .batching import call_batch
-from .compiled import compiled_energy_forces, energy_only, is_compile_failure
+from .compiled import compile_failure_message, compiled_energy_forces, energy_only, is_compile_failure
 from .errors import GraphFallbackWarning, HydraInferWarning, InferenceError
 from .inputs import DEFAULT_MAX_CELL_IMAGES, CallInputs, check_call
 from .model_info import ModelInfo, model_fingerprint, model_info
@@ -43,12 +45,13 @@ from .modes import (
     COMPILE_WITH_KERNELS,
     FallbackWarnings,
     graph_backend_request,
-    graph_dependency_problem,
     graph_model_problem,
     graph_reasons,
     kernel_reasons,
+    make_graph_engine,
     resolve_cuda_graph,
 )
+from .neighbors import NeighborCache, check_skin
 from .outputs import convert
 
 _THREADS: list[str] = []
@@ -80,8 +83,12 @@ class HydraCalculator:
         compile_options: extra ``torch.compile`` keyword arguments (e.g. ``backend``).
         head: for a model with several energy heads (one per training data source), the one to
             serve (default: the first); sets the model's default head (``model.select_head``).
+        skin: Verlet skin (Å, >= 0) of the regular path's neighbour list (:mod:`.neighbors`; same
+            outputs, fewer searches). Default 0, a search per call: a plain calculator often sees
+            unrelated structures, where a skin only widens it (the MD adapters default to 0.5 Å).
 
     Attributes:
+        neighbor_stats: ``{"builds": int, "reuses": int}``, neighbour lists searched and reused.
         threads: the threading notice (the first calculator of a process lowers torch's thread
             count to the cores per torchrun rank when ``OMP_NUM_THREADS`` is unset; see
             :mod:`hydragnn.data.threads`).
@@ -104,7 +111,9 @@ class HydraCalculator:
         max_cell_images: int = DEFAULT_MAX_CELL_IMAGES,
         compile_options: dict[str, Any] | None = None,
         head: str | None = None,
+        skin: float = 0.0,
     ) -> None:
+        self._neighbors = NeighborCache(check_skin(skin))
         self.threads = _threads_notice()
         if isinstance(model_or_artifact_path, (str, os.PathLike)):
             model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")
@@ -146,7 +155,7 @@ class HydraCalculator:
         backend_request = graph_backend_request() if self.cuda_graph else None
         self._replay_backend = backend_request is not None
         if self.cuda_graph and self._graph_model_problem is None:
-            self._graph_engine = self._make_graph_engine(backend_request)
+            self._graph_engine, self._graph_dependency = make_graph_engine(self.device, backend_request)
         self._compile_options = dict(compile_options or {})
         self._warn_overridden_options()
         self._build_forward()
@@ -198,6 +207,20 @@ class HydraCalculator:
     @property
     def cutoff(self) -> float:
         return self.info.cutoff
+
+    @property
+    def skin(self) -> float:
+        """The neighbour list's Verlet skin (Å); setting it validates it and forgets the kept lists."""
+        return self._neighbors.skin
+
+    @skin.setter
+    def skin(self, value: float) -> None:
+        self._neighbors.skin = check_skin(value)
+        self._neighbors.clear()
+
+    @property
+    def neighbor_stats(self) -> dict[str, int]:
+        return self._neighbors.stats()
 
     def __call__(
         self,
@@ -278,27 +301,6 @@ class HydraCalculator:
             self._graph_engine.clear()
 
     # ------------------------------------------------------------------ internals
-    def _make_graph_engine(self, backend: Any) -> Any:
-        """The engine cache, or ``None`` where no backend applies (the reasons then say why).
-
-        :mod:`.graphs` is imported only here: for a CUDA calculator that passes the dependency
-        gate, or for the testing-only backend request.
-        """
-        if backend is None:
-            if self.device.type != "cuda":
-                return None
-            self._graph_dependency = graph_dependency_problem(self.device)
-            if self._graph_dependency is not None:
-                return None
-        from .graphs import CudaGraphBackend, GraphEngineCache, make_backend
-
-        if backend is None:
-            return GraphEngineCache(CudaGraphBackend())
-        try:
-            return GraphEngineCache(make_backend(backend))
-        except ValueError as exc:
-            raise InferenceError(f"graph backend (testing only): {exc}") from exc
-
     def _check(self, coord, numbers, charge, cell, pbc, mol_idx, spin=None) -> CallInputs:
         return check_call(
             coord,
@@ -339,7 +341,7 @@ class HydraCalculator:
 
     def build_batch(self, call: CallInputs) -> Batch:
         """The model's prepared batch for a validated call (edges from the neighbour list; see :mod:`.batching`)."""
-        return call_batch(self.model, self.info, call)
+        return call_batch(self.model, self.info, call, self._neighbors)
 
     def regular(self, call: CallInputs, *, forces: bool, stress: bool = False) -> dict[str, torch.Tensor]:
         """The regular path on a validated call: raw model outputs in the call's flat layout.
@@ -374,14 +376,6 @@ class HydraCalculator:
 
     def _compile_failed(self, exc: BaseException) -> None:
         """``torch.compile`` could not compile the model: warn once, run the eager model from now on."""
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("Set TORCH")]
-        first = " ".join(lines[:2])[:300]
-        self._warnings.warn(
-            "compile",
-            "failure",
-            f"torch.compile failed on this model ({type(exc).__name__}: {first}); this calculator runs the eager "
-            "model from now on (results are unchanged, only slower)",
-            GraphFallbackWarning,
-        )
+        self._warnings.warn("compile", "failure", compile_failure_message(exc), GraphFallbackWarning)
         self.compile_model = False
         self._build_forward()

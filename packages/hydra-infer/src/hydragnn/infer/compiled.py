@@ -46,6 +46,16 @@ def is_compile_failure(exc: BaseException) -> bool:
     return False
 
 
+def compile_failure_message(exc: BaseException) -> str:
+    """The one warning of a failed compile: the first lines of ``exc``, and what happens next."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip() and not line.startswith("Set TORCH")]
+    first = " ".join(lines[:2])[:300]
+    return (
+        f"torch.compile failed on this model ({type(exc).__name__}: {first}); this calculator runs the eager "
+        "model from now on (results are unchanged, only slower)"
+    )
+
+
 def energy_only(model: HydraModel) -> Any:
     """``f(weights, batch) -> outputs`` without forces: ``model`` called with ``weights`` swapped in."""
 

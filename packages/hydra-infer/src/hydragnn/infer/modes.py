@@ -202,6 +202,29 @@ def graph_dependency_problem(device: torch.device) -> str | None:
     return None
 
 
+def make_graph_engine(device: torch.device, backend: Any) -> tuple[Any, str | None]:
+    """The calculator's CUDA-graph engine cache and the dependency problem that prevents one.
+
+    The engine is ``None`` where no backend applies (the reasons then say why). :mod:`.graphs`
+    is imported only here: for a CUDA device that passes the dependency gate, or for the
+    testing-only backend request (``backend``, from :func:`graph_backend_request`).
+    """
+    if backend is None:
+        if device.type != "cuda":
+            return None, None
+        problem = graph_dependency_problem(device)
+        if problem is not None:
+            return None, problem
+    from .graphs import CudaGraphBackend, GraphEngineCache, make_backend
+
+    if backend is None:
+        return GraphEngineCache(CudaGraphBackend()), None
+    try:
+        return GraphEngineCache(make_backend(backend)), None
+    except ValueError as exc:
+        raise InferenceError(f"graph backend (testing only): {exc}") from exc
+
+
 def graph_model_problem(model: Any) -> str | None:
     """``None`` when the model fits CUDA-graph capture, else why not."""
     if not getattr(model, "mlip", False):

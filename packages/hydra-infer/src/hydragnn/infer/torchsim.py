@@ -14,6 +14,7 @@ import torch
 
 from .calculator import HydraCalculator
 from .errors import InferenceError
+from .neighbors import md_skin
 
 try:
     import torch_sim as ts
@@ -31,6 +32,11 @@ class HydraTorchSimModel(ModelInterface):
         calc_or_path: a :class:`HydraCalculator`, a ``HydraModel`` or an artifact path.
         compute_forces: return forces.
         compute_stress: return stress (periodic states only).
+        skin: Verlet skin (Å) of the neighbour list, as for :class:`~.ase.HydraASECalculator`:
+            ``None`` keeps a given calculator's own and gives one built here 0.5 Å where reuse
+            applies (:func:`~.neighbors.md_skin`). A batched state reuses its list while no atom
+            of any system moved more than half the skin; positions wrapped back into the cell
+            count as moved (a rebuild, never a wrong edge).
         **calculator_kwargs: passed to :class:`HydraCalculator` when it is built here.
     """
 
@@ -40,13 +46,17 @@ class HydraTorchSimModel(ModelInterface):
         *,
         compute_forces: bool = True,
         compute_stress: bool = True,
+        skin: float | None = None,
         **calculator_kwargs: Any,
     ) -> None:
         super().__init__()
         if isinstance(calc_or_path, HydraCalculator):
             self.hydra = calc_or_path
+            if skin is not None:
+                self.hydra.skin = skin
         else:
             self.hydra = HydraCalculator(calc_or_path, **calculator_kwargs)
+            self.hydra.skin = md_skin(self.hydra, skin)
         if compute_forces and self.hydra.info.forces is None:
             raise InferenceError("compute_forces: the model predicts no forces")
         if compute_stress and self.hydra.info.stress is None:
