@@ -13,9 +13,16 @@ steady state and the bytes the graph cache retains; on CPU as peak RSS growth. E
 point is first checked against the regular mode (max |dE| per atom, max |dF|). No timing is
 asserted anywhere.
 
+``--md-steps K`` adds ASE molecular dynamics (VelocityVerlet, 1 fs, 300 K, K steps per
+measurement) through ``HydraASECalculator`` with ``skin=0`` (a fresh neighbour list per step)
+and with the adapter's default skin, alternating within each round: MD steps/s of both, their
+ratio, the builds / reuses of the default skin, and the largest energy difference of the two
+trajectories (0 expected: reuse gives the same edges).
+
     python tools/bench/infer.py --sizes 32 256 2048 --rounds 3
     python tools/bench/infer.py --device cuda --modes regular kernels graph graph+kernels compile
     python tools/bench/infer.py --replay-backend --modes regular graph   # graph code path on CPU (tests)
+    python tools/bench/infer.py --sizes 32 256 --md-steps 50              # + MD steps/s, skin 0 vs default
 """
 
 from __future__ import annotations
@@ -32,12 +39,16 @@ from unittest import mock
 
 import numpy as np
 import torch
+from ase import Atoms, units
 from ase.build import bulk
+from ase.md.velocitydistribution import thermalize_momenta
+from ase.md.verlet import VelocityVerlet
 
 from hydragnn.data import Schema
 from hydragnn.data.reference import CUAU_VARIABLES
-from hydragnn.infer import HydraCalculator, HydraInferWarning
+from hydragnn.infer import HydraASECalculator, HydraCalculator, HydraInferWarning
 from hydragnn.infer.modes import ENV_GRAPH_BACKEND
+from hydragnn.infer.neighbors import MD_SKIN
 from hydragnn.models import build_model
 
 MODES = {
@@ -139,6 +150,48 @@ def deviation(calc, ref, pos, numbers, cell) -> dict[str, float]:
     de = float((got["energy"].double() - want["energy"].double()).abs().max()) / len(numbers)
     df = float((got["forces"].double() - want["forces"].double()).abs().max())
     return {"energy_per_atom": de, "forces": df}
+
+
+def md_run(model, device, pos, numbers, cell, skin: float, steps: int) -> tuple[float, list[float], dict]:
+    """MD steps per second over ``steps`` VelocityVerlet steps (after 2 warm-up steps), the energies, the counters."""
+    atoms = Atoms(numbers=numbers, positions=pos, cell=cell, pbc=cell is not None)
+    calc = HydraCalculator(model, device=device, skin=skin)
+    atoms.calc = HydraASECalculator(calc)
+    thermalize_momenta(atoms, temperature_K=300, rng=np.random.default_rng(0))
+    dyn = VelocityVerlet(atoms, timestep=1.0 * units.fs)
+    energies: list[float] = []
+    dyn.attach(lambda: energies.append(atoms.get_potential_energy()), interval=1)
+    dyn.run(2)
+    sync(device)
+    start = time.perf_counter()
+    dyn.run(steps)
+    sync(device)
+    return steps / (time.perf_counter() - start), energies, calc.neighbor_stats
+
+
+def md_section(args, model, device, data) -> list[dict]:
+    """MD steps/s with skin 0 and with the MD default skin, alternating per round; medians and their ratio."""
+    rows = []
+    print(f"\nMD (ASE VelocityVerlet, {args.md_steps} steps): steps/s, median of {args.rounds} rounds")
+    head = f"{'atoms':>6s} {'system':9s} {'skin 0':>10s} {f'skin {MD_SKIN}':>10s} {'ratio':>7s}"
+    print(head + "  builds/reuses  max|dE| eV")
+    for (n, system), (pos, z, cell) in data.items():
+        rates: dict[float, list[float]] = {0.0: [], MD_SKIN: []}
+        energies: dict[float, list[float]] = {}
+        stats: dict = {}
+        for r in range(args.rounds):
+            for skin in (0.0, MD_SKIN) if r % 2 == 0 else (MD_SKIN, 0.0):
+                rate, energies[skin], counters = md_run(model, device, pos, z, cell, skin, args.md_steps)
+                rates[skin].append(rate)
+                if skin:
+                    stats = counters
+        base, fast = statistics.median(rates[0.0]), statistics.median(rates[MD_SKIN])
+        de = float(np.abs(np.subtract(energies[0.0], energies[MD_SKIN])).max())
+        rows.append({"atoms": n, "system": system, "steps_per_s_skin0": base, "steps_per_s_default": fast,
+                     "default_skin": MD_SKIN, "ratio": fast / base, "neighbor_stats": stats, "max_energy_diff": de})  # fmt: skip
+        print(f"{n:6d} {system:9s} {base:10.1f} {fast:10.1f} {fast / base:6.2f}x  "
+              f"{stats['builds']:>6d}/{stats['reuses']:<6d}  {de:.1e}")  # fmt: skip
+    return rows
 
 
 def build(model, mode: str, device: torch.device, replay_backend: bool) -> HydraCalculator:
@@ -259,6 +312,8 @@ def run(args: argparse.Namespace) -> dict:
         for mode in args.modes:
             m = memory[(n, system, True, "moving", mode)]
             print(f"  {n:6d} {system:9s} {mode:14s} " + " / ".join(f"{v:.1f}" for v in m.values()))
+    if args.md_steps:
+        report["md"] = md_section(args, model, device, data)
     return report
 
 
@@ -274,6 +329,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-time", type=float, default=0.5, help="seconds per steady-state measurement")
     p.add_argument("--min-calls", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--md-steps", type=int, default=0, help="also time ASE MD, skin 0 vs the default (0: skip)")
     p.add_argument("--json", type=Path, help="also write the report here")
     return p
 
