@@ -1,23 +1,22 @@
-"""Training throughput: one process vs 2-process DDP (torchrun, gloo) for MLIP encoders.
+"""Training throughput: a per-phase profile of a training step, graphs/s before vs after, and DDP.
 
-Trains SchNet, PNA, PAINN and MACE interatomic potentials (energy + forces = -dE/dpos with
-``create_graph``) on the ``CuAu_32atoms`` EMT reference set and reports, per encoder:
+Default: for upstream HydraGNN's unit-test workload (graphs of 2-8 nodes, batch 32, ci.json's
+widths) and the CuAu MLIP (32 atoms, energy + forces, batch 8), every encoder trains in a fresh
+process in two variants measured alternately in that process: ``before`` (PyG's
+``Batch.from_data_list`` collation in the training thread, torch's default AdamW step, i.e. its
+per-parameter loop on CPU) and ``after`` (hydra-data's loaders: ``collate_graphs``, 2 batches
+prefetched by a thread; hydra-train's optimizer factory: fused AdamW). Printed per encoder:
+graphs/s of both and their ratio, where an ``after`` step spends its time (collation, transfer,
+forward + loss, backward, optimizer, host reads; neighbour lists are built once when the data is
+prepared and reported per graph), and peak memory (VmHWM, or CUDA's allocator peak).
 
-* graphs/s of one process (batch ``B``),
-* graphs/s of 2 DDP ranks together (``B`` graphs per rank: the global batch is ``2B``),
-* the ratio DDP / single (2.0 would be perfect scaling; a 2-core machine shared with
-  other work is far from that),
-* peak resident memory per rank: ``VmHWM`` of ``/proc/self/status`` (``ru_maxrss`` where that
-  is missing). Not ``getrusage(RUSAGE_SELF).ru_maxrss`` on Linux: it survives ``fork`` +
-  ``execve``, so a worker started by this (already large) process would report the parent's
-  peak.
+``--ddp``: one process vs 2-process DDP (torchrun, gloo) on the MLIP workload, graphs/s and
+peak memory per rank (``OMP_NUM_THREADS=1`` per rank).
 
 Usage::
 
-    python tools/bench/train_throughput.py [--encoders SchNet,PNA] [--steps 10] [--batch 4]
-
-Each measurement runs in a fresh process (``OMP_NUM_THREADS=1`` per rank, so the single
-process and each DDP rank get one core): the timed steps follow ``--warmup`` untimed ones.
+    python tools/bench/train_throughput.py [--workloads unit,mlip] [--encoders SchNet,PNA] [--steps 22]
+    python tools/bench/train_throughput.py --ddp [--encoders SchNet,PNA] [--steps 10] [--batch 4]
 """
 
 from __future__ import annotations
@@ -31,6 +30,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _train_steps as _steps
 
 ENCODERS = {
     "SchNet": {},
@@ -133,25 +134,10 @@ def run(cmd: list[str], timeout: float) -> None:
         print(proc.stdout[-2000:], proc.stderr[-4000:], file=sys.stderr)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--encoders", default=",".join(ENCODERS))
-    parser.add_argument("--structures", type=int, default=32)
-    parser.add_argument("--batch", type=int, default=4, help="graphs per step per rank")
-    parser.add_argument("--hidden", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--encoder", help=argparse.SUPPRESS)
-    parser.add_argument("--strategy", default="none", help=argparse.SUPPRESS)
-    parser.add_argument("--data", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        worker(args)
-        return
-
+def ddp_main(args: argparse.Namespace) -> None:
+    """The ``--ddp`` table: one process vs 2 DDP ranks on the MLIP workload."""
+    args.encoders = args.encoders or ",".join(ENCODERS)
+    args.steps = args.steps or 8
     out = Path(tempfile.mkdtemp(prefix="hydra_bench_"))
     data = out / "cuau.pkl"
     make_data(data, args.structures)
@@ -162,6 +148,7 @@ def main() -> None:
         f"--hidden={args.hidden}",
         f"--steps={args.steps}",
         f"--warmup={args.warmup}",
+        "--ddp",
         "--worker",
     ]
     rows = []
@@ -217,6 +204,122 @@ def main() -> None:
             print(f"| {enc} | failed | | | | | |")
         else:
             print(f"| {enc} | {params} | {single:.1f} | {ddp:.1f} | {ratio:.2f} | {m1:.0f} | {m2:.0f} |")
+
+
+def profile_worker(args: argparse.Namespace) -> None:
+    """One workload x encoder: both variants alternately, the ``after`` phases; JSON to stdout."""
+    import torch
+    from torch_geometric.loader.dataloader import Collater
+
+    from hydragnn.data import create_dataloaders
+    from hydragnn.models import build_model
+    from hydragnn.train.strategies import Strategy, build_optimizer_factory
+
+    torch.set_num_threads(args.threads)
+    make = _steps.unit_workload if args.workload == "unit" else _steps.mlip_workload
+    data, base, schema = make(args.structures)
+    arch = _steps.architecture(args.workload, args.encoder, data, base)
+    prep_ms = _steps.neighbor_ms(data[:64], arch["radius"])
+    lr = 0.02 if args.workload == "unit" else 1e-3
+    batch = 32 if args.workload == "unit" else 8
+
+    def setup(variant: str):
+        torch.manual_seed(0)
+        model = build_model(arch, schema)
+        strategy = Strategy()
+        if variant == "before":
+            strategy.setup(model, lambda params: torch.optim.AdamW(params, lr=lr))
+        else:
+            strategy.setup(model, build_optimizer_factory({"type": "AdamW", "learning_rate": lr}))
+        loader = create_dataloaders(data, None, None, batch, prefetch=0 if variant == "before" else 2)[0]
+        if variant == "before":
+            loader.collate_fn = Collater(data)
+        return strategy, loader, sum(p.numel() for p in model.parameters())
+
+    variants = {v: setup(v) for v in ("before", "after")}
+    phases = {v: dict.fromkeys(_steps.PHASES, 0.0) for v in variants}
+    rates: dict[str, list[float]] = {v: [] for v in variants}
+    for r in range(args.repeats):
+        for v, (strategy, loader, _) in variants.items():
+            totals, graphs, wall = _steps.timed_steps(strategy, loader, args.steps, args.warmup if r == 0 else 0)
+            rates[v].append(graphs / wall)
+            for k, t in totals.items():
+                phases[v][k] += t
+    result = {
+        "params": variants["after"][2],
+        "graphs_per_s": {v: _steps.median(x) for v, x in rates.items()},
+        "phases": phases,
+        "prep_ms_per_graph": prep_ms,
+        "peak_mb": _steps.peak_memory_mb(torch.device("cpu")),
+    }
+    print(json.dumps(result))
+
+
+def profile_main(args: argparse.Namespace) -> None:
+    """The default tables: per workload, per encoder, in a fresh process each."""
+    for workload in args.workloads.split(","):
+        encoders = args.encoders or ",".join(_steps.UNIT_ENCODERS if workload == "unit" else _steps.MLIP_ENCODERS)
+        rows = []
+        for encoder in encoders.split(","):
+            cmd = [sys.executable, __file__, "--worker", f"--workload={workload}", f"--encoder={encoder}",
+                   f"--steps={args.steps}", f"--repeats={args.repeats}", f"--threads={args.threads}",
+                   f"--structures={args.structures or (350 if workload == 'unit' else 64)}"]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            if proc.returncode != 0 or not lines:
+                print(f"{workload} {encoder}: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
+                rows.append((encoder, None))
+                continue
+            rows.append((encoder, json.loads(lines[-1])))
+        title = ("upstream unit-test workload (2-8 nodes, batch 32, hidden 8, 2 layers)" if workload == "unit"
+                 else "CuAu MLIP (32 atoms, energy + forces, batch 8, hidden 32, 2 layers)")
+        print(f"\n{title}; {args.threads} thread(s), {args.repeats} alternating repeats of {args.steps} steps")
+        print("| encoder | params | before graphs/s | after graphs/s | after/before | "
+              + " | ".join(f"{p} %" for p in _steps.PHASES) + " | neighbour list ms/graph (once, at preparation) | peak RSS MB |")
+        print("|---" * (7 + len(_steps.PHASES)) + "|")
+        for encoder, r in rows:
+            if r is None:
+                print(f"| {encoder} | failed |" + " |" * (5 + len(_steps.PHASES)))
+                continue
+            gps = r["graphs_per_s"]
+            total = sum(r["phases"]["after"].values()) or 1.0
+            shares = " | ".join(f"{100 * r['phases']['after'][p] / total:.0f}" for p in _steps.PHASES)
+            print(f"| {encoder} | {r['params']} | {gps['before']:.0f} | {gps['after']:.0f} | "
+                  f"{gps['after'] / gps['before']:.2f} | {shares} | {r['prep_ms_per_graph']:.2f} | {r['peak_mb']:.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ddp", action="store_true", help="one process vs 2 DDP ranks (MLIP workload)")
+    parser.add_argument("--workloads", default="unit,mlip")
+    parser.add_argument("--encoders", default=None, help="comma-separated (default: every encoder of the mode)")
+    parser.add_argument("--structures", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=4, help="--ddp: graphs per step per rank")
+    parser.add_argument("--hidden", type=int, default=32, help="--ddp: width")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per repeat (default 22; --ddp 8)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--workload", help=argparse.SUPPRESS)
+    parser.add_argument("--encoder", help=argparse.SUPPRESS)
+    parser.add_argument("--strategy", default="none", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ddp:
+        if args.worker:
+            worker(args)
+        else:
+            args.structures = args.structures or 32
+            ddp_main(args)
+        return
+    args.steps = args.steps or 22
+    if args.worker:
+        profile_worker(args)
+    else:
+        profile_main(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""collate_graphs builds exactly the Batch that PyG's Batch.from_data_list builds."""
+"""collate_graphs builds exactly the Batch that PyG builds; the prefetching loaders yield the same batches."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Batch, Data
 
-from hydragnn.data import Schema, add_edges, create_dataloaders, prepare
+from hydragnn.data import Schema, add_edges, create_dataloaders, prepare, set_epoch
 from hydragnn.data.collate import GraphCollater, collate_graphs
 from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 
@@ -92,3 +92,40 @@ def test_loaders_use_the_collater_and_keep_pyg_batches():
     batches = list(val)
     assert [b.num_graphs for b in batches] == [4, 2]
     assert_same_batch(batches[0], Batch.from_data_list(data[:4]))
+
+
+class _Failing(list):
+    """A dataset whose item ``bad`` raises, as a corrupt sample would."""
+
+    def __init__(self, items, bad):
+        super().__init__(items)
+        self.bad = bad
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise ValueError(f"sample {i} is corrupt")
+        return super().__getitem__(i)
+
+
+def test_prefetching_loaders_yield_the_same_batches_and_raise_where_the_plain_one_does():
+    import threading
+
+    data = _prepared(10)
+    for epoch in (0, 1):
+        plain, ahead = (create_dataloaders(data, None, None, 3, prefetch=p)[0] for p in (0, 2))
+        set_epoch(plain, epoch)
+        set_epoch(ahead, epoch)
+        for a, b in zip(ahead, plain, strict=True):
+            assert_same_batch(a, b)
+    before = threading.active_count()
+    ahead = create_dataloaders(data, None, None, 2, prefetch=2)[0]
+    for _ in zip(range(1), ahead):  # leave early: the thread stops
+        pass
+    assert threading.active_count() == before
+    failing = create_dataloaders(None, _Failing(data, bad=5), None, 2, prefetch=2)[1]
+    seen = []
+    with pytest.raises(ValueError, match="sample 5 is corrupt"):
+        for batch in failing:
+            seen.append(batch.num_graphs)
+    assert seen == [2, 2]  # samples 0-3; the batch holding sample 5 raised
+    assert threading.active_count() == before

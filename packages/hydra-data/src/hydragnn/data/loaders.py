@@ -16,15 +16,18 @@ packs graphs up to ``max_nodes`` / ``max_edges``; ``batch_size`` is the default 
 (``None``: no graph cap) and ``seed`` the default seed. Training shuffles; validation / test keep
 dataset order and never drop batches; the oversized-sample policy applies to all three sets.
 
-Every loader is a ``torch_geometric.loader.DataLoader`` of PyG ``Batch`` objects, collated by
-:func:`~hydragnn.data.collate.collate_graphs` (the same batches, built faster). Call
+Every loader is a :class:`GraphLoader` (a ``torch_geometric.loader.DataLoader``) of PyG ``Batch``
+objects, collated by :func:`~hydragnn.data.collate.collate_graphs` (the same batches, built
+faster), ``prefetch`` [2] batches ahead by a background thread. Call
 :func:`set_epoch` at the start of each epoch: the training order depends only on ``(seed, epoch)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import queue
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch.distributed as dist
@@ -53,11 +56,66 @@ def _batching_config(batching: Mapping[str, Any] | BatchingConfig, batch_size: i
     return BatchingConfig.from_dict({**defaults, **batching})
 
 
-def _loader(dataset: Any, **kwargs: Any) -> DataLoader:
-    """A PyG ``DataLoader`` whose batches :func:`~hydragnn.data.collate.collate_graphs` builds."""
-    loader = DataLoader(dataset, **kwargs)
-    loader.collate_fn = GraphCollater(dataset)
-    return loader
+class GraphLoader(DataLoader):
+    """A PyG ``DataLoader`` whose batches :func:`~hydragnn.data.collate.collate_graphs` builds and,
+    with ``prefetch > 0`` and no worker processes, a background thread collates up to
+    ``prefetch`` batches ahead while the caller computes (torch releases the GIL in its kernels).
+    Batches and their order are those of the plain loader; an error in the thread is raised
+    in the caller at the batch where it happened."""
+
+    def __init__(self, dataset: Any, *, prefetch: int = 0, **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        self.collate_fn = GraphCollater(dataset)
+        self.prefetch = prefetch
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = super().__iter__()
+        if self.prefetch <= 0 or self.num_workers > 0:
+            return batches
+        return _ahead(batches, self.prefetch)
+
+
+_END = object()
+
+
+def _ahead(batches: Iterator[Any], depth: int) -> Iterator[Any]:
+    """Yield ``batches``, produced by a daemon thread at most ``depth`` items ahead."""
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                while not stop.is_set():
+                    try:
+                        items.put((batch, None), timeout=0.05)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put((_END, None))
+        except BaseException as exc:  # noqa: BLE001  (re-raised in the consumer)
+            items.put((_END, exc))
+
+    thread = threading.Thread(target=produce, name="hydragnn-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            batch, error = items.get()
+            if error is not None:
+                raise error
+            if batch is _END:
+                return
+            yield batch
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                items.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        thread.join()
 
 
 def create_dataloaders(
@@ -70,6 +128,7 @@ def create_dataloaders(
     num_workers: int = 0,
     seed: int = 0,
     pin_memory: bool = False,
+    prefetch: int = 2,
 ) -> tuple[DataLoader | None, DataLoader | None, DataLoader | None]:
     """Build the training, validation and test loaders (see the module docstring).
 
@@ -83,6 +142,7 @@ def create_dataloaders(
         num_workers: worker processes per loader.
         seed: shuffle seed (fixed batching; default seed of cost-aware batching).
         pin_memory: passed to the loaders.
+        prefetch: batches a background thread collates ahead (0: none; only without workers).
 
     Returns:
         ``(train_loader, val_loader, test_loader)``; under torch.distributed each yields this
@@ -105,22 +165,22 @@ def create_dataloaders(
 
         def train_loader(ds: Any) -> DataLoader:
             sampler = DistributedSampler(ds, num_replicas=replicas, rank=rank, shuffle=True, seed=seed, drop_last=False)
-            return _loader(ds, batch_size=batch_size, sampler=sampler, **common)
+            return GraphLoader(ds, prefetch=prefetch, batch_size=batch_size, sampler=sampler, **common)
 
         def eval_loader(ds: Any) -> DataLoader:
             sampler = FixedBatchSampler(len(ds), batch_size, num_replicas=replicas, rank=rank)
-            return _loader(ds, batch_sampler=sampler, **common)
+            return GraphLoader(ds, prefetch=prefetch, batch_sampler=sampler, **common)
     else:
         cfg = _batching_config(batching, batch_size, seed)
         eval_cfg = dataclasses.replace(cfg, drop_last=False)
 
         def train_loader(ds: Any) -> DataLoader:
             sampler = CostAwareBatchSampler(sample_costs(ds, cfg.mode), cfg, True, replicas, rank)
-            return _loader(ds, batch_sampler=sampler, **common)
+            return GraphLoader(ds, prefetch=prefetch, batch_sampler=sampler, **common)
 
         def eval_loader(ds: Any) -> DataLoader:
             sampler = CostAwareBatchSampler(sample_costs(ds, cfg.mode), eval_cfg, False, replicas, rank)
-            return _loader(ds, batch_sampler=sampler, **common)
+            return GraphLoader(ds, prefetch=prefetch, batch_sampler=sampler, **common)
 
     return (
         train_loader(trainset) if trainset is not None else None,
