@@ -19,6 +19,10 @@ and with the adapter's default skin, alternating within each round: MD steps/s o
 ratio, the builds / reuses of the default skin, and the largest energy difference of the two
 trajectories (0 expected: reuse gives the same edges).
 
+Fraction of peak (``_peak.py``): the matrix-product FLOPs of one regular E+F call (forward and
+backward, from the shapes) times its calls/s, over a square matmul's FLOP/s measured in the same
+run with the same threads.
+
     python tools/bench/infer.py --sizes 32 256 2048 --rounds 3
     python tools/bench/infer.py --device cuda --modes regular kernels graph graph+kernels compile
     python tools/bench/infer.py --replay-backend --modes regular graph   # graph code path on CPU (tests)
@@ -39,6 +43,7 @@ from unittest import mock
 
 import numpy as np
 import torch
+from _peak import call_flops, matmul_rate
 from ase import Atoms, units
 from ase.build import bulk
 from ase.md.velocitydistribution import thermalize_momenta
@@ -312,9 +317,31 @@ def run(args: argparse.Namespace) -> dict:
         for mode in args.modes:
             m = memory[(n, system, True, "moving", mode)]
             print(f"  {n:6d} {system:9s} {mode:14s} " + " / ".join(f"{v:.1f}" for v in m.values()))
+    report["peak"] = peak_section(args, model, device, data, rates)
     if args.md_steps:
         report["md"] = md_section(args, model, device, data)
     return report
+
+
+def peak_section(args, model, device, data, rates) -> list[dict]:
+    """Fraction of the matmul rate reached by the regular E+F call on a moving geometry."""
+    if "regular" not in args.modes:
+        return []
+    dtype = next(model.parameters()).dtype
+    rate = matmul_rate(device, dtype)
+    calc = HydraCalculator(model, device=device)
+    print(f"\nfraction of peak, regular E+F (moving geometry): matmul rate {rate / 1e9:.1f} GFLOP/s "
+          f"({dtype}, {args.threads} thread(s)); counted: matrix-product FLOPs of forward + backward")
+    rows = []
+    for (n, system), (pos, z, cell) in data.items():
+        flops = call_flops(lambda pos=pos, z=z, cell=cell: calc(pos, z, cell=cell, forces=True))
+        calls = statistics.median(rates[(n, system, True, "moving", "regular")])
+        row = {"atoms": n, "system": system, "mflop_per_call": flops / 1e6, "calls_per_s": calls,
+               "fraction_of_peak": flops * calls / rate}  # fmt: skip
+        rows.append(row)
+        print(f"  {n:6d} {system:9s} {row['mflop_per_call']:10.2f} MFLOP/call {calls:9.1f} calls/s "
+              f"-> {100 * row['fraction_of_peak']:.1f}% of peak")
+    return rows
 
 
 def parser() -> argparse.ArgumentParser:
