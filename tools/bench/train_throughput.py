@@ -4,8 +4,8 @@ Default: for upstream HydraGNN's unit-test workload (graphs of 2-8 nodes, batch 
 widths) and the CuAu MLIP (32 atoms, energy + forces, batch 8), every encoder trains in a fresh
 process in two variants measured alternately in that process: ``before`` (PyG's
 ``Batch.from_data_list`` collation in the training thread, torch's default AdamW step, i.e. its
-per-parameter loop on CPU) and ``after`` (hydra-data's loaders: ``collate_graphs``, 2 batches
-prefetched by a thread; hydra-train's optimizer factory: fused AdamW). Printed per encoder:
+per-parameter loop on CPU) and ``after`` (hydra-data's loaders: ``collate_graphs``; hydra-train's
+optimizer factory: fused AdamW). Printed per encoder:
 graphs/s of both and their ratio, where an ``after`` step spends its time (collation, transfer,
 forward + loss, backward, optimizer, host reads; neighbour lists are built once when the data is
 prepared and reported per graph), and peak memory (VmHWM, or CUDA's allocator peak).
@@ -231,7 +231,7 @@ def profile_worker(args: argparse.Namespace) -> None:
             strategy.setup(model, lambda params: torch.optim.AdamW(params, lr=lr))
         else:
             strategy.setup(model, build_optimizer_factory({"type": "AdamW", "learning_rate": lr}))
-        loader = create_dataloaders(data, None, None, batch, prefetch=0 if variant == "before" else 2)[0]
+        loader = create_dataloaders(data, None, None, batch, prefetch=0)[0]
         if variant == "before":
             loader.collate_fn = Collater(data)
         return strategy, loader, sum(p.numel() for p in model.parameters())
