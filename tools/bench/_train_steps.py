@@ -14,7 +14,6 @@ per batch), with a synchronising read at each phase boundary only on CUDA.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import torch
 
@@ -103,15 +102,14 @@ def mlip_workload(n_graphs: int, seed: int = 0) -> tuple[list, dict, object]:
 
 
 def architecture(workload: str, encoder: str, data: list, base: dict) -> dict:
-    """The full Architecture: the workload's, the encoder's keys, and data statistics."""
-    arch = {**base, "mpnn_type": encoder}
-    if workload == "unit":
-        arch.update(UNIT_ENCODERS[encoder])
-    if encoder == "PNA":
-        from hydragnn.models.encoders.pna import degree_histogram
+    """The full Architecture: the workload's, the encoder's keys, and what the encoder computes
+    from the training data (``Encoder.data_statistics``, e.g. PNA's degree histogram)."""
+    from hydragnn.models import ModelConfig
+    from hydragnn.models.encoders import get_encoder
 
-        arch["pna_deg"] = degree_histogram(data)
-    return arch
+    arch = {**base, "mpnn_type": encoder, **(UNIT_ENCODERS[encoder] if workload == "unit" else {})}
+    config = ModelConfig.from_dict(arch)
+    return {**arch, **get_encoder(encoder).data_statistics(config.encoder, data)}
 
 
 def neighbor_ms(graphs: list, radius: float) -> float:
@@ -180,30 +178,3 @@ def timed_steps(strategy, loader, steps: int, warmup: int) -> tuple[dict[str, fl
         assert finite, "non-finite loss in the benchmark"
     _sync(device)
     return totals, graphs, time.perf_counter() - t_start
-
-
-def peak_memory_mb(device: torch.device) -> float:
-    """Peak memory: CUDA's allocator peak, or this process's peak resident set (VmHWM)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    from pathlib import Path
-
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def median(values: list[float]) -> float:
-    import statistics
-
-    return statistics.median(values)
-
-
-def alternate(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
-    """Call each run in turn ``repeats`` times (ABAB..., so drift of the machine hits both)."""
-    out: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            out[name].append(run())
-    return out

@@ -8,7 +8,7 @@ per-parameter loop on CPU) and ``after`` (hydra-data's loaders: ``collate_graphs
 optimizer factory: fused AdamW). Printed per encoder:
 graphs/s of both and their ratio, where an ``after`` step spends its time (collation, transfer,
 forward + loss, backward, optimizer, host reads; neighbour lists are built once when the data is
-prepared and reported per graph), and peak memory (VmHWM, or CUDA's allocator peak).
+prepared and reported per graph), and peak memory (VmHWM).
 
 ``--ddp``: one process vs 2-process DDP (torchrun, gloo) on the MLIP workload, graphs/s and
 peak memory per rank (``OMP_NUM_THREADS=1`` per rank).
@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -247,10 +248,10 @@ def profile_worker(args: argparse.Namespace) -> None:
                 phases[v][k] += t
     result = {
         "params": variants["after"][2],
-        "graphs_per_s": {v: _steps.median(x) for v, x in rates.items()},
+        "graphs_per_s": {v: statistics.median(x) for v, x in rates.items()},
         "phases": phases,
         "prep_ms_per_graph": prep_ms,
-        "peak_mb": _steps.peak_memory_mb(torch.device("cpu")),
+        "peak_mb": peak_rss_mb(),
     }
     print(json.dumps(result))
 

@@ -38,10 +38,16 @@ def _prepared(n: int) -> list[Data]:
     return [add_edges(prepare(s, schema, index=i), 4.0) for i, s in enumerate(generate_cuau(n, seed=3))]
 
 
-def test_prepared_structures_collate_as_pyg_does():
+def test_prepared_structures_collate_as_pyg_does_without_pyg(monkeypatch):
     data = _prepared(5)
-    for chunk in (data, data[:1], data[2:4]):
-        assert_same_batch(collate_graphs(chunk), Batch.from_data_list(chunk))
+    expected = [Batch.from_data_list(chunk) for chunk in (data, data[:1], data[2:4])]
+
+    def refused(*args, **kwargs):
+        raise AssertionError("prepared graphs must not fall back to PyG's collate")
+
+    monkeypatch.setattr(Batch, "from_data_list", refused)
+    for chunk, pyg in zip((data, data[:1], data[2:4]), expected, strict=True):
+        assert_same_batch(collate_graphs(chunk), pyg)
 
 
 def _graph(nodes: int, edges: int, seed: int) -> Data:

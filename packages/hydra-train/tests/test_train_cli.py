@@ -45,6 +45,7 @@ def test_train_then_predict(tmp_path):
         assert (run_dir / name).exists(), name
     assert any((run_dir / "tensorboard").iterdir())
     assert "best epoch" in train.stdout and "eV/Å" in train.stdout
+    assert train.stdout.count("threads: ") == 1 and " per process (" in train.stdout  # the threading notice
     metrics = json.loads((run_dir / "metrics.json").read_text())
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["NeuralNetwork"]["Training"]["Scheduler"] == {

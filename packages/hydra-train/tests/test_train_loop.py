@@ -213,3 +213,39 @@ def test_a_checkpoint_holding_code_is_refused_with_its_cause(tmp_path):
     with pytest.raises(CheckpointError, match="corrupted or unsafe checkpoint: it holds a Python object") as err:
         load_checkpoint(path)
     assert "weights_only=False" not in str(err.value) and not (tmp_path / "pwned").exists()
+
+
+def test_an_epoch_reads_the_host_once_per_batch_beyond_the_step_itself():
+    """Running metrics stay on the device: besides what a training step itself reads, an epoch
+    reads the host once per batch (the loss finiteness the non-finite policy needs)."""
+    from hydragnn.models.testing.host_sync import HostSyncDetector
+    from hydragnn.train.epoch import train_epoch
+    from hydragnn.train.progress import Progress
+    from hydragnn.train.strategies import Strategy, build_optimizer_factory
+
+    data = samples("graph", 16)
+
+    def setup(n_graphs):
+        strategy = Strategy()
+        strategy.setup(build(), build_optimizer_factory({"type": "Adam", "learning_rate": 0.01}))
+        return strategy, create_dataloaders(data[:n_graphs], None, None, 4)[0]
+
+    def reads(run) -> int:
+        with HostSyncDetector() as detector:
+            run()
+        return detector.violations.count("aten::_local_scalar_dense")
+
+    strategy, loader = setup(8)
+    batches = iter(loader)
+    next(batches)  # the iterator's creation is not part of a step
+
+    def one_step():
+        batch = strategy.to_device(next(batches))
+        loss, _ = strategy.unwrap().loss(strategy.forward(batch), batch)
+        strategy.backward(loss)
+        strategy.step()
+
+    per_step = reads(one_step)
+    short, long = (setup(n) for n in (8, 16))  # 2 and 4 batches
+    epoch = [reads(lambda s=s, ld=ld: train_epoch(s, ld, 0, "error", Progress(0))) for s, ld in (short, long)]
+    assert epoch[1] - epoch[0] == 2 * (per_step + 1)
