@@ -102,3 +102,22 @@ def test_radial_edges_share_basis_values_across_layers():
     out = conv(x, w, edges)
     expected = torch.zeros(3, 2).index_add(0, dst, envelope(r).unsqueeze(-1).expand(4, 2))
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gaussian_rbf_flushes_subnormals(dtype):
+    """SchNet's 50 Gaussians on a 2 Å cutoff (upstream ci.json) reach the subnormal range a few
+    widths from their centre: they come out as exact zeros, forward and backward, and equal the
+    Gaussians elsewhere."""
+    from hydragnn.models.testing import SubnormalDetector
+
+    rbf = GaussianRBF(2.0, 50)
+    r = torch.linspace(0.0, 2.0, 401, dtype=dtype).requires_grad_()
+    with SubnormalDetector() as detector:
+        out = rbf(r)
+        out.sum().backward()
+    assert not detector.found, dict(detector.found)
+    plain = torch.exp(rbf.coeff * (r.detach().unsqueeze(-1) - rbf.centers.to(dtype)) ** 2)
+    tiny = torch.finfo(dtype).tiny
+    assert ((plain < tiny) & (plain > 0)).any()  # the plain formula computes subnormals here
+    torch.testing.assert_close(out.detach(), plain, rtol=0, atol=tiny**0.8)

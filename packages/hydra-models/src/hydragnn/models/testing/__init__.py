@@ -2,7 +2,7 @@
 
 :class:`EncoderConformance` is the conformance suite every built-in encoder passes, as a pytest
 mixin any encoder can reuse; the ``check_*`` functions, the test structures of :mod:`.graphs` and
-:class:`HostSyncDetector` are usable on their own.
+:class:`HostSyncDetector` / :class:`SubnormalDetector` are usable on their own.
 """
 
 from .checks import (
@@ -13,6 +13,7 @@ from .checks import (
     check_cutoff_continuity,
     check_deterministic,
     check_finite_differences,
+    check_no_subnormals,
     check_padding,
     check_periodic_supercell,
     check_permutation,
@@ -37,6 +38,7 @@ from .subjects import (
     small_arch,
     subject,
 )
+from .subnormal import SubnormalDetector
 
 __all__ = [
     "CUTOFF",
@@ -45,6 +47,7 @@ __all__ = [
     "VARIANTS",
     "EncoderConformance",
     "HostSyncDetector",
+    "SubnormalDetector",
     "Subject",
     "Tolerances",
     "build",
@@ -55,6 +58,7 @@ __all__ = [
     "check_cutoff_continuity",
     "check_deterministic",
     "check_finite_differences",
+    "check_no_subnormals",
     "check_padding",
     "check_periodic_supercell",
     "check_permutation",

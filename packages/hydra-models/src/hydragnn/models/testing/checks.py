@@ -25,6 +25,7 @@ from .graphs import (
 )
 from .host_sync import HostSyncDetector
 from .subjects import CUTOFF, SCALAR_OUTPUTS, Subject, _subject
+from .subnormal import SubnormalDetector
 
 
 def check_deterministic(subject: Subject | str) -> None:
@@ -233,6 +234,17 @@ def check_capture_safe(subject: Subject | str) -> None:
     with HostSyncDetector() as detector:
         model(padded)
     assert not detector.violations, f"{s.name}: host-synchronising ops in forward: {sorted(set(detector.violations))}"
+
+
+def check_no_subnormals(subject: Subject | str) -> None:
+    """A float32 training step on forces (forward, loss, backward) computes no subnormal value."""
+    s = _subject(subject)
+    model = s.build().train()
+    batch = collate(periodic_samples(CUTOFF)[:2])
+    with SubnormalDetector() as detector:
+        loss, _ = model.loss(model(batch), batch)
+        loss.backward()
+    assert not detector.found, f"{s.name}: ops computing subnormal values (count): {dict(detector.found)}"
 
 
 def check_periodic_supercell(subject: Subject | str) -> None:

@@ -19,8 +19,8 @@ style): register it with :func:`hydragnn.models.register_encoder`, then::
 Each check builds a tiny MLIP (hidden 16, 2 layers, cutoff 4 Å) around the encoder and compares
 against physics that does not depend on it: permutation, rotation / translation invariance,
 vector equivariance, forces and stress against finite differences, energy continuity at the
-cutoff, batch == single, padded == unpadded, no host synchronisation, periodic supercells,
-artifact round trip, precisions and activation checkpointing. Tolerances are a
+cutoff, batch == single, padded == unpadded, no host synchronisation, no subnormal arithmetic,
+periodic supercells, artifact round trip, precisions and activation checkpointing. Tolerances are a
 :class:`Tolerances` fixture (``conformance_tolerances``). The checks also accept a subject name
 (an encoder or a :func:`register_variant` id) with defaults from :func:`set_defaults`.
 """
@@ -88,6 +88,9 @@ class EncoderConformance:
 
     def test_capture_safe(self, conformance_subject):
         checks.check_capture_safe(conformance_subject)
+
+    def test_no_subnormals(self, conformance_subject):
+        checks.check_no_subnormals(conformance_subject)
 
     def test_periodic_supercell(self, conformance_subject):
         checks.check_periodic_supercell(conformance_subject)
