@@ -16,6 +16,7 @@ from hydragnn.train.errors import ConfigError
 from hydragnn.train.strategies import (
     STRATEGIES,
     Strategy,
+    adopt_fast_step,
     build_optimizer_factory,
     init_distributed,
     make_strategy,
@@ -121,6 +122,41 @@ def test_fused_optimizer_step_matches_the_loop(kind):
             opt.step()
     for a, b in zip(model.parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.01), "fused"),
+        (lambda ps: torch.optim.RMSprop(ps, lr=0.01), "foreach"),
+        (lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.01, foreach=False), None),
+        (lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.01, fused=False), None),
+    ],
+)
+def test_a_user_optimizer_left_to_torch_defaults_gets_the_fast_step(make, expected):
+    """``adopt_fast_step``: an optimizer whose step implementation was left to torch runs fused /
+    foreach (same trajectory as torch's loop, to rounding); an explicit choice is kept."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)).double()
+    twin = copy.deepcopy(model)
+    opt, ref = make(list(model.parameters())), make(list(twin.parameters()))
+    for group in ref.param_groups:
+        group["foreach"] = False  # torch's per-parameter loop, the reference
+    assert adopt_fast_step(opt) == expected
+    if expected is not None:
+        assert all(g[expected] is True for g in opt.param_groups)
+    x = torch.randn(16, 4, dtype=torch.float64)
+    for _ in range(5):
+        for net, o in ((model, opt), (twin, ref)):
+            o.zero_grad()
+            net(x).pow(2).mean().backward()
+            o.step()
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    if expected == "fused":  # with state already there, fused is no longer chosen
+        fresh = make(list(model.parameters()))
+        fresh.load_state_dict(opt.state_dict() | {"param_groups": fresh.state_dict()["param_groups"]})
+        assert adopt_fast_step(fresh) == "foreach"
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ def test_seed_api_end_to_end(tmp_path, capsys):
         model, optimizer, train, val, test_loader, None, None, _nn(2), "seed", 2, run_dir=tmp_path
     )
     assert summary["epochs_run"] == 2 and summary["best_epoch"] in (0, 1)
+    assert optimizer.param_groups[0]["fused"] is True  # left to torch: the fused step, not the loop
     assert set(summary["test"]["heads"]) == {"energy_per_atom", "au_fraction"}
     out = capsys.readouterr().out
     assert "epoch 1:" in out and "graphs/s" in out and f"best epoch {summary['best_epoch']}" in out

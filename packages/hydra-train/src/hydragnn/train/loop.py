@@ -47,6 +47,7 @@ from .progress import Progress, fmt_errors, fmt_losses
 from .run_folder import check_fingerprint
 from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
 from .strategies.base import Strategy
+from .strategies.optim import adopt_fast_step
 
 __all__ = ["CHECKPOINT_NAME", "ProjectionRedraw", "train_validate_test"]
 
@@ -79,12 +80,14 @@ def _scheduler_step(scheduler: Any, val_loss: float) -> None:
 
 
 def _adopt(strategy: Strategy | None, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Strategy:
-    """A set-up strategy: the single-process one adopting ``optimizer`` when none is given."""
+    """A set-up strategy: the single-process one adopting ``optimizer`` when none is given (with
+    the fused / foreach step when its user left that choice to torch: :func:`adopt_fast_step`)."""
     if strategy is None:
         strategy = Strategy()
     if strategy.optimizer is None:
         if optimizer is None:
             raise TrainingAborted("train_validate_test: give an optimizer or a strategy that is set up")
+        adopt_fast_step(optimizer)
         strategy.setup(model, lambda _params: optimizer)
     return strategy
 
@@ -114,7 +117,9 @@ def train_validate_test(
 
     Args:
         model: the :class:`~hydragnn.models.HydraModel`.
-        optimizer: its optimizer (adopted by the single-process strategy), or ``None`` when
+        optimizer: its optimizer (adopted by the single-process strategy; one whose ``foreach``
+            and ``fused`` were left unset runs torch's fused or foreach step, see
+            :func:`~hydragnn.train.strategies.optim.adopt_fast_step`), or ``None`` when
             ``strategy`` is already set up.
         train_loader, val_loader, test_loader: loaders from ``create_dataloaders``
             (``val_loader`` may be ``None``: the training loss then selects the best epoch;

@@ -38,7 +38,7 @@ from ..config_sections import LocalSGDConfig, OptimizerConfig, ParallelismConfig
 from . import ddp, deepspeed_engine, fsdp, fsdp2, localsgd  # noqa: F401  (register the strategies)
 from ._dist import destroy_distributed, init_distributed
 from .base import STRATEGIES, OptimizerFactory, Strategy, register_strategy
-from .optim import OPTIMIZERS, OptimizerBuilder, build_optimizer_factory
+from .optim import OPTIMIZERS, OptimizerBuilder, adopt_fast_step, build_optimizer_factory
 
 __all__ = [
     "OPTIMIZERS",
@@ -46,6 +46,7 @@ __all__ = [
     "OptimizerBuilder",
     "OptimizerFactory",
     "Strategy",
+    "adopt_fast_step",
     "build_optimizer_factory",
     "destroy_distributed",
     "init_distributed",

@@ -58,15 +58,42 @@ class OptimizerBuilder:
 
     def implementation(self, params: list[nn.Parameter]) -> dict[str, bool]:
         """``{"fused": True}`` where the class and every parameter allow it, else ``{"foreach": True}``."""
-        plain = all(type(p.data) is torch.Tensor and p.is_floating_point() for p in params)
-        devices = {p.device.type for p in params}
-        if self.cls in FUSED and plain and len(devices) == 1 and devices <= set(_FUSED_DEVICES):
-            return {"fused": True}
-        return {"foreach": True} if plain else {}
+        return _fast_implementation(self.cls, params)
 
     def __repr__(self) -> str:
         zero = ", ZeroRedundancyOptimizer" if self.use_zero_redundancy else ""
         return f"OptimizerBuilder({self.cls.__name__}, {self.kwargs}{zero})"
+
+
+def _fast_implementation(cls: type[torch.optim.Optimizer], params: list[torch.Tensor]) -> dict[str, bool]:
+    plain = all(type(p.data) is torch.Tensor and p.is_floating_point() for p in params)
+    devices = {p.device.type for p in params}
+    if cls in FUSED and plain and len(devices) == 1 and devices <= set(_FUSED_DEVICES):
+        return {"fused": True}
+    return {"foreach": True} if plain else {}
+
+
+def adopt_fast_step(optimizer: torch.optim.Optimizer) -> str | None:
+    """Give a user-built optimizer the step :class:`OptimizerBuilder` would choose, when its user
+    left the choice to torch: ``foreach`` and ``fused`` unset (``None``) in every group, not
+    ``differentiable``. Fused needs no optimizer state yet (torch creates the fused step
+    counters lazily); with state, or for classes without a fused step, ``foreach``. The update
+    is the same formula (its last bits may differ from the loop's). Returns ``"fused"``,
+    ``"foreach"`` or ``None`` (left as it is: an explicit choice, or parameters that do not
+    qualify).
+    """
+    groups = optimizer.param_groups
+    if type(optimizer) not in OPTIMIZERS.values() or any(
+        g.get("foreach") is not None or g.get("fused") is not None or g.get("differentiable") for g in groups
+    ):
+        return None
+    params = [p for g in groups for p in g["params"]]
+    choice = _fast_implementation(type(optimizer), params)
+    if "fused" in choice and optimizer.state:
+        choice = {"foreach": True}
+    for group in groups:
+        group.update(choice)
+    return next(iter(choice), None)
 
 
 def build_optimizer_factory(optimizer_config: OptimizerConfig | Mapping[str, Any]) -> OptimizerBuilder:
