@@ -10,12 +10,17 @@ graphs/s of both and their ratio, where an ``after`` step spends its time (colla
 forward + loss, backward, optimizer, host reads; neighbour lists are built once when the data is
 prepared and reported per graph), and peak memory (VmHWM).
 
+``--compile``: the unit workload also trains with ``Training.compile`` (the ``after`` setup
+through ``torch.compile``, dynamic shapes; the MLIP workload cannot: forces by double backward),
+graphs/s against eager ``after`` in the same process, and the seconds of its first step.
+
 ``--ddp``: one process vs 2-process DDP (torchrun, gloo) on the MLIP workload, graphs/s and
 peak memory per rank (``OMP_NUM_THREADS=1`` per rank).
 
 Usage::
 
     python tools/bench/train_throughput.py [--workloads unit,mlip] [--encoders SchNet,PNA] [--steps 22]
+    python tools/bench/train_throughput.py --workloads unit --compile
     python tools/bench/train_throughput.py --ddp [--encoders SchNet,PNA] [--steps 10] [--batch 4]
 """
 
@@ -235,9 +240,14 @@ def profile_worker(args: argparse.Namespace) -> None:
         loader = create_dataloaders(data, None, None, batch, prefetch=0)[0]
         if variant == "before":
             loader.collate_fn = Collater(data)
+        if variant == "compiled":  # Training.compile; its first step (the compiler's work) is timed apart
+            strategy.compile()
+            compile_s[0] = _steps.timed_steps(strategy, loader, 1, 0)[2]
         return strategy, loader, sum(p.numel() for p in model.parameters())
 
-    variants = {v: setup(v) for v in ("before", "after")}
+    compile_s = [0.0]
+    names = ("before", "after", "compiled") if args.compile and args.workload == "unit" else ("before", "after")
+    variants = {v: setup(v) for v in names}
     phases = {v: dict.fromkeys(_steps.PHASES, 0.0) for v in variants}
     rates: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(args.repeats):
@@ -251,6 +261,7 @@ def profile_worker(args: argparse.Namespace) -> None:
         "graphs_per_s": {v: statistics.median(x) for v, x in rates.items()},
         "phases": phases,
         "prep_ms_per_graph": prep_ms,
+        "compile_s": compile_s[0],
         "peak_mb": peak_rss_mb(),
     }
     print(json.dumps(result))
@@ -265,6 +276,7 @@ def profile_main(args: argparse.Namespace) -> None:
             cmd = [sys.executable, __file__, "--worker", f"--workload={workload}", f"--encoder={encoder}",
                    f"--steps={args.steps}", f"--repeats={args.repeats}", f"--threads={args.threads}",
                    f"--structures={args.structures or (350 if workload == 'unit' else 64)}"]
+            cmd += ["--compile"] if args.compile else []
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             if proc.returncode != 0 or not lines:
@@ -287,6 +299,14 @@ def profile_main(args: argparse.Namespace) -> None:
             shares = " | ".join(f"{100 * r['phases']['after'][p] / total:.0f}" for p in _steps.PHASES)
             print(f"| {encoder} | {r['params']} | {gps['before']:.0f} | {gps['after']:.0f} | "
                   f"{gps['after'] / gps['before']:.2f} | {shares} | {r['prep_ms_per_graph']:.2f} | {r['peak_mb']:.0f} |")
+        compiled = [(e, r) for e, r in rows if r is not None and "compiled" in r["graphs_per_s"]]
+        if compiled:
+            print("\n| encoder | after (eager) graphs/s | compiled graphs/s | compiled/eager | first compiled step s |")
+            print("|---|---|---|---|---|")
+            for encoder, r in compiled:
+                gps = r["graphs_per_s"]
+                print(f"| {encoder} | {gps['after']:.0f} | {gps['compiled']:.0f} | {gps['compiled'] / gps['after']:.2f} "
+                      f"| {r['compile_s']:.1f} |")
 
 
 def main() -> None:
@@ -301,6 +321,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="unit workload: also Training.compile (after + compiled)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workload", help=argparse.SUPPRESS)

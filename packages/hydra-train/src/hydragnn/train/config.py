@@ -107,6 +107,10 @@ class TrainingConfig:
             (``Architecture.global_attn_type: "performer"``) every this many training batches,
             right before the forward of the batch; null keeps the first projection. No effect on
             other models.
+        compile [false]: train through ``torch.compile`` with dynamic shapes (one compiled graph
+            for batches of any size, one for evaluation; the first batch waits for the
+            compiler): :meth:`~hydragnn.train.strategies.Strategy.compile`, single-process
+            only, not for interatomic potentials with forces by autograd.
         model_keys: ``loss_function_type`` etc. given here (already copied into Architecture).
     """
 
@@ -129,6 +133,7 @@ class TrainingConfig:
     init_from: str | None = None
     fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig, metadata={"json": "FineTune"})
     global_attn_redraw_interval: int | None = field(default=1000, metadata={"min": 1})
+    compile: bool = False
     model_keys: tuple[tuple[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,6 +162,7 @@ class TrainingConfig:
             "init_from": self.init_from,
             "FineTune": plain(self.fine_tune),
             "global_attn_redraw_interval": self.global_attn_redraw_interval,
+            "compile": self.compile,
         }
         out.update(dict(self.model_keys))
         return out

@@ -153,6 +153,8 @@ def train_validate_test(
     if strategy is not None and strategy.optimizer is None and cfg.clip_grad_norm is not None:
         strategy.max_grad_norm = cfg.clip_grad_norm  # before setup: DeepSpeed reads it there
     strategy = _adopt(strategy, model, optimizer)
+    if cfg.compile:
+        strategy.compile()
     if strategy.max_grad_norm is None:
         strategy.max_grad_norm = cfg.clip_grad_norm
     optimizer = strategy.optimizer

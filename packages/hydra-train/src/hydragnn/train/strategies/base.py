@@ -28,6 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..errors import ConfigError
+
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
@@ -88,6 +90,28 @@ class Strategy:
     def forward(self, batch: Any, **kwargs: Any) -> Any:
         assert self.model is not None, "setup() first"
         return self.model(batch, **kwargs)
+
+    def compile(self) -> None:
+        """``Training.compile``: run :meth:`forward` through ``torch.compile(dynamic=True)``, so
+        that batches of other node and edge counts reuse one compiled graph (one more for
+        evaluation under ``no_grad``). The plain model (:meth:`unwrap`) is unchanged: losses,
+        checkpoints and artifacts see it. Single-process training only for now, and not for
+        interatomic potentials with forces by autograd: their training differentiates the
+        force's backward again, which a compiled backward does not support.
+
+        Raises:
+            ConfigError: under a distributed strategy, or for such a potential.
+        """
+        where = "NeuralNetwork.Training.compile"
+        if type(self) is not Strategy:
+            raise ConfigError(f"{where}: single-process training only (strategy {self.name!r}); set it to false")
+        mlip = self.unwrap().config.mlip
+        if mlip.enabled and mlip.compute_grad_energy:
+            raise ConfigError(
+                f"{where}: not for interatomic potentials with forces by autograd (training differentiates "
+                "the force's backward again, which torch.compile does not support); set it to false"
+            )
+        self.model = torch.compile(self.model, dynamic=True)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
