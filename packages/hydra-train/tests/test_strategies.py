@@ -104,24 +104,34 @@ def test_optimizer_factory(kind):
     assert opt.defaults.get("fused") is (kind in ("AdamW", "Adam", "SGD")) or opt.defaults.get("foreach") is True
 
 
+def _twins() -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)).double()
+    return model, copy.deepcopy(model)
+
+
+def _assert_same_trajectory(pairs) -> None:
+    """Five steps of each ``(model, optimizer)`` on the same data end at the same parameters."""
+    x = torch.randn(16, 4, dtype=torch.float64)
+    for _ in range(5):
+        for net, opt in pairs:
+            opt.zero_grad()
+            net(x).pow(2).mean().backward()
+            opt.step()
+    (model, _), (twin, _) = pairs
+    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind", ["AdamW", "SGD"])
 def test_fused_optimizer_step_matches_the_loop(kind):
     """The fused step applies the same update as torch's reference loop (to rounding)."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)).double()
-    twin = copy.deepcopy(model)
+    model, twin = _twins()
     cfg = {"type": kind, "learning_rate": 0.01, "weight_decay": 0.01}
     fused = build_optimizer_factory(cfg)(model.parameters())
     loop = OPTIMIZERS[kind](twin.parameters(), lr=0.01, weight_decay=0.01, foreach=False)
     assert fused.defaults.get("fused") is True
-    x = torch.randn(16, 4, dtype=torch.float64)
-    for _ in range(5):
-        for net, opt in ((model, fused), (twin, loop)):
-            opt.zero_grad()
-            net(x).pow(2).mean().backward()
-            opt.step()
-    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    _assert_same_trajectory([(model, fused), (twin, loop)])
 
 
 @pytest.mark.parametrize(
@@ -136,23 +146,14 @@ def test_fused_optimizer_step_matches_the_loop(kind):
 def test_a_user_optimizer_left_to_torch_defaults_gets_the_fast_step(make, expected):
     """``adopt_fast_step``: an optimizer whose step implementation was left to torch runs fused /
     foreach (same trajectory as torch's loop, to rounding); an explicit choice is kept."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)).double()
-    twin = copy.deepcopy(model)
+    model, twin = _twins()
     opt, ref = make(list(model.parameters())), make(list(twin.parameters()))
     for group in ref.param_groups:
         group["foreach"] = False  # torch's per-parameter loop, the reference
     assert adopt_fast_step(opt) == expected
     if expected is not None:
         assert all(g[expected] is True for g in opt.param_groups)
-    x = torch.randn(16, 4, dtype=torch.float64)
-    for _ in range(5):
-        for net, o in ((model, opt), (twin, ref)):
-            o.zero_grad()
-            net(x).pow(2).mean().backward()
-            o.step()
-    for a, b in zip(model.parameters(), twin.parameters(), strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    _assert_same_trajectory([(model, opt), (twin, ref)])
     if expected == "fused":  # with state already there, fused is no longer chosen
         fresh = make(list(model.parameters()))
         fresh.load_state_dict(opt.state_dict() | {"param_groups": fresh.state_dict()["param_groups"]})
