@@ -240,18 +240,18 @@ def profile_worker(args: argparse.Namespace) -> None:
         loader = create_dataloaders(data, None, None, batch, prefetch=0)[0]
         if variant == "before":
             loader.collate_fn = Collater(data)
+        first_s = 0.0
         if variant == "compiled":  # Training.compile; its first step (the compiler's work) is timed apart
             strategy.compile()
-            compile_s[0] = _steps.timed_steps(strategy, loader, 1, 0)[2]
-        return strategy, loader, sum(p.numel() for p in model.parameters())
+            first_s = _steps.timed_steps(strategy, loader, 1, 0)[2]
+        return strategy, loader, sum(p.numel() for p in model.parameters()), first_s
 
-    compile_s = [0.0]
     names = ("before", "after", "compiled") if args.compile and args.workload == "unit" else ("before", "after")
     variants = {v: setup(v) for v in names}
     phases = {v: dict.fromkeys(_steps.PHASES, 0.0) for v in variants}
     rates: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(args.repeats):
-        for v, (strategy, loader, _) in variants.items():
+        for v, (strategy, loader, _, _) in variants.items():
             totals, graphs, wall = _steps.timed_steps(strategy, loader, args.steps, args.warmup if r == 0 else 0)
             rates[v].append(graphs / wall)
             for k, t in totals.items():
@@ -261,7 +261,7 @@ def profile_worker(args: argparse.Namespace) -> None:
         "graphs_per_s": {v: statistics.median(x) for v, x in rates.items()},
         "phases": phases,
         "prep_ms_per_graph": prep_ms,
-        "compile_s": compile_s[0],
+        "compile_s": variants["compiled"][3] if "compiled" in variants else 0.0,
         "peak_mb": peak_rss_mb(),
     }
     print(json.dumps(result))

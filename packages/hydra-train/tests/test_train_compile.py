@@ -9,7 +9,7 @@ from torch._dynamo.utils import counters
 from train_helpers import build, config, samples
 
 from hydragnn.train import ConfigError, create_dataloaders, train_validate_test
-from hydragnn.train.strategies import Strategy
+from hydragnn.train.strategies.ddp import DDPStrategy
 
 
 def _run(model, compile_: bool, tmp_path, kind: str = "graph") -> dict:
@@ -39,8 +39,6 @@ def test_compile_is_refused_for_forces_by_autograd_and_distributed_strategies(tm
     with pytest.raises(ConfigError, match=r"Training\.compile: not for interatomic potentials"):
         _run(build("mlip"), True, tmp_path, kind="mlip")
 
-    class Other(Strategy):
-        name = "other"
-
-    with pytest.raises(ConfigError, match=r"Training\.compile: single-process training only \(strategy 'other'\)"):
-        Other().compile()
+    ddp = DDPStrategy.__new__(DDPStrategy)  # the class's rule: no process group needed to refuse
+    with pytest.raises(ConfigError, match=r"Training\.compile: single-process training only \(strategy 'ddp'\)"):
+        ddp.compile()

@@ -144,8 +144,8 @@ def create_dataloaders(
         pin_memory: passed to the loaders.
         prefetch: batches a background thread collates ahead (0: none; only without workers).
             Off by default: on CPU with small graphs the thread's Python work competes with the
-            model's for the GIL and cost 4-30% of throughput; it pays when the model runs on a
-            GPU and collation is a large part of a step.
+            model's for the GIL and cost 4-30% of throughput. Meant for a model on a GPU, where
+            the kernels release the GIL while collation runs; not measured there yet.
 
     Returns:
         ``(train_loader, val_loader, test_loader)``; under torch.distributed each yields this

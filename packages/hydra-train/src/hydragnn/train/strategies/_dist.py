@@ -139,6 +139,7 @@ class DistributedStrategy(Strategy):
     """
 
     name = "_distributed"
+    compiles = False  # Training.compile under a process group: not tested yet
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)

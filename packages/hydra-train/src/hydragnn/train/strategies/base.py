@@ -42,6 +42,8 @@ class Strategy:
     """
 
     name: ClassVar[str] = "none"
+    compiles: ClassVar[bool] = True
+    """Whether :meth:`compile` may wrap this strategy's forward (``Training.compile``)."""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = dict(options or {})
@@ -95,15 +97,16 @@ class Strategy:
         """``Training.compile``: run :meth:`forward` through ``torch.compile(dynamic=True)``, so
         that batches of other node and edge counts reuse one compiled graph (one more for
         evaluation under ``no_grad``). The plain model (:meth:`unwrap`) is unchanged: losses,
-        checkpoints and artifacts see it. Single-process training only for now, and not for
-        interatomic potentials with forces by autograd: their training differentiates the
-        force's backward again, which a compiled backward does not support.
+        checkpoints and artifacts see it. Strategies whose :attr:`compiles` is false refuse (the
+        distributed ones: not tested compiled yet), and so do interatomic potentials with forces
+        by autograd: their training differentiates the force's backward again, which a compiled
+        backward does not support.
 
         Raises:
-            ConfigError: under a distributed strategy, or for such a potential.
+            ConfigError: under such a strategy, or for such a potential.
         """
         where = "NeuralNetwork.Training.compile"
-        if type(self) is not Strategy:
+        if not self.compiles:
             raise ConfigError(f"{where}: single-process training only (strategy {self.name!r}); set it to false")
         mlip = self.unwrap().config.mlip
         if mlip.enabled and mlip.compute_grad_energy:

@@ -54,11 +54,7 @@ class OptimizerBuilder:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
             return ZeroRedundancyOptimizer(params, optimizer_class=self.cls, **self.kwargs)
-        return self.cls(params, **self.kwargs, **self.implementation(params))
-
-    def implementation(self, params: list[nn.Parameter]) -> dict[str, bool]:
-        """``{"fused": True}`` where the class and every parameter allow it, else ``{"foreach": True}``."""
-        return _fast_implementation(self.cls, params)
+        return self.cls(params, **self.kwargs, **_fast_implementation(self.cls, params))
 
     def __repr__(self) -> str:
         zero = ", ZeroRedundancyOptimizer" if self.use_zero_redundancy else ""
@@ -66,6 +62,7 @@ class OptimizerBuilder:
 
 
 def _fast_implementation(cls: type[torch.optim.Optimizer], params: list[torch.Tensor]) -> dict[str, bool]:
+    """``{"fused": True}`` where the class and every parameter allow it, else ``{"foreach": True}``."""
     plain = all(type(p.data) is torch.Tensor and p.is_floating_point() for p in params)
     devices = {p.device.type for p in params}
     if cls in FUSED and plain and len(devices) == 1 and devices <= set(_FUSED_DEVICES):
