@@ -102,3 +102,40 @@ def test_freed_blocks_are_reused_unless_the_environment_chose():
     run = subprocess.run([sys.executable, "-c", _FAULTS], env={**environ, "MALLOC_TRIM_THRESHOLD_": "0"},
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert json.loads(run.stdout.strip().splitlines()[-1])["said"] == "malloc settings from the environment"
+
+
+_WAKES = """
+import json, resource
+import torch
+from hydragnn.data.threads import set_intra_op_threads
+x = torch.rand(300) + 0.5
+
+def wakes():  # voluntary context switches of every thread: a passive OpenMP thread sleeps after each wake
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+    for _ in range(200):
+        torch.exp(x)
+        torch.sqrt(x)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - start
+
+torch.set_num_threads(2)
+before = wakes()
+set_intra_op_threads(2)
+print(json.dumps({"before": before, "after": wakes(), "threads": torch.get_num_threads()}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="getrusage context switches")
+def test_small_mkl_calls_wake_no_second_thread():
+    """MKL's vector math on 300 elements: after ``torch.set_num_threads(2)`` each call wakes the
+    other (passive) thread; after :func:`set_intra_op_threads` MKL keeps small calls on one."""
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        pytest.skip("torch without MKL")
+    environ = {k: v for k, v in os.environ.items() if k not in ("MKL_DYNAMIC", "OMP_NUM_THREADS")}
+    environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    run = subprocess.run([sys.executable, "-c", _WAKES], env=environ, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["threads"] == 2
+    assert got["before"] >= 200 and got["after"] * 10 < got["before"], got

@@ -11,7 +11,10 @@ when no ``MALLOC_*`` / ``GLIBC_TUNABLES`` setting or preloaded jemalloc / tcmall
 says otherwise): freed blocks below 32 MiB are kept for reuse instead of being returned to the
 system, because every fresh mapping costs a page fault per 4 KiB touched; an element-wise
 product over 1M floats took 1.28 ms with fresh pages and 0.74 ms with reused ones, and E+F calls
-of PAINN / SchNet on 256 atoms ran 1.2-1.5x faster. This module imports nothing heavy.
+of PAINN / SchNet on 256 atoms ran 1.2-1.5x faster. MKL sizes its threads per call
+(:func:`set_intra_op_threads`): ``torch.set_num_threads`` makes every MKL vector-math call (exp,
+log, sqrt, cos, tanh, pow) use all threads, and waking a passive thread for a few hundred
+elements cost 27-45 µs where the work takes 3-4 µs. This module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -19,9 +22,16 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
-__all__ = ["choose_threads", "configure_threads", "keep_freed_blocks", "prefer_passive_waiting"]
+__all__ = [
+    "choose_threads",
+    "configure_threads",
+    "keep_freed_blocks",
+    "mkl_threads_per_call",
+    "prefer_passive_waiting",
+    "set_intra_op_threads",
+]
 
 REUSE_BELOW = 32 << 20
 """Blocks below this size come from (and go back to) the heap: glibc's largest dynamic mmap threshold."""
@@ -81,16 +91,46 @@ def keep_freed_blocks(environ: MutableMapping[str, str] = os.environ) -> str:
     return f"malloc reuses freed blocks below {REUSE_BELOW >> 20} MiB (set by hydragnn)"
 
 
+def mkl_threads_per_call(environ: Mapping[str, str] = os.environ) -> bool:
+    """Let MKL use fewer threads than torch's count on small calls (MKL's dynamic mode; large
+    calls keep every thread), unless ``MKL_DYNAMIC`` is set. ``torch.set_num_threads`` turns the
+    mode off, so call this after it (:func:`set_intra_op_threads` does). Returns whether it is on;
+    false where torch has no MKL (its exported ``MKL_Set_Dynamic(int)`` is the switch)."""
+    if "MKL_DYNAMIC" in environ:
+        return False
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        return False
+    try:
+        switch = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")).MKL_Set_Dynamic
+    except (OSError, AttributeError):
+        return False
+    switch.argtypes, switch.restype = [ctypes.c_int], None
+    switch(1)
+    return True
+
+
+def set_intra_op_threads(threads: int) -> None:
+    """``torch.set_num_threads(threads)``, then :func:`mkl_threads_per_call`."""
+    import torch
+
+    torch.set_num_threads(threads)
+    mkl_threads_per_call()
+
+
 def configure_threads(environ: MutableMapping[str, str] = os.environ) -> str:
-    """Apply :func:`choose_threads` to torch (lowering its count only, never raising it) and
-    :func:`keep_freed_blocks`, and return a one-line notice of the threads, the OpenMP wait
-    policy and the allocator in force."""
+    """Apply :func:`choose_threads` to torch (lowering its count only, never raising it),
+    :func:`mkl_threads_per_call` and :func:`keep_freed_blocks`, and return a one-line notice of
+    the threads, the OpenMP wait policy and the allocator in force."""
     threads, why = choose_threads(environ)
     import torch
 
     if why != "OMP_NUM_THREADS" and torch.get_num_threads() > threads:
         torch.set_num_threads(threads)
     threads = torch.get_num_threads()
+    if mkl_threads_per_call(environ):
+        why += "; MKL sizes its threads per call"
     policy = environ.get("OMP_WAIT_POLICY")
     if policy is None:
         waiting = "OpenMP threads spin while waiting (set OMP_WAIT_POLICY=PASSIVE before Python starts on shared cores)"

@@ -111,6 +111,10 @@ class TrainingConfig:
             for batches of any size, one for evaluation; the first batch waits for the
             compiler): :meth:`~hydragnn.train.strategies.Strategy.compile`, single-process
             only, not for interatomic potentials with forces by autograd.
+        intra_op_threads ["auto" | int >= 1]: torch's intra-op threads during the run; "auto"
+            times the first steps at torch's count and at its halvings and keeps the fastest
+            (single-process eager CPU training; otherwise the count stays), see
+            :mod:`hydragnn.train.threads`. The process's count is restored afterwards.
         model_keys: ``loss_function_type`` etc. given here (already copied into Architecture).
     """
 
@@ -134,6 +138,7 @@ class TrainingConfig:
     fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig, metadata={"json": "FineTune"})
     global_attn_redraw_interval: int | None = field(default=1000, metadata={"min": 1})
     compile: bool = False
+    intra_op_threads: int | Literal["auto"] = field(default="auto", metadata={"min": 1})
     model_keys: tuple[tuple[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,6 +168,7 @@ class TrainingConfig:
             "FineTune": plain(self.fine_tune),
             "global_attn_redraw_interval": self.global_attn_redraw_interval,
             "compile": self.compile,
+            "intra_op_threads": self.intra_op_threads,
         }
         out.update(dict(self.model_keys))
         return out

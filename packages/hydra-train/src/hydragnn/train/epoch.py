@@ -17,6 +17,7 @@ from .errors import TrainingAborted
 from .progress import Progress, fmt_losses
 from .schedule import ProjectionRedraw, Warmup
 from .strategies.base import Strategy
+from .threads import ThreadTuner
 
 
 def train_epoch(
@@ -28,6 +29,7 @@ def train_epoch(
     redraw: ProjectionRedraw | None = None,
     warmup: Warmup | None = None,
     average: WeightAverage | None = None,
+    threads: ThreadTuner | None = None,
 ) -> tuple[float, dict[str, float], int, float]:
     """One pass over ``loader``. Returns (mean loss, {head: mean loss}, skipped batches, graphs/s)."""
     module = strategy.unwrap()
@@ -42,6 +44,8 @@ def train_epoch(
     graphs = 0
     bar = progress.bar(loader, n_batches, f"epoch {epoch}")
     every = max(1, n_batches // 20)  # the bar's running loss: a host read every `every` batches
+    if threads is not None:
+        threads.new_epoch()
     try:
         for i, batch in enumerate(bar if bar is not None else loader):
             batch = strategy.to_device(batch)
@@ -76,6 +80,8 @@ def train_epoch(
                 average.update(module)
             n = int(getattr(batch, "num_graphs", 1))
             graphs += n
+            if threads is not None:
+                threads.step_done(n)
             row = torch.stack([loss.detach(), *(heads[name].detach() for name in names)])
             sums[:-1].add_(row.to(torch.float64), alpha=n)
             sums[-1] += n

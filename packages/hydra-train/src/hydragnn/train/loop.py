@@ -48,6 +48,7 @@ from .run_folder import check_fingerprint
 from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
 from .strategies.base import Strategy
 from .strategies.optim import adopt_fast_step
+from .threads import ThreadTuner
 
 __all__ = ["CHECKPOINT_NAME", "ProjectionRedraw", "train_validate_test"]
 
@@ -203,157 +204,165 @@ def train_validate_test(
         set_rng_state(ckpt["rng"])
         progress.log(1, f"resumed from {ckpt_path} after epoch {start_epoch - 1}")
 
-    units = head_units(module)
-    budget = TimeBudget(cfg.max_time_s)
-    progress.log(1, f"training {log_name}: {cfg.num_epoch} epochs, {len(train_loader)} batches per epoch per rank")
-    stop_reason = "num_epoch"
-    for epoch in range(start_epoch, cfg.num_epoch):
-        t0 = time.perf_counter()
-        elapsed, _ = budget.check(0.0, strategy)
-        if stage.due(epoch, elapsed):
-            changed = stage.apply(optimizer, module)
-            stage.started, second_stage_epoch = True, epoch
-            best_loss, since_best = math.inf, 0
-            progress.log(
-                1,
-                f"second stage from epoch {epoch}: learning rate {_lr(optimizer):.3g} (constant), loss weights "
-                f"{changed or 'unchanged'}; the best model is now chosen among second-stage epochs",
-            )
-        set_epoch(train_loader, epoch)
-        train_loss, train_heads, skipped, gps = _train_epoch(
-            strategy, train_loader, epoch, cfg.nan_policy, progress, redraw, warmup, average
-        )
-        skipped_total += skipped
-        batches_total += len(train_loader)
-        if skipped_total > cfg.max_skipped_fraction * batches_total:
-            raise TrainingAborted(
-                f"{skipped_total} of {batches_total} training batches so far had a non-finite loss and were skipped "
-                f"(more than max_skipped_fraction={cfg.max_skipped_fraction:g}) at epoch {epoch}: the model is "
-                "diverging; lower the learning rate, clip gradients (clip_grad_norm) or check the data. No artifact "
-                "was written"
-            )
-        averaged = average.applied(module) if average is not None else contextlib.nullcontext()
-        with averaged:
-            if val_loader is not None:
-                val_loss, val_heads, _, _, val_extras = evaluate_losses(strategy, val_loader)
-                val_errors = val_extras["errors"]
-            else:
-                val_loss, val_heads, val_errors = train_loss, train_heads, None
-            improved = val_loss < best_loss
-            if improved:
-                best_loss, best_epoch, since_best = val_loss, epoch, 0
-                best_state = _clone_state(strategy.model_state_dict())
-            else:
-                since_best += 1
-        lr = _lr(optimizer)
-        if not stage.started:
-            _scheduler_step(scheduler, val_loss)
-        record = {
-            "epoch": epoch,
-            "train_loss": train_loss,
-            "val_loss": val_loss,
-            "train_heads": train_heads,
-            "val_heads": val_heads,
-            "val_errors": val_errors,
-            "lr": lr,
-            "second_stage": stage.started,
-            "skipped_batches": skipped,
-            "graphs_per_s": gps,
-            "seconds": time.perf_counter() - t0,
-        }
-        history.append(record)
-        if writer is not None and strategy.is_main:
-            writer.add_scalar("loss/train", train_loss, epoch)
-            writer.add_scalar("loss/val", val_loss, epoch)
-            writer.add_scalar("lr", lr, epoch)
-            for name in train_heads:
-                writer.add_scalar(f"train/{name}", train_heads[name], epoch)
-                writer.add_scalar(f"val/{name}", val_heads[name], epoch)
-            for name, err in (val_errors or {}).items():
-                writer.add_scalar(f"val_mae/{name}", err["mae"], epoch)
-                writer.add_scalar(f"val_rmse/{name}", err["rmse"], epoch)
-            writer.flush()
-        progress.log(
-            2,
-            f"epoch {epoch}: loss train {train_loss:.4g} val {val_loss:.4g}"
-            + (f" | val MAE {fmt_errors(val_errors)}" if val_errors else f" ({fmt_losses(train_heads)})")
-            + f" | lr {lr:.3g} | {gps:.1f} graphs/s | {record['seconds']:.1f} s{' *' if improved else ''}",
-        )
-        stop = cfg.early_stopping.enabled and since_best >= cfg.early_stopping.patience
-        if stop:
-            stop_reason = "early_stopping"
-        elif epoch + 1 < cfg.num_epoch:
-            elapsed, out_of_time = budget.check(record["seconds"], strategy)
-            if out_of_time:
-                stop, stop_reason = True, "max_time_s"
-        ck = cfg.checkpoint
-        if (
-            ck.enabled
-            and (epoch + 1 >= ck.warmup)
-            and ((epoch + 1) % ck.every == 0 or stop or epoch + 1 == cfg.num_epoch)
-        ):
-            state = {
-                "model": _clone_state(strategy.model_state_dict()),
-                "optimizer": strategy.optimizer_state_dict(),
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "epoch": epoch,
-                "best_val_loss": best_loss,
-                "best_epoch": best_epoch,
-                "best_state": best_state,
-                "since_best": since_best,
-                "skipped_batches": skipped_total,
-                "seen_batches": batches_total,
-                "train_batches": redraw.batches,
-                "warmup_done": warmup.done,
-                "second_stage_epoch": second_stage_epoch,
-                "history": history,
-                "rng": get_rng_state(),
-                "fingerprint": dict(fingerprint) if fingerprint is not None else None,
-            }
-            if average is not None:
-                state["ema"] = average.state_dict()
-            if strategy.is_main:
-                atomic_save(state, ckpt_path)
-            strategy.barrier()
-        if stop:
-            if stop_reason == "early_stopping":
-                progress.log(1, f"early stopping after epoch {epoch}: no better validation loss for {since_best} epochs")
-            else:
+    threads = ThreadTuner(
+        cfg.intra_op_threads,
+        measure=strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile,
+        log=lambda line: progress.log(1, line),
+    )
+    try:
+        units = head_units(module)
+        budget = TimeBudget(cfg.max_time_s)
+        progress.log(1, f"training {log_name}: {cfg.num_epoch} epochs, {len(train_loader)} batches per epoch per rank")
+        stop_reason = "num_epoch"
+        for epoch in range(start_epoch, cfg.num_epoch):
+            t0 = time.perf_counter()
+            elapsed, _ = budget.check(0.0, strategy)
+            if stage.due(epoch, elapsed):
+                changed = stage.apply(optimizer, module)
+                stage.started, second_stage_epoch = True, epoch
+                best_loss, since_best = math.inf, 0
                 progress.log(
                     1,
-                    f"time budget max_time_s={cfg.max_time_s:g} s: stopping after epoch {epoch} ({elapsed:.0f} s "
-                    f"elapsed, the last epoch took {record['seconds']:.1f} s); the best model is kept",
+                    f"second stage from epoch {epoch}: learning rate {_lr(optimizer):.3g} (constant), loss weights "
+                    f"{changed or 'unchanged'}; the best model is now chosen among second-stage epochs",
                 )
-            break
+            set_epoch(train_loader, epoch)
+            train_loss, train_heads, skipped, gps = _train_epoch(
+                strategy, train_loader, epoch, cfg.nan_policy, progress, redraw, warmup, average, threads
+            )
+            skipped_total += skipped
+            batches_total += len(train_loader)
+            if skipped_total > cfg.max_skipped_fraction * batches_total:
+                raise TrainingAborted(
+                    f"{skipped_total} of {batches_total} training batches so far had a non-finite loss and were skipped "
+                    f"(more than max_skipped_fraction={cfg.max_skipped_fraction:g}) at epoch {epoch}: the model is "
+                    "diverging; lower the learning rate, clip gradients (clip_grad_norm) or check the data. No artifact "
+                    "was written"
+                )
+            averaged = average.applied(module) if average is not None else contextlib.nullcontext()
+            with averaged:
+                if val_loader is not None:
+                    val_loss, val_heads, _, _, val_extras = evaluate_losses(strategy, val_loader)
+                    val_errors = val_extras["errors"]
+                else:
+                    val_loss, val_heads, val_errors = train_loss, train_heads, None
+                improved = val_loss < best_loss
+                if improved:
+                    best_loss, best_epoch, since_best = val_loss, epoch, 0
+                    best_state = _clone_state(strategy.model_state_dict())
+                else:
+                    since_best += 1
+            lr = _lr(optimizer)
+            if not stage.started:
+                _scheduler_step(scheduler, val_loss)
+            record = {
+                "epoch": epoch,
+                "train_loss": train_loss,
+                "val_loss": val_loss,
+                "train_heads": train_heads,
+                "val_heads": val_heads,
+                "val_errors": val_errors,
+                "lr": lr,
+                "second_stage": stage.started,
+                "skipped_batches": skipped,
+                "graphs_per_s": gps,
+                "seconds": time.perf_counter() - t0,
+            }
+            history.append(record)
+            if writer is not None and strategy.is_main:
+                writer.add_scalar("loss/train", train_loss, epoch)
+                writer.add_scalar("loss/val", val_loss, epoch)
+                writer.add_scalar("lr", lr, epoch)
+                for name in train_heads:
+                    writer.add_scalar(f"train/{name}", train_heads[name], epoch)
+                    writer.add_scalar(f"val/{name}", val_heads[name], epoch)
+                for name, err in (val_errors or {}).items():
+                    writer.add_scalar(f"val_mae/{name}", err["mae"], epoch)
+                    writer.add_scalar(f"val_rmse/{name}", err["rmse"], epoch)
+                writer.flush()
+            progress.log(
+                2,
+                f"epoch {epoch}: loss train {train_loss:.4g} val {val_loss:.4g}"
+                + (f" | val MAE {fmt_errors(val_errors)}" if val_errors else f" ({fmt_losses(train_heads)})")
+                + f" | lr {lr:.3g} | {gps:.1f} graphs/s | {record['seconds']:.1f} s{' *' if improved else ''}",
+            )
+            stop = cfg.early_stopping.enabled and since_best >= cfg.early_stopping.patience
+            if stop:
+                stop_reason = "early_stopping"
+            elif epoch + 1 < cfg.num_epoch:
+                elapsed, out_of_time = budget.check(record["seconds"], strategy)
+                if out_of_time:
+                    stop, stop_reason = True, "max_time_s"
+            ck = cfg.checkpoint
+            if (
+                ck.enabled
+                and (epoch + 1 >= ck.warmup)
+                and ((epoch + 1) % ck.every == 0 or stop or epoch + 1 == cfg.num_epoch)
+            ):
+                state = {
+                    "model": _clone_state(strategy.model_state_dict()),
+                    "optimizer": strategy.optimizer_state_dict(),
+                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                    "epoch": epoch,
+                    "best_val_loss": best_loss,
+                    "best_epoch": best_epoch,
+                    "best_state": best_state,
+                    "since_best": since_best,
+                    "skipped_batches": skipped_total,
+                    "seen_batches": batches_total,
+                    "train_batches": redraw.batches,
+                    "warmup_done": warmup.done,
+                    "second_stage_epoch": second_stage_epoch,
+                    "history": history,
+                    "rng": get_rng_state(),
+                    "fingerprint": dict(fingerprint) if fingerprint is not None else None,
+                }
+                if average is not None:
+                    state["ema"] = average.state_dict()
+                if strategy.is_main:
+                    atomic_save(state, ckpt_path)
+                strategy.barrier()
+            if stop:
+                if stop_reason == "early_stopping":
+                    progress.log(1, f"early stopping after epoch {epoch}: no better validation loss for {since_best} epochs")
+                else:
+                    progress.log(
+                        1,
+                        f"time budget max_time_s={cfg.max_time_s:g} s: stopping after epoch {epoch} ({elapsed:.0f} s "
+                        f"elapsed, the last epoch took {record['seconds']:.1f} s); the best model is kept",
+                    )
+                break
 
-    if best_epoch < 0 and history:
-        raise TrainingAborted(
-            f"no epoch of {len(history)} reached a finite validation loss (last: {history[-1]['val_loss']}); "
-            f"{skipped_total} batch(es) were skipped for a non-finite loss. No artifact was written"
-        )
-    if best_state is not None:
-        strategy.load_model_state_dict(best_state)
-        what = "EMA weights" if average is not None else "weights"
-        progress.log(1, f"best epoch {best_epoch} (val loss {best_loss:.6g}); its {what} are restored")
-    if skipped_total:
-        progress.log(1, f"{skipped_total} batch(es) skipped for a non-finite loss")
-    summary: dict[str, Any] = {
-        "best_epoch": best_epoch,
-        "best_val_loss": best_loss,
-        "epochs_run": len(history),
-        "stopped_early": stop_reason != "num_epoch",
-        "stop_reason": stop_reason,
-        "second_stage_epoch": second_stage_epoch,
-        "skipped_batches": skipped_total,
-        "train_batches": redraw.batches,
-        "projection_redraws": redraw.redraws,
-        "history": history,
-        "test": None,
-    }
-    if test_loader is not None:
-        loss, heads, trues, preds, extras = evaluate_losses(strategy, test_loader, collect=True)
-        trues, preds, natoms = gather_rows(strategy, trues, preds, extras.get("natoms"))
-        summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, natoms, units)}
-        summary["test_targets"], summary["test_predictions"], summary["test_natoms"] = trues, preds, natoms
-        progress.log(1, f"test loss {loss:.6g} | MAE {fmt_errors(summary['test']['mae'])}")
-    return summary
+        if best_epoch < 0 and history:
+            raise TrainingAborted(
+                f"no epoch of {len(history)} reached a finite validation loss (last: {history[-1]['val_loss']}); "
+                f"{skipped_total} batch(es) were skipped for a non-finite loss. No artifact was written"
+            )
+        if best_state is not None:
+            strategy.load_model_state_dict(best_state)
+            what = "EMA weights" if average is not None else "weights"
+            progress.log(1, f"best epoch {best_epoch} (val loss {best_loss:.6g}); its {what} are restored")
+        if skipped_total:
+            progress.log(1, f"{skipped_total} batch(es) skipped for a non-finite loss")
+        summary: dict[str, Any] = {
+            "best_epoch": best_epoch,
+            "best_val_loss": best_loss,
+            "epochs_run": len(history),
+            "stopped_early": stop_reason != "num_epoch",
+            "stop_reason": stop_reason,
+            "second_stage_epoch": second_stage_epoch,
+            "skipped_batches": skipped_total,
+            "train_batches": redraw.batches,
+            "projection_redraws": redraw.redraws,
+            "history": history,
+            "test": None,
+        }
+        if test_loader is not None:
+            loss, heads, trues, preds, extras = evaluate_losses(strategy, test_loader, collect=True)
+            trues, preds, natoms = gather_rows(strategy, trues, preds, extras.get("natoms"))
+            summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, natoms, units)}
+            summary["test_targets"], summary["test_predictions"], summary["test_natoms"] = trues, preds, natoms
+            progress.log(1, f"test loss {loss:.6g} | MAE {fmt_errors(summary['test']['mae'])}")
+        return summary
+    finally:
+        threads.restore()
