@@ -375,3 +375,33 @@ def test_capture_safe_full_graph_trace(name):
     e, f = energy_and_forces(x, pos.clone().requires_grad_(True), batch, ei)
     torch.testing.assert_close(e_c, e)
     torch.testing.assert_close(f_c, f)
+
+
+def test_egnn_builds_and_computes_vectors_only_where_they_are_read():
+    """Without ``update_coords`` and without a stage that reads vectors (only the
+    EquivariantTransformer does), EGNN has no coordinate MLP and returns no vectors; its
+    artifacts written while it had one still load, with the same outputs."""
+    from hydragnn.models.testing import CUTOFF
+    from hydragnn.models.testing import build as build_model
+    from hydragnn.models.testing.graphs import collate, periodic_samples
+
+    batch = collate(periodic_samples(CUTOFF)[:2])
+
+    def encode(model):
+        return model.encode(model.graph_inputs(batch, batch.pos, batch.edge_index, batch.edge_shift))
+
+    plain = build_model("EGNN", update_coords=False)
+    assert plain.encoder.vector_channels == 0 and not any(".coord_mlp." in k for k in plain.state_dict())
+    emb = encode(plain)
+    assert emb.vector is None and torch.isfinite(emb.scalar).all()
+    staged = build_model("EGNN", update_coords=False, global_attn_engine="EquivariantTransformer", global_attn_heads=4)
+    assert staged.global_stage.vector_in is not None and any(".coord_mlp." in k for k in staged.state_dict())
+    assert encode(staged).vector is not None
+    moving = build_model("EGNN")  # update_coords: the vectors feed the next layer's distances
+    assert encode(moving).vector is not None
+
+    older = dict(plain.state_dict())
+    older.update({k: v for k, v in staged.state_dict().items() if ".coord_mlp." in k and k.startswith("encoder.")})
+    again = build_model("EGNN", update_coords=False, seed=1)
+    again.load_state_dict(older)  # strict: the unread weights are skipped, nothing else
+    torch.testing.assert_close(encode(again).scalar, emb.scalar, rtol=0, atol=0)

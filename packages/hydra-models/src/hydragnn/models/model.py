@@ -80,6 +80,7 @@ class HydraModel(nn.Module):
             num_radial=config.num_radial,
             num_species=num_species(config, schema),
             conv_checkpointing=config.conv_checkpointing,
+            vector_output=config.attention.engine == "EquivariantTransformer",
         )
         check_conditioning(config, schema, self.dims.graph_in, special)
         self.global_stage: nn.Module | None = None

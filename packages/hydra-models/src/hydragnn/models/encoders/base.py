@@ -91,6 +91,9 @@ class EncoderDims:
     num_radial: int
     num_species: int
     conv_checkpointing: bool = False
+    vector_output: bool = True
+    """Whether a later stage reads ``NodeEmbedding.vector`` (the model: only the
+    EquivariantTransformer; no head does). An encoder may skip vectors nothing else needs."""
 
 
 @dataclass(frozen=True)

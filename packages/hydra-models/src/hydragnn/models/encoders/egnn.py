@@ -6,7 +6,10 @@ messages ``m_ij = phi_e(h_i, h_j, |x_i - x_j|^2, a_ij)`` and an equivariant vect
 ``-dE/dpos``): the coordinate update of the paper is carried in ``v`` as an accumulated
 displacement (channel 0), and with ``update_coords`` the next layer's distances are those of
 the displaced coordinates, ``x_j - x_i = edge_vec_ij + v_j[:, 0] - v_i[:, 0]`` (``edge_vec``
-already holds periodic shifts; positions are never differenced directly).
+already holds periodic shifts; positions are never differenced directly). When nothing reads
+``v`` (no ``update_coords``, and the model says no later stage reads an encoder's vectors:
+``EncoderDims.vector_output``), it is neither built nor computed: the layers have no
+coordinate MLP and the encoder returns ``vector=None``.
 
 Messages are gated by a cosine cutoff of the input distance, so energies are smooth when a
 neighbour crosses the radius, and sums are divided by the constant ``avg_num_neighbors``.
@@ -56,9 +59,12 @@ class EGNNConfig(EncoderConfig):
 
 
 class EGCL(nn.Module):
-    """One E(n)-equivariant convolution layer acting on ``h [N, H]`` and ``v [N, 3, C]``."""
+    """One E(n)-equivariant convolution layer acting on ``h [N, H]`` and, when ``vectors``,
+    ``v [N, 3, C]`` (else ``v`` is None and stays None)."""
 
-    def __init__(self, hidden: int, edge_feat: int, channels: int, config: EGNNConfig, radius: float) -> None:
+    def __init__(
+        self, hidden: int, edge_feat: int, channels: int, config: EGNNConfig, radius: float, vectors: bool
+    ) -> None:
         super().__init__()
         self.update_coords = config.update_coords
         self.inv_norm = 1.0 / config.avg_num_neighbors
@@ -68,22 +74,24 @@ class EGCL(nn.Module):
         )
         self.att = nn.Sequential(nn.Linear(hidden, 1), nn.Sigmoid()) if config.attention else None
         self.node_mlp = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
-        last = nn.Linear(hidden, channels, bias=False)
-        if config.update_coords:  # small initial displacements (the paper's gain 0.001); other channels default
-            with torch.no_grad():
-                last.weight[0].mul_(1e-3)
-        self.coord_mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), last)
+        self.coord_mlp: nn.Module | None = None
+        if vectors:
+            last = nn.Linear(hidden, channels, bias=False)
+            if config.update_coords:  # small initial displacements (the paper's gain 0.001); other channels default
+                with torch.no_grad():
+                    last.weight[0].mul_(1e-3)
+            self.coord_mlp = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), last)
 
     def forward(
         self,
         h: torch.Tensor,
-        v: torch.Tensor,
+        v: torch.Tensor | None,
         edge_index: torch.Tensor,
         edge_vec: torch.Tensor,
         edge_feat: torch.Tensor,
         fcut: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``h [N,H]``, ``v [N,3,C]``, ``edge_vec [E,3]`` (x_j - x_i), ``edge_feat [E,R(+Fe)]``, ``fcut [E]``."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``h [N,H]``, ``v [N,3,C]`` or None, ``edge_vec [E,3]`` (x_j - x_i), ``edge_feat [E,R(+Fe)]``, ``fcut [E]``."""
         src, dst = edge_index[0], edge_index[1]
         num_nodes = h.shape[0]
         rel = edge_vec + v[src, :, 0] - v[dst, :, 0] if self.update_coords else edge_vec
@@ -94,6 +102,8 @@ class EGCL(nn.Module):
         gate = fcut.unsqueeze(-1)
         m = m * gate
         h = h + self.node_mlp(torch.cat([h, scatter_sum(m, dst, num_nodes) * self.inv_norm], dim=-1))
+        if self.coord_mlp is None or v is None:
+            return h, v
         dv = -rel.unsqueeze(-1) * (self.coord_mlp(m) * gate).unsqueeze(1)  # (x_i - x_j) phi_x(m_ij)
         v = v + scatter_sum(dv, dst, num_nodes) * self.inv_norm
         return h, v
@@ -101,7 +111,8 @@ class EGCL(nn.Module):
 
 @register_encoder("EGNN")
 class EGNN(Encoder):
-    """EGNN encoder: returns ``NodeEmbedding(scalar h [N, H], vector [N, 3, C])``."""
+    """EGNN encoder: returns ``NodeEmbedding(scalar h [N, H], vector [N, 3, C])`` (``vector``
+    None when nothing reads it, see the module docstring)."""
 
     Config = EGNNConfig
     equivariant = True
@@ -116,10 +127,24 @@ class EGNN(Encoder):
         self.rbf = BesselRBF(dims.radius, dims.num_radial)
         self.cutoff = CosineCutoff(dims.radius)
         edge_feat = dims.num_radial + max(dims.edge_in, 0)
+        self.tracks_vectors = config.update_coords or dims.vector_output
         self.layers = nn.ModuleList(
-            EGCL(dims.hidden_dim, edge_feat, channels, config, dims.radius) for _ in range(dims.num_conv_layers)
+            EGCL(dims.hidden_dim, edge_feat, channels, config, dims.radius, self.tracks_vectors)
+            for _ in range(dims.num_conv_layers)
         )
         self.channels = channels
+
+    @property
+    def vector_channels(self) -> int:
+        return self.channels if self.tracks_vectors else 0
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """Artifacts written before the layers dropped their unread coordinate MLP still load:
+        those weights are skipped."""
+        if not self.tracks_vectors:
+            for key in [k for k in state_dict if k.startswith(prefix + "layers.") and ".coord_mlp." in k]:
+                del state_dict[key]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
         length, _ = edge_geometry(inputs, "EGNN")
@@ -132,7 +157,7 @@ class EGNN(Encoder):
         if edge_attr is not None:
             edge_feat = torch.cat([edge_feat, edge_attr], dim=-1)
         fcut = self.cutoff(length)
-        v = h.new_zeros((h.shape[0], 3, self.channels))
+        v = h.new_zeros((h.shape[0], 3, self.channels)) if self.tracks_vectors else None
         for i, layer in enumerate(self.layers):
             h_in = h
             h, v = call_layer(layer, self.dims.conv_checkpointing, h, v, inputs.edge_index, edge_vec, edge_feat, fcut)
