@@ -12,6 +12,7 @@ nodes it takes a fraction of PyG's time (``tools/bench/train_throughput.py`` rep
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,13 +74,15 @@ def _collate(data_list: list[Data], keys: list[str], node_key: str) -> Batch:
     n_graphs = len(data_list)
     dims = [_cat_dim(key) for key in keys]
     columns = [[data._store._mapping[key] for data in data_list] for key in keys]
-    sizes = torch.tensor([counts] + [[v.shape[d] for v in col] for col, d in zip(columns, dims)], dtype=torch.long)
+    flat = counts + [v.shape[d] for col, d in zip(columns, dims) for v in col]
+    sizes = torch.tensor(flat, dtype=torch.long).view(len(keys) + 1, n_graphs)
     offsets = sizes.new_zeros(len(keys) + 1, n_graphs + 1)
     torch.cumsum(sizes, 1, out=offsets[:, 1:])
     node_offsets = offsets[0, :-1]
     zeros = torch.zeros(n_graphs, dtype=torch.long)
     shift = sum(counts[:-1]) > 0
-    out = Batch(_base_cls=Data)
+    out = type.__call__(_data_batch())  # PyG's Batch(_base_cls=Data) builds its class anew each call
+    store = out._store._mapping
     slice_dict: dict[str, torch.Tensor] = {}
     inc_dict: dict[str, torch.Tensor] = {}
     for k, (key, col, dim) in enumerate(zip(keys, columns, dims)):
@@ -91,13 +94,19 @@ def _collate(data_list: list[Data], keys: list[str], node_key: str) -> Batch:
         else:
             inc_dict[key] = zeros
         slice_dict[key] = offsets[k + 1]
-        out[key] = value
+        store[key] = value
     out.batch = torch.repeat_interleave(torch.arange(n_graphs), sizes[0])
     out.ptr = offsets[0]
     out._num_graphs = n_graphs
     out._slice_dict = slice_dict
     out._inc_dict = inc_dict
     return out
+
+
+@functools.cache
+def _data_batch() -> type:
+    """The ``DataBatch`` class that ``Batch.from_data_list`` returns for plain ``Data``."""
+    return type(Batch(_base_cls=Data))
 
 
 class GraphCollater(Collater):
