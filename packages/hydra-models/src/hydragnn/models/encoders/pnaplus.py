@@ -56,14 +56,22 @@ class GatedPNAConv(PNAConv):
     def forward(self, x: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor) -> Tensor:  # type: ignore[override]
         """``x [N, C]``, ``edge_index [2, E]``, ``edge_feat [E, D]`` or None, ``env [E, 1]`` -> ``[N, C]``."""
         gate = env if self.gate is None else self.gate(edge_feat) * env  # [E, F_in] or [E, 1]
-        x = x.view(-1, 1, self.F_in).repeat(1, self.towers, 1)
+        x = x.view(-1, 1, self.F_in).expand(-1, self.towers, -1)  # every tower reads all of x (a view, never written)
         out = self.propagate(edge_index, x=x, edge_attr=edge_feat, gate=gate.unsqueeze(1), env=env)
         out = torch.cat([x, out], dim=-1)
-        out = torch.cat([post(out[:, i]) for i, post in enumerate(self.post_nns)], dim=1)
-        return self.lin(out)
+        outs = [post(out[:, i]) for i, post in enumerate(self.post_nns)]
+        return self.lin(outs[0] if len(outs) == 1 else torch.cat(outs, dim=1))
 
     def message(self, x_i: Tensor, x_j: Tensor, edge_attr: Tensor | None, gate: Tensor) -> Tensor:  # type: ignore[override]
-        return super().message(x_i, x_j, edge_attr) * gate
+        """PyG's PNA message ``pre_nn([x_i, x_j, W_e e_ij])`` per tower, times ``gate``: ``[E, T, F_in]``
+        (the edge term broadcast to the towers as a view; one tower runs on ``[E, 1, .]`` directly)."""
+        parts = [x_i, x_j]
+        if edge_attr is not None:
+            parts.append(self.edge_encoder(edge_attr).view(-1, 1, self.F_in).expand(-1, self.towers, -1))
+        h = torch.cat(parts, dim=-1)
+        if self.towers == 1:
+            return self.pre_nns[0](h) * gate
+        return torch.stack([nn(h[:, i]) for i, nn in enumerate(self.pre_nns)], dim=1) * gate
 
     def aggregate(  # type: ignore[override]
         self,
