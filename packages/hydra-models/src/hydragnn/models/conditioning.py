@@ -74,7 +74,7 @@ class NodeConditioning(nn.Module):
                 f"graph-attribute conditioning ({self.mode}) needs GraphInputs.graph_attr [B, {self.graph_in}]; "
                 "the batch has none (prepare the data with the schema's graph inputs)"
             )
-        g = inputs.graph_attr.to(h.dtype)[inputs.batch]  # [N, G]
+        g = inputs.graph_attr.to(h.dtype).index_select(0, inputs.batch)  # [N, G]
         if self.mode == "concat_node":
             return h + self.net(torch.cat([h, g], dim=-1))
         gamma, beta = self.net(g).split(self.hidden_dim, dim=-1)

@@ -80,7 +80,7 @@ class NodeConvLayer(nn.Module):
 
     def forward(self, h: torch.Tensor, inputs: GraphInputs) -> torch.Tensor:
         src, dst = inputs.edge_index[0], inputs.edge_index[1]
-        msg = self.lin_msg(h)[src]
+        msg = self.lin_msg(h).index_select(0, src)
         if self.cutoff is not None and inputs.edge_len is not None:
             msg = msg * self.cutoff(inputs.edge_len).unsqueeze(-1).to(msg.dtype)
         return self.act(self.lin_self(h) + scatter_sum(msg, dst, inputs.num_nodes))
@@ -160,7 +160,7 @@ class EdgeHeads(nn.Module):
 
     def forward(self, h: torch.Tensor, inputs: GraphInputs) -> dict[str, torch.Tensor]:
         src, dst = inputs.edge_index[0], inputs.edge_index[1]
-        feats = [h[src], h[dst]]
+        feats = [h.index_select(0, src), h.index_select(0, dst)]
         if inputs.edge_attr is not None:
             feats.append(inputs.edge_attr.to(h.dtype))
         if self.geometric and inputs.edge_len is not None:

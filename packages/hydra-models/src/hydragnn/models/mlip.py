@@ -122,11 +122,11 @@ class EnergyHead(nn.Module):
             if self.scale != 1.0 or self.shift != 0.0:
                 atomic = atomic * self.scale + self.shift
             if species is not None:
-                atomic = atomic + self.reference.to(acc)[species].unsqueeze(-1)
+                atomic = atomic + self.reference.to(acc).index_select(0, species).unsqueeze(-1)
         else:
             if head is None:
                 head = torch.full((inputs.num_graphs,), self.default_head, dtype=torch.long, device=out.device)
-            k = head.reshape(-1).long()[inputs.batch]
+            k = head.reshape(-1).long().index_select(0, inputs.batch)
             atomic = out.gather(1, k.unsqueeze(-1)) * self.scales.to(acc)[k].unsqueeze(-1)
             atomic = atomic + self.shifts.to(acc)[k].unsqueeze(-1)
             if species is not None:
@@ -159,11 +159,11 @@ def apply_strain(
     """
     displacement = torch.zeros(num_graphs, 3, 3, dtype=pos.dtype, device=pos.device, requires_grad=True)
     sym = 0.5 * (displacement + displacement.transpose(-1, -2))
-    pos = pos + torch.einsum("ni,nij->nj", pos, sym[batch])
+    pos = pos + torch.einsum("ni,nij->nj", pos, sym.index_select(0, batch))
     if cell is not None:
         cell = cell + torch.bmm(cell, sym)
     if edge_shift is not None:
-        edge_shift = edge_shift + torch.einsum("ei,eij->ej", edge_shift, sym[batch[edge_index[1]]])
+        edge_shift = edge_shift + torch.einsum("ei,eij->ej", edge_shift, sym[batch.index_select(0, edge_index[1])])
     return pos, cell, edge_shift, displacement
 
 

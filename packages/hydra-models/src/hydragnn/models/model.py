@@ -179,7 +179,7 @@ class HydraModel(nn.Module):
         x = batch.x.to(dtype)
         edge_vec = edge_len = None
         if pos is not None:
-            edge_vec = pos[edge_index[0]] - pos[edge_index[1]]
+            edge_vec = pos.index_select(0, edge_index[0]) - pos.index_select(0, edge_index[1])
             if edge_shift is not None:
                 edge_vec = edge_vec + edge_shift.to(edge_vec.dtype)
             edge_len = safe_norm(edge_vec).to(dtype)

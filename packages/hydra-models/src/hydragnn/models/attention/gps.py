@@ -111,7 +111,7 @@ class GPSLayer(nn.Module):
         pe = pe.to(like.dtype)
         if self.training:
             signs = torch.randint(0, 2, (inputs.num_graphs, self.pe_dim), device=pe.device).to(pe.dtype) * 2 - 1
-            pe = torch.cat([pe[:, : self.pe_dim] * signs[inputs.batch], pe[:, self.pe_dim :]], dim=-1)
+            pe = torch.cat([pe[:, : self.pe_dim] * signs.index_select(0, inputs.batch), pe[:, self.pe_dim :]], dim=-1)
         return self.pe_proj(pe)
 
     def forward(self, h_in: torch.Tensor, h_local: torch.Tensor, inputs: GraphInputs) -> torch.Tensor:

@@ -107,14 +107,14 @@ class PerformerAttention(nn.Module):
             k_node = k_logits.amax(dim=-1)  # [N, h]
             k_graph = k_node.new_full((num_graphs, self.heads), float("-inf"))
             k_graph = k_graph.scatter_reduce(0, batch[:, None].expand(-1, self.heads), k_node, reduce="amax")
-            k_stab = k_graph[batch].unsqueeze(-1)
+            k_stab = k_graph.index_select(0, batch).unsqueeze(-1)
         qf = self._features(q, q_stab)  # [N, h, m]
         kf = self._features(k, k_stab)
         kv = kf.new_zeros((num_graphs, self.heads, self.num_features, self.head_dim))
         kv = kv.index_add(0, batch, kf.unsqueeze(-1) * v.unsqueeze(-2))  # [B, h, m, d]
         ksum = kf.new_zeros((num_graphs, self.heads, self.num_features)).index_add(0, batch, kf)  # [B, h, m]
-        num = torch.einsum("nhm,nhmd->nhd", qf, kv[batch])
-        den = torch.einsum("nhm,nhm->nh", qf, ksum[batch]).unsqueeze(-1)
+        num = torch.einsum("nhm,nhmd->nhd", qf, kv.index_select(0, batch))
+        den = torch.einsum("nhm,nhm->nh", qf, ksum.index_select(0, batch)).unsqueeze(-1)
         att = (num / den).reshape(n, self.heads * self.head_dim).to(h.dtype)
         return self.out(att)
 

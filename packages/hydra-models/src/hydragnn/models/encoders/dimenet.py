@@ -111,8 +111,8 @@ class _FactorizedInteractionPPBlock(InteractionPPBlock):
         w1 = self.lin_sbf1.weight  # [B, L * R], input index l * R + n
         w1 = w1.view(w1.shape[0], num_spherical, -1)  # [B, L, R]
         per_edge = torch.einsum("eln,bln->elb", rad, w1)  # [E, L, B]
-        sbf = (per_edge[idx_kj] * ang.unsqueeze(-1)).sum(dim=1)  # [T, B] = lin_sbf1(rad * ang)
-        x_kj = x_kj[idx_kj] * self.lin_sbf2(sbf)  # [T, I]
+        sbf = (per_edge.index_select(0, idx_kj) * ang.unsqueeze(-1)).sum(dim=1)  # [T, B] = lin_sbf1(rad * ang)
+        x_kj = x_kj.index_select(0, idx_kj) * self.lin_sbf2(sbf)  # [T, I]
         x_kj = scatter(x_kj, idx_ji, dim=0, dim_size=x.shape[0], reduce="sum")  # [E, I]
         x_kj = self.act(self.lin_up(x_kj))
 
@@ -136,7 +136,7 @@ class _EdgeEmbedding(nn.Module):
 
     def forward(self, h: torch.Tensor, rbf: torch.Tensor, dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
         rbf = self.act(self.lin_rbf(rbf))
-        return self.act(self.lin(torch.cat([h[dst], h[src], rbf], dim=-1)))
+        return self.act(self.lin(torch.cat([h.index_select(0, dst), h.index_select(0, src), rbf], dim=-1)))
 
 
 @register_encoder("DimeNet")
@@ -221,9 +221,9 @@ class DimeNetEncoder(Encoder):
         dist = safe_norm(vec)  # recomputed from vec: NaN-free gradient at zero length
 
         idx_kj, idx_ji, weight = self.triplets(edge_index, num_nodes, vec)
-        len_kj = torch.clamp(dist[idx_kj], min=_EPS)
-        len_ji = torch.clamp(dist[idx_ji], min=_EPS)
-        cos_angle = (vec[idx_ji] * vec[idx_kj]).sum(dim=-1) / (len_kj * len_ji)
+        len_kj = torch.clamp(dist.index_select(0, idx_kj), min=_EPS)
+        len_ji = torch.clamp(dist.index_select(0, idx_ji), min=_EPS)
+        cos_angle = (vec.index_select(0, idx_ji) * vec.index_select(0, idx_kj)).sum(dim=-1) / (len_kj * len_ji)
 
         rbf = self.rbf(dist).to(dtype)  # [E, R]
         work = _compute_dtype(dist.dtype)

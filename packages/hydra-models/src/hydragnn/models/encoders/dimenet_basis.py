@@ -197,6 +197,6 @@ class SphericalBasis(nn.Module):
     def forward(self, dist: torch.Tensor, cos_angle: torch.Tensor, idx_kj: torch.Tensor) -> torch.Tensor:
         dtype = dist.dtype
         work = _compute_dtype(dtype)
-        rad = self.radial(dist.to(work))[idx_kj]  # [T, L, R]
+        rad = self.radial(dist.to(work)).index_select(0, idx_kj)  # [T, L, R]
         ang = self.angular(cos_angle.to(work)).unsqueeze(-1)  # [T, L, 1]
         return (rad * ang).reshape(-1, self.num_spherical * self.num_radial).to(dtype)

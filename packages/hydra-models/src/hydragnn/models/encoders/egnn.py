@@ -94,9 +94,9 @@ class EGCL(nn.Module):
         """``h [N,H]``, ``v [N,3,C]`` or None, ``edge_vec [E,3]`` (x_j - x_i), ``edge_feat [E,R(+Fe)]``, ``fcut [E]``."""
         src, dst = edge_index[0], edge_index[1]
         num_nodes = h.shape[0]
-        rel = edge_vec + v[src, :, 0] - v[dst, :, 0] if self.update_coords else edge_vec
+        rel = edge_vec + (v[:, :, 0].index_select(0, src) - v[:, :, 0].index_select(0, dst)) if self.update_coords else edge_vec
         d2 = (rel * rel).sum(dim=-1, keepdim=True) * self.inv_r2
-        m = self.edge_mlp(torch.cat([h[dst], h[src], d2, edge_feat], dim=-1))
+        m = self.edge_mlp(torch.cat([h.index_select(0, dst), h.index_select(0, src), d2, edge_feat], dim=-1))
         if self.att is not None:
             m = m * self.att(m)
         gate = fcut.unsqueeze(-1)

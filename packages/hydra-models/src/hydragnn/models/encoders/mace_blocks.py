@@ -83,7 +83,7 @@ class Interaction(nn.Module):
         src, dst = edge_index[0], edge_index[1]
         h = self.linear_up(h)
         weights = self.radial_mlp(edge_radial)  # [E, weight_numel]
-        messages = self.conv_tp(h[src], edge_sh, weights)  # [E, irreps_mid]
+        messages = self.conv_tp(h.index_select(0, src), edge_sh, weights)  # [E, irreps_mid]
         agg = scatter(messages, dst, dim=0, dim_size=h.shape[0], reduce="sum")
         return self.linear(agg) * self.inv_avg
 

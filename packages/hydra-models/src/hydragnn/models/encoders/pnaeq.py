@@ -116,7 +116,7 @@ def soft_extreme(
     shift = msg.new_zeros((num_nodes, msg.shape[1])).scatter_reduce(
         0, index.unsqueeze(-1).expand_as(msg), z.detach(), reduce="amax", include_self=True
     )
-    e = torch.exp(z - shift[index])
+    e = torch.exp(z - shift.index_select(0, index))
     num = scatter_sum(e * msg, index, num_nodes)
     den = torch.exp(-shift) + scatter_sum(e, index, num_nodes)
     return num / den
@@ -203,13 +203,13 @@ class PNAEqLayer(nn.Module):
         """``s [N,H]``, ``v [N,3,H]``, ``rbf [E,R]``, ``fcut [E]``, ``unit [E,3]``, ``edge_attr [E,Fe]``."""
         src, dst = edge_index[0], edge_index[1]
         num_nodes = s.shape[0]
-        feats = [s[dst], s[src], self.rbf_emb(rbf)]
+        feats = [s.index_select(0, dst), s.index_select(0, src), self.rbf_emb(rbf)]
         if self.edge_emb is not None and edge_attr is not None:
             feats.append(self.edge_emb(edge_attr))
         m = self.scalar_mlp(self.pre(torch.cat(feats, dim=-1)))
         m = m * self.rbf_lin(rbf) * fcut.unsqueeze(-1)
         g_vv, g_vs, msg = torch.split(m, self.hidden, dim=-1)
-        dv = v[src] * g_vv.unsqueeze(1) + g_vs.unsqueeze(1) * unit.unsqueeze(-1)
+        dv = v.index_select(0, src) * g_vv.unsqueeze(1) + g_vs.unsqueeze(1) * unit.unsqueeze(-1)
         agg = pna_aggregate(msg, fcut, dst, num_nodes, self.config)
         s = s + self.post(torch.cat([s, agg], dim=-1))
         v = v + scatter_sum(dv, dst, num_nodes)

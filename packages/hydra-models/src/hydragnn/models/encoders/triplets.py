@@ -40,8 +40,8 @@ def _backtracking(
     same_node = edge_index[0, idx_kj] == edge_index[1, idx_ji]
     if edge_vec is None:
         return same_node
-    v_kj = edge_vec[idx_kj].detach()
-    v_ji = edge_vec[idx_ji].detach()
+    v_kj = edge_vec.index_select(0, idx_kj).detach()
+    v_ji = edge_vec.index_select(0, idx_ji).detach()
     rel_tol = _REL_TOL_FINE if torch.finfo(edge_vec.dtype).eps < 1e-4 else _REL_TOL_COARSE
     gap = torch.linalg.vector_norm(v_kj + v_ji, dim=-1)
     scale = torch.linalg.vector_norm(v_kj, dim=-1) + torch.linalg.vector_norm(v_ji, dim=-1)
@@ -76,11 +76,11 @@ def build_triplets(
     src = edge_index[0]
     num_edges = src.shape[0]
     order, in_degree, start = _sorted_by_target(edge_index, num_nodes)
-    per_edge = in_degree[src]  # edges ending at j = src of ji
+    per_edge = in_degree.index_select(0, src)  # edges ending at j = src of ji
     idx_ji = torch.repeat_interleave(torch.arange(num_edges, device=src.device), per_edge)
     first = torch.cumsum(per_edge, 0) - per_edge
-    offset = torch.arange(idx_ji.shape[0], device=src.device) - first[idx_ji]
-    idx_kj = order[start[src[idx_ji]] + offset]
+    offset = torch.arange(idx_ji.shape[0], device=src.device) - first.index_select(0, idx_ji)
+    idx_kj = order[start[src.index_select(0, idx_ji)] + offset]
     keep = ~_backtracking(edge_index, edge_vec, idx_kj, idx_ji)
     return idx_kj[keep], idx_ji[keep]
 

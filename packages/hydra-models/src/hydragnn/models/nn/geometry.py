@@ -67,9 +67,9 @@ def minimum_image(rel: torch.Tensor, batch: torch.Tensor, cell: torch.Tensor, pb
     invertible = (info == 0).unsqueeze(-1)  # [B, 1]
     inv = torch.where(invertible.unsqueeze(-1), inv, eye)
     periodic = periodic * invertible.to(rel.dtype)  # a singular periodic cell: no shifts
-    frac = torch.einsum("ijc,icd->ijd", rel.detach(), inv[batch])  # [i, j, 3] fractional coordinates
-    shift = torch.round(frac) * periodic[batch].unsqueeze(1)  # [N, N, 3]
-    return rel - torch.einsum("ijk,ikc->ijc", shift, cell[batch])
+    frac = torch.einsum("ijc,icd->ijd", rel.detach(), inv.index_select(0, batch))  # [i, j, 3] fractional coordinates
+    shift = torch.round(frac) * periodic.index_select(0, batch).unsqueeze(1)  # [N, N, 3]
+    return rel - torch.einsum("ijk,ikc->ijc", shift, cell.index_select(0, batch))
 
 
 def _geometry(
