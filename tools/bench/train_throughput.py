@@ -8,7 +8,9 @@ per-parameter loop on CPU) and ``after`` (hydra-data's loaders: ``collate_graphs
 optimizer factory: fused AdamW). Printed per encoder:
 graphs/s of both and their ratio, where an ``after`` step spends its time (collation, transfer,
 forward + loss, backward, optimizer, host reads; neighbour lists are built once when the data is
-prepared and reported per graph), and peak memory (VmHWM).
+prepared and reported per graph), and peak memory (VmHWM). With ``--threads`` above 1 an
+``after`` variant on one intra-op thread runs in the same rotation: the comparison
+``Training.intra_op_threads: "auto"`` makes at the start of a run.
 
 ``--compile``: the unit workload also trains with ``Training.compile`` (the ``after`` setup
 through ``torch.compile``, dynamic shapes; the MLIP workload cannot: forces by double backward),
@@ -218,10 +220,11 @@ def profile_worker(args: argparse.Namespace) -> None:
     from torch_geometric.loader.dataloader import Collater
 
     from hydragnn.data import create_dataloaders
+    from hydragnn.data.threads import set_intra_op_threads
     from hydragnn.models import build_model
     from hydragnn.train.strategies import Strategy, build_optimizer_factory
 
-    torch.set_num_threads(args.threads)
+    set_intra_op_threads(args.threads)
     make = _steps.unit_workload if args.workload == "unit" else _steps.mlip_workload
     data, base, schema = make(args.structures)
     arch = _steps.architecture(args.workload, args.encoder, data, base)
@@ -246,12 +249,14 @@ def profile_worker(args: argparse.Namespace) -> None:
             first_s = _steps.timed_steps(strategy, loader, 1, 0)[2]
         return strategy, loader, sum(p.numel() for p in model.parameters()), first_s
 
-    names = ("before", "after", "compiled") if args.compile and args.workload == "unit" else ("before", "after")
+    names = ["before", "after"] + (["after 1 thread"] if args.threads > 1 else [])
+    names += ["compiled"] if args.compile and args.workload == "unit" else []
     variants = {v: setup(v) for v in names}
     phases = {v: dict.fromkeys(_steps.PHASES, 0.0) for v in variants}
     rates: dict[str, list[float]] = {v: [] for v in variants}
     for r in range(args.repeats):
         for v, (strategy, loader, _, _) in variants.items():
+            set_intra_op_threads(1 if v == "after 1 thread" else args.threads)
             totals, graphs, wall = _steps.timed_steps(strategy, loader, args.steps, args.warmup if r == 0 else 0)
             rates[v].append(graphs / wall)
             for k, t in totals.items():
@@ -299,6 +304,15 @@ def profile_main(args: argparse.Namespace) -> None:
             shares = " | ".join(f"{100 * r['phases']['after'][p] / total:.0f}" for p in _steps.PHASES)
             print(f"| {encoder} | {r['params']} | {gps['before']:.0f} | {gps['after']:.0f} | "
                   f"{gps['after'] / gps['before']:.2f} | {shares} | {r['prep_ms_per_graph']:.2f} | {r['peak_mb']:.0f} |")
+        single = [(e, r) for e, r in rows if r is not None and "after 1 thread" in r["graphs_per_s"]]
+        if single:
+            print(f"\n| encoder | after, {args.threads} threads graphs/s | after, 1 thread graphs/s | 1 thread / "
+                  f"{args.threads} |  (what Training.intra_op_threads \"auto\" weighs)")
+            print("|---|---|---|---|")
+            for encoder, r in single:
+                gps = r["graphs_per_s"]
+                print(f"| {encoder} | {gps['after']:.0f} | {gps['after 1 thread']:.0f} | "
+                      f"{gps['after 1 thread'] / gps['after']:.2f} |")
         compiled = [(e, r) for e, r in rows if r is not None and "compiled" in r["graphs_per_s"]]
         if compiled:
             print("\n| encoder | after (eager) graphs/s | compiled graphs/s | compiled/eager | first compiled step s |")

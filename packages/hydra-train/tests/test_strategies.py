@@ -256,3 +256,15 @@ def test_deepspeed_zero3_refuses_mlip_forces():
             strategy.setup(model, build_optimizer_factory({"type": "Adam", "learning_rate": 0.01}))
     finally:
         strategy.teardown()
+
+
+def test_a_batch_already_on_the_device_is_not_walked_again():
+    from torch_geometric.data import Batch, Data
+
+    batch = Batch.from_data_list([Data(x=torch.ones(3, 1), edge_index=torch.tensor([[0, 1], [1, 2]]))] * 2)
+    strategy = Strategy()
+    strategy.device = torch.device("cpu")
+    assert strategy.to_device(batch) is batch
+    strategy.device = torch.device("meta")
+    moved = strategy.to_device(batch)
+    assert moved.x.device.type == "meta" and moved.edge_index.device.type == "meta"
