@@ -306,8 +306,8 @@ def profile_main(args: argparse.Namespace) -> None:
                   f"{gps['after'] / gps['before']:.2f} | {shares} | {r['prep_ms_per_graph']:.2f} | {r['peak_mb']:.0f} |")
         single = [(e, r) for e, r in rows if r is not None and "after 1 thread" in r["graphs_per_s"]]
         if single:
-            print(f"\n| encoder | after, {args.threads} threads graphs/s | after, 1 thread graphs/s | 1 thread / "
-                  f"{args.threads} |  (what Training.intra_op_threads \"auto\" weighs)")
+            print(f"\nOne intra-op thread vs {args.threads} (the comparison Training.intra_op_threads \"auto\" makes):")
+            print(f"| encoder | after, {args.threads} threads graphs/s | after, 1 thread graphs/s | 1 thread / {args.threads} |")
             print("|---|---|---|---|")
             for encoder, r in single:
                 gps = r["graphs_per_s"]
