@@ -44,7 +44,8 @@ import hydragnn.data
 from hydragnn.data.threads import configure_threads
 notice = configure_threads()
 import torch
-print(json.dumps({"policy": os.environ.get("OMP_WAIT_POLICY"), "threads": torch.get_num_threads(), "notice": notice}))
+print(json.dumps({"policy": os.environ.get("OMP_WAIT_POLICY"), "threads": torch.get_num_threads(), "notice": notice,
+                  "mkl": torch.backends.mkl.is_available()}))
 """
 
 
@@ -61,6 +62,7 @@ def test_a_fresh_process_waits_passively_with_threads_per_rank():
     assert got["policy"] == "PASSIVE"
     assert got["threads"] == 1
     assert got["notice"].startswith("threads: 1 per process (") and "set by hydragnn" in got["notice"]
+    assert ("MKL sizes its threads per call" in got["notice"]) == got["mkl"]
 
 
 def test_a_process_that_loaded_torch_first_is_told_how_to_wait_passively():

@@ -20,6 +20,7 @@ elements cost 27-45 µs where the work takes 3-4 µs. This module imports nothin
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
@@ -102,13 +103,22 @@ def mkl_threads_per_call(environ: Mapping[str, str] = os.environ) -> bool:
 
     if not torch.backends.mkl.is_available():
         return False
-    try:
-        switch = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")).MKL_Set_Dynamic
-    except (OSError, AttributeError):
+    switch = _mkl_set_dynamic(os.path.dirname(torch.__file__))
+    if switch is None:
         return False
-    switch.argtypes, switch.restype = [ctypes.c_int], None
     switch(1)
     return True
+
+
+@functools.cache
+def _mkl_set_dynamic(torch_dir: str):
+    """``MKL_Set_Dynamic(int)`` as exported by ``libtorch_cpu``, or None (looked up once)."""
+    try:
+        switch = ctypes.CDLL(os.path.join(torch_dir, "lib", "libtorch_cpu.so")).MKL_Set_Dynamic
+    except (OSError, AttributeError):
+        return None
+    switch.argtypes, switch.restype = [ctypes.c_int], None
+    return switch
 
 
 def set_intra_op_threads(threads: int) -> None:

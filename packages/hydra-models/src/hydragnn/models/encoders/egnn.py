@@ -102,7 +102,7 @@ class EGCL(nn.Module):
         gate = fcut.unsqueeze(-1)
         m = m * gate
         h = h + self.node_mlp(torch.cat([h, scatter_sum(m, dst, num_nodes) * self.inv_norm], dim=-1))
-        if self.coord_mlp is None or v is None:
+        if v is None:  # no coordinate MLP either
             return h, v
         dv = -rel.unsqueeze(-1) * (self.coord_mlp(m) * gate).unsqueeze(1)  # (x_i - x_j) phi_x(m_ij)
         v = v + scatter_sum(dv, dst, num_nodes) * self.inv_norm

@@ -71,7 +71,7 @@ class GatedPNAConv(PNAConv):
         h = torch.cat(parts, dim=-1)
         if self.towers == 1:
             return self.pre_nns[0](h) * gate
-        return torch.stack([nn(h[:, i]) for i, nn in enumerate(self.pre_nns)], dim=1) * gate
+        return torch.stack([pre(h[:, i]) for i, pre in enumerate(self.pre_nns)], dim=1) * gate
 
     def aggregate(  # type: ignore[override]
         self,

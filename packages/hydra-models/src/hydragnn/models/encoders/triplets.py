@@ -80,7 +80,7 @@ def build_triplets(
     idx_ji = torch.repeat_interleave(torch.arange(num_edges, device=src.device), per_edge)
     first = torch.cumsum(per_edge, 0) - per_edge
     offset = torch.arange(idx_ji.shape[0], device=src.device) - first.index_select(0, idx_ji)
-    idx_kj = order[start[src.index_select(0, idx_ji)] + offset]
+    idx_kj = order.index_select(0, start.index_select(0, src.index_select(0, idx_ji)) + offset)
     keep = ~_backtracking(edge_index, edge_vec, idx_kj, idx_ji)
     return idx_kj[keep], idx_ji[keep]
 
