@@ -4,8 +4,9 @@ Default: for upstream HydraGNN's unit-test workload (graphs of 2-8 nodes, batch 
 widths) and the CuAu MLIP (32 atoms, energy + forces, batch 8), every encoder trains in a fresh
 process in two variants measured alternately in that process: ``before`` (PyG's
 ``Batch.from_data_list`` collation in the training thread, torch's default AdamW step, i.e. its
-per-parameter loop on CPU) and ``after`` (hydra-data's loaders: ``collate_graphs``; hydra-train's
-optimizer factory: fused AdamW). Printed per encoder:
+per-parameter loop on CPU) and ``after`` (hydra-data's loaders: the packed in-memory list,
+``PackedGraphs``; hydra-train's optimizer factory: fused AdamW, stepped flat between the
+strategy's ``begin_training`` / ``end_training`` as the loop does). Printed per encoder:
 graphs/s of both and their ratio, where an ``after`` step spends its time (collation, transfer,
 forward + loss, backward, optimizer, host reads; neighbour lists are built once when the data is
 prepared and reported per graph), and peak memory (VmHWM). With ``--threads`` above 1 an
@@ -105,6 +106,7 @@ def worker(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     model = build_model(architecture(args.encoder, args.hidden), Schema.from_dict(CUAU_VARIABLES))
     strategy.setup(model, build_optimizer_factory({"type": "Adam", "learning_rate": 1e-3}))
+    strategy.begin_training()
     rank, world = strategy.rank, strategy.world_size
     B = args.batch
 
@@ -132,6 +134,7 @@ def worker(args: argparse.Namespace) -> None:
         "params": sum(p.numel() for p in model.parameters()),
     }
     Path(args.out, f"{args.encoder}.{args.strategy}.{world}.rank{rank}.json").write_text(json.dumps(result))
+    strategy.end_training()
     strategy.teardown()
 
 
@@ -243,6 +246,9 @@ def profile_worker(args: argparse.Namespace) -> None:
         loader = create_dataloaders(data, None, None, batch, prefetch=0)[0]
         if variant == "before":
             loader.collate_fn = Collater(data)
+            loader.packed = None
+        else:
+            strategy.begin_training()
         first_s = 0.0
         if variant == "compiled":  # Training.compile; its first step (the compiler's work) is timed apart
             strategy.compile()

@@ -1,4 +1,6 @@
-"""collate_graphs builds exactly the Batch that PyG builds; the prefetching loaders yield the same batches."""
+"""collate_graphs builds exactly the Batch that PyG builds; the prefetching loaders yield the same
+batches; PackedGraphs cuts out the same batches, and the list stays the source of truth (a
+replaced or edited graph is collated from the list)."""
 
 from __future__ import annotations
 
@@ -6,10 +8,13 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils.data import Dataset
 from torch_geometric.data import Batch, Data
 
 from hydragnn.data import Schema, add_edges, create_dataloaders, prepare, set_epoch
 from hydragnn.data.collate import GraphCollater, collate_graphs
+from hydragnn.data.loaders import GraphLoader
+from hydragnn.data.packed import PackedGraphs
 from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 
 
@@ -135,3 +140,72 @@ def test_prefetching_loaders_yield_the_same_batches_and_raise_where_the_plain_on
             seen.append(batch.num_graphs)
     assert seen == [2, 2]  # samples 0-3; the batch holding sample 5 raised
     assert threading.active_count() == before
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 9), st.integers(0, 20)), min_size=1, max_size=8),
+    st.lists(st.integers(0, 7), min_size=1, max_size=10),
+    st.integers(0, 1000),
+)
+def test_a_packed_batch_equals_the_collated_one(shapes, picks, seed):
+    """Any selection (repeats included, as a padded distributed epoch has), any node / edge counts."""
+    data = [_graph(n, e, seed + i) for i, (n, e) in enumerate(shapes)]
+    indices = [p % len(data) for p in picks]
+    packed = PackedGraphs.build(data)
+    assert packed is not None and packed.current(data, indices)
+    assert_same_batch(packed.batch(indices), collate_graphs([data[i] for i in indices]))
+
+
+class _Listed(Dataset):
+    """The same graphs behind a map-style dataset (not packed)."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def test_loaders_over_a_list_are_packed_and_yield_the_same_batches():
+    data = _prepared(11)
+    train, val, _ = create_dataloaders(data, data, None, 4)
+    plain, plain_val, _ = create_dataloaders(_Listed(data), _Listed(data), None, 4)
+    assert train.packed is not None and val.packed is not None and plain.packed is None
+    for epoch in (0, 1):
+        set_epoch(train, epoch)
+        set_epoch(plain, epoch)
+        for a, b in zip(train, plain, strict=True):
+            assert_same_batch(a, b)
+    for a, b in zip(val, plain_val, strict=True):
+        assert_same_batch(a, b)
+
+
+def test_a_graph_replaced_or_edited_after_packing_is_read_from_the_list():
+    data = _prepared(6)
+    loader = create_dataloaders(None, data, None, 3)[1]
+    data[1].pos.add_(0.5)  # in place
+    data[4] = data[4].clone()
+    data[4].energy = data[4].energy + 1.0  # a new object holding a new tensor
+    first, second = list(loader)
+    assert_same_batch(first, collate_graphs(data[:3]))
+    assert_same_batch(second, collate_graphs(data[3:]))
+    packed = loader.packed
+    assert not packed.current(data, [1]) and not packed.current(data, [4]) and packed.current(data, [0, 2, 3, 5])
+
+
+def test_what_is_not_packed():
+    data = _prepared(4)
+    assert GraphLoader(data, batch_size=2, num_workers=1).packed is None  # worker processes collate
+    assert GraphLoader(data, batch_size=2, pin_memory=True).packed is None
+    assert GraphLoader(data, batch_size=None).packed is None  # no batching
+    assert PackedGraphs.build(data, max_bytes=16) is None
+    assert PackedGraphs.build([]) is None
+    mixed = [data[0], _graph(3, 2, 0)]  # other attributes
+    assert PackedGraphs.build(mixed) is None
+    wider = [_graph(3, 2, 0), _graph(3, 2, 1)]
+    wider[1].x = torch.randn(3, 5)  # node features that do not concatenate
+    assert PackedGraphs.build(wider) is None

@@ -18,7 +18,9 @@ dataset order and never drop batches; the oversized-sample policy applies to all
 
 Every loader is a :class:`GraphLoader` (a ``torch_geometric.loader.DataLoader``) of PyG ``Batch``
 objects, collated by :func:`~hydragnn.data.collate.collate_graphs` (the same batches, built
-faster), optionally ``prefetch`` batches ahead by a background thread. Call
+faster) or, for in-memory lists, cut out of the graphs packed once
+(:class:`~hydragnn.data.packed.PackedGraphs`), optionally ``prefetch`` batches ahead by a
+background thread. Call
 :func:`set_epoch` at the start of each epoch: the training order depends only on ``(seed, epoch)``.
 """
 
@@ -37,6 +39,7 @@ from torch_geometric.loader import DataLoader
 from .batching import BatchingConfig, CostAwareBatchSampler, FixedBatchSampler, _is_int, sample_costs
 from .collate import GraphCollater
 from .errors import DataError
+from .packed import PackedGraphs
 
 
 def _world() -> tuple[int, int]:
@@ -57,22 +60,36 @@ def _batching_config(batching: Mapping[str, Any] | BatchingConfig, batch_size: i
 
 
 class GraphLoader(DataLoader):
-    """A PyG ``DataLoader`` whose batches :func:`~hydragnn.data.collate.collate_graphs` builds and,
-    with ``prefetch > 0`` and no worker processes, a background thread collates up to
-    ``prefetch`` batches ahead while the caller computes (torch releases the GIL in its kernels).
-    Batches and their order are those of the plain loader; an error in the thread is raised
-    in the caller at the batch where it happened."""
+    """A PyG ``DataLoader`` whose batches :func:`~hydragnn.data.collate.collate_graphs` builds.
+
+    An in-memory list of prepared graphs (without worker processes) is packed once
+    (:class:`~hydragnn.data.packed.PackedGraphs`): its batches are cut out of the packed tensors,
+    equal to the collated ones, and a batch whose graphs were replaced or modified in place since
+    is collated from the list. With ``prefetch > 0`` and no worker processes, a background thread
+    builds up to ``prefetch`` batches ahead while the caller computes (torch releases the GIL in
+    its kernels). Batches and their order are those of the plain loader; an error in the thread
+    is raised in the caller at the batch where it happened."""
 
     def __init__(self, dataset: Any, *, prefetch: int = 0, **kwargs: Any) -> None:
         super().__init__(dataset, **kwargs)
         self.collate_fn = GraphCollater(dataset)
         self.prefetch = prefetch
+        packable = self.num_workers == 0 and not self.pin_memory and self.batch_sampler is not None
+        self.packed = PackedGraphs.build(dataset) if packable else None
 
     def __iter__(self) -> Iterator[Any]:
-        batches = super().__iter__()
+        batches = self._packed_batches() if self.packed is not None else super().__iter__()
         if self.prefetch <= 0 or self.num_workers > 0:
             return batches
         return _ahead(batches, self.prefetch)
+
+    def _packed_batches(self) -> Iterator[Any]:
+        packed, dataset = self.packed, self.dataset
+        for indices in self.batch_sampler:
+            if packed.current(dataset, indices):
+                yield packed.batch(indices)
+            else:
+                yield self.collate_fn([dataset[i] for i in indices])
 
 
 _END = object()

@@ -209,6 +209,7 @@ def train_validate_test(
         measure=strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile,
         log=lambda line: progress.log(1, line),
     )
+    strategy.begin_training()
     try:
         units = head_units(module)
         budget = TimeBudget(cfg.max_time_s)
@@ -365,4 +366,5 @@ def train_validate_test(
             progress.log(1, f"test loss {loss:.6g} | MAE {fmt_errors(summary['test']['mae'])}")
         return summary
     finally:
+        strategy.end_training()
         threads.restore()

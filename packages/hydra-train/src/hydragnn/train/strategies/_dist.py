@@ -140,6 +140,7 @@ class DistributedStrategy(Strategy):
 
     name = "_distributed"
     compiles = False  # Training.compile under a process group: not tested yet
+    flat_step = False  # DDP's gradient buckets and sharded engines keep their own layout
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         super().__init__(options)

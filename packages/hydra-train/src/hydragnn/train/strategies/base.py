@@ -4,6 +4,7 @@ The loop never branches on the strategy's type. It calls, in this order::
 
     strategy = make_strategy(training_config)        # reads the process group / env
     strategy.setup(model, optimizer_factory)         # wraps the model, builds the optimizer
+    strategy.begin_training()                        # (resumed state loaded first)
     for batch in loader:
         batch = strategy.to_device(batch)
         out = strategy.forward(batch)                # the wrapped model
@@ -12,6 +13,7 @@ The loop never branches on the strategy's type. It calls, in this order::
         strategy.step()                              # optimizer step (+ sync for LocalSGD), zero grads
     mean = strategy.all_reduce_mean(tensor)          # metrics across ranks
     state = strategy.model_state_dict()              # FULL state on every rank (collective)
+    strategy.end_training()                          # also when training fails
     strategy.teardown()
 
 Every strategy's ``model_state_dict()`` is loadable into a plain single-process
@@ -29,6 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import ConfigError
+from .flat import FlatStep
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -44,6 +47,8 @@ class Strategy:
     name: ClassVar[str] = "none"
     compiles: ClassVar[bool] = True
     """Whether :meth:`compile` may wrap this strategy's forward (``Training.compile``)."""
+    flat_step: ClassVar[bool] = True
+    """Whether :meth:`begin_training` may lay an Adam / AdamW optimizer out flat (:class:`~.flat.FlatStep`)."""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = dict(options or {})
@@ -52,6 +57,7 @@ class Strategy:
         self.optimizer: torch.optim.Optimizer | None = None
         self.device = torch.device("cpu")
         self.max_grad_norm: float | None = None  # Training.clip_grad_norm; set before setup()
+        self._flat: FlatStep | None = None
 
     # process information ---------------------------------------------------------------
     @property
@@ -81,6 +87,19 @@ class Strategy:
         self.model = self._module
         self.optimizer = optimizer_factory(self._module.parameters())
 
+    def begin_training(self) -> None:
+        """Called by the loop before its first step: one fused kernel per parameter group for
+        a qualifying Adam / AdamW in a single process (:class:`~.flat.FlatStep`)."""
+        if self.flat_step and self._flat is None and self.optimizer is not None and not self.distributed:
+            self._flat = FlatStep.attach(self.optimizer)
+
+    def end_training(self) -> None:
+        """Called by the loop when it returns or fails: parameters and optimizer state get their
+        own storage back (the same values)."""
+        if self._flat is not None:
+            self._flat.release()
+            self._flat = None
+
     def unwrap(self) -> nn.Module:
         """The plain model (for loss, evaluation and artifacts)."""
         assert self._module is not None, "setup() first"
@@ -90,7 +109,9 @@ class Strategy:
         """``batch`` on :attr:`device`; a PyG batch whose tensors all live there already (a CPU
         batch in CPU training) is returned as it is (``Batch.to`` walks every attribute: 60 us)."""
         store = getattr(batch, "_store", None)
-        if store is not None and all(not isinstance(v, torch.Tensor) or v.device == self.device for v in store.values()):
+        if store is not None and all(
+            not isinstance(v, torch.Tensor) or v.device == self.device for v in store.values()
+        ):
             return batch
         return batch.to(self.device)
 
@@ -128,6 +149,9 @@ class Strategy:
         """One optimizer step (gradients clipped first when ``max_grad_norm`` is set), then zero the gradients."""
         assert self.optimizer is not None, "setup() first"
         self.clip_gradients()
+        if self._flat is not None and self._flat.step():
+            self._flat.zero_grad()
+            return
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 

@@ -1,0 +1,164 @@
+"""``FlatStep``: one fused Adam / AdamW kernel per parameter group over flat buffers, with torch's
+per-parameter state layout kept and torch's semantics where the flat layout cannot follow."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from torch import nn
+
+from hydragnn.train.strategies import Strategy
+from hydragnn.train.strategies.flat import FlatStep
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(5, 7)
+        self.b = nn.Linear(7, 3)
+        self.spare = nn.Linear(3, 1)  # used only when forward(use_spare=True)
+
+    def forward(self, x: torch.Tensor, use_spare: bool = True) -> torch.Tensor:
+        y = self.b(torch.tanh(self.a(x)))
+        return self.spare(y) if use_spare else y.sum(-1, keepdim=True)
+
+
+def _pair(make=lambda ps: torch.optim.AdamW(ps, lr=0.05, weight_decay=0.1, fused=True)):
+    torch.manual_seed(0)
+    flat_model = Net()
+    ref_model = Net()
+    ref_model.load_state_dict(flat_model.state_dict())
+    return (flat_model, make(list(flat_model.parameters()))), (ref_model, make(list(ref_model.parameters())))
+
+
+def _train(model, opt, flat, steps, use_spare=lambda i: True):
+    gen = torch.Generator().manual_seed(1)
+    for i in range(steps):
+        x = torch.randn(9, 5, generator=gen)
+        model(x, use_spare(i)).pow(2).mean().backward()
+        if flat is None or not flat.step():
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def _assert_close_state(a: dict, b: dict) -> None:
+    assert a["param_groups"] == b["param_groups"]
+    assert a["state"].keys() == b["state"].keys()
+    for i, entry in a["state"].items():
+        assert entry.keys() == b["state"][i].keys()
+        for key, value in entry.items():
+            torch.testing.assert_close(value, b["state"][i][key], rtol=2e-6, atol=1e-7)
+
+
+def test_flat_steps_follow_torch_and_keep_its_state_layout():
+    """Parameters and state follow torch's fused per-parameter step (the vectorised kernel may
+    round the last bit differently by position); the parameters view one buffer while training
+    and own their storage after release; the state dict has torch's per-parameter layout."""
+    (model, opt), (ref, ref_opt) = _pair()
+    flat = FlatStep.attach(opt)
+    assert flat is not None
+    storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    assert len(storages) == 1
+    _train(model, opt, flat, 12)
+    _train(ref, ref_opt, None, 12)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=2e-6, atol=1e-7)
+        assert not torch.equal(p, torch.zeros_like(p))
+    _assert_close_state(opt.state_dict(), ref_opt.state_dict())
+    assert float(opt.state_dict()["state"][0]["step"]) == 12.0
+    flat.release()
+    assert len({p.untyped_storage().data_ptr() for p in model.parameters()}) == 6
+    assert all(p.untyped_storage().nbytes() == p.numel() * 4 for p in model.parameters())
+    for s in opt.state.values():
+        assert all(t.untyped_storage().nbytes() == t.numel() * 4 for t in s.values())
+    _train(model, opt, None, 2)  # the released optimizer is a plain one
+    _train(ref, ref_opt, None, 2)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=2e-6, atol=1e-7)
+
+
+def test_a_parameter_without_gradient_ends_flat_mode_before_that_step():
+    """torch skips a parameter whose gradient is None (no update, no weight decay, no state
+    step); flat mode cannot, so it ends and torch steps that batch and the rest."""
+    (model, opt), (ref, ref_opt) = _pair()
+    flat = FlatStep.attach(opt)
+    spare_before = model.spare.weight.detach().clone()
+    uses_spare = lambda i: i != 3  # noqa: E731
+    _train(model, opt, flat, 6, uses_spare)
+    _train(ref, ref_opt, None, 6, uses_spare)
+    assert not flat.active
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=2e-6, atol=1e-7)
+    state = opt.state_dict()["state"]
+    assert float(state[4]["step"]) == 5.0 and float(state[0]["step"]) == 6.0  # spare.weight skipped once
+    assert not torch.equal(model.spare.weight, spare_before)
+
+
+def test_a_state_loaded_mid_training_is_taken_over():
+    """``load_state_dict`` (a resume) replaces the state: the next flat step copies it into the
+    buffers, and training continues as torch continues from that state."""
+    (model, opt), (ref, ref_opt) = _pair()
+    _train(ref, ref_opt, None, 4)
+    buffer = io.BytesIO()
+    torch.save({"model": ref.state_dict(), "opt": ref_opt.state_dict()}, buffer)
+    buffer.seek(0)
+    ckpt = torch.load(buffer, weights_only=True)
+    flat = FlatStep.attach(opt)
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["opt"])
+    _train(model, opt, flat, 3)
+    _train(ref, ref_opt, None, 3)
+    assert flat.active
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=2e-6, atol=1e-7)
+    _assert_close_state(opt.state_dict(), ref_opt.state_dict())
+
+
+def test_a_saved_flat_state_loads_into_a_plain_optimizer():
+    """The step counts of a flat state are separate tensors: a plain optimizer that loads them
+    counts each parameter once per step."""
+    (model, opt), (ref, ref_opt) = _pair(lambda ps: torch.optim.Adam(ps, lr=0.01, fused=True))
+    flat = FlatStep.attach(opt)
+    _train(model, opt, flat, 3)
+    buffer = io.BytesIO()
+    torch.save(opt.state_dict(), buffer)
+    buffer.seek(0)
+    plain = torch.optim.Adam(ref.parameters(), lr=0.01, foreach=False)
+    plain.load_state_dict(torch.load(buffer, weights_only=True))
+    ref.load_state_dict(model.state_dict())
+    _train(ref, plain, None, 2)
+    assert {float(s["step"]) for s in plain.state.values()} == {5.0}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda ps: torch.optim.SGD(ps, lr=0.1, fused=True),
+        lambda ps: torch.optim.AdamW(ps, lr=0.1, foreach=True),
+        lambda ps: torch.optim.AdamW(ps, lr=0.1, fused=True, amsgrad=True),
+        lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(0.1), fused=True),
+        lambda ps: torch.optim.AdamW([{"params": ps[:2]}, {"params": ps[2:], "fused": False}], lr=0.1),
+    ],
+    ids=["sgd", "foreach", "amsgrad", "tensor-lr", "unfused-group"],
+)
+def test_what_the_flat_layout_cannot_hold_is_left_to_torch(make):
+    model = Net()
+    opt = make(list(model.parameters()))
+    assert FlatStep.attach(opt) is None
+    assert len({p.untyped_storage().data_ptr() for p in model.parameters()}) == 6
+
+
+def test_the_single_process_strategy_flattens_between_begin_and_end():
+    model = Net()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)
+    strategy = Strategy()
+    strategy.setup(model, lambda _params: opt)
+    strategy.begin_training()
+    assert len({p.untyped_storage().data_ptr() for p in model.parameters()}) == 1
+    model(torch.randn(4, 5)).sum().backward()
+    strategy.step()
+    assert all(p.grad is None for p in model.parameters())
+    strategy.end_training()
+    assert len({p.untyped_storage().data_ptr() for p in model.parameters()}) == 6
