@@ -6,7 +6,8 @@ graphs most ops are small, and a training step of upstream HydraGNN's unit workl
 batch 32) took 1.4-3x as long on 2 threads as on 1; on large graphs the threads pay. So by
 default (``"auto"``) the run times its own steps: after a warm-up it alternates blocks of steps
 at torch's thread count and at each halving of it down to 1, compares the median seconds per
-graph of each count, and keeps the fastest (the starting count unless another is 10 % faster).
+graph of each count, and keeps the fastest; a count within 3 % of the fastest with fewer threads
+wins the tie (threads that buy less than that only hold cores, and wait on a shared machine).
 The steps measured are ordinary training steps; only their speed differs. A number fixes the
 count for the run. The process's count is restored when training ends. Measured only for a
 single process on CPU, eager (a GPU step barely depends on it; ranks would time each other's
@@ -30,8 +31,8 @@ WARMUP = 3
 BLOCK = 3
 """Consecutive steps per count and round; the first after a switch is not timed."""
 ROUNDS = 2
-GAIN = 1.10
-"""How much faster another count must be to replace the starting one."""
+TIE = 1.03
+"""Counts whose median is within this factor of the fastest's tie; the fewest threads wins."""
 
 
 class ThreadTuner:
@@ -96,8 +97,8 @@ class ThreadTuner:
         if self.original not in median:
             best = self.original  # nothing timed at the starting count (epochs of one batch)
         else:
-            fastest = min(median, key=median.get)
-            best = fastest if median[fastest] * GAIN < median[self.original] else self.original
+            fastest = min(median.values())
+            best = min(c for c, t in median.items() if t <= fastest * TIE)
         self.chosen = best
         set_intra_op_threads(best)
         self._running = best
