@@ -14,6 +14,8 @@ from e3nn.nn import FullyConnectedNet
 from torch import nn
 from torch_geometric.utils import scatter
 
+from .channel_tp import channel_tp
+
 
 def natural_irreps(mul: int, lmax: int) -> o3.Irreps:
     """``mul x 0e + mul x 1o + ... + mul x lmax`` (parity ``(-1)^l``)."""
@@ -70,6 +72,7 @@ class Interaction(nn.Module):
         self.conv_tp = o3.TensorProduct(
             irreps_in, sh_irreps, irreps_mid, instructions, shared_weights=False, internal_weights=False
         )
+        self.conv_dense = channel_tp(self.conv_tp)  # the same product as a few dense ops (or None)
         self.radial_mlp = FullyConnectedNet(
             [num_radial] + [radial_mlp_dim] * radial_mlp_layers + [self.conv_tp.weight_numel], torch.nn.functional.silu
         )
@@ -83,7 +86,8 @@ class Interaction(nn.Module):
         src, dst = edge_index[0], edge_index[1]
         h = self.linear_up(h)
         weights = self.radial_mlp(edge_radial)  # [E, weight_numel]
-        messages = self.conv_tp(h.index_select(0, src), edge_sh, weights)  # [E, irreps_mid]
+        conv = self.conv_tp if self.conv_dense is None else self.conv_dense
+        messages = conv(h.index_select(0, src), edge_sh, weights)  # [E, irreps_mid]
         agg = scatter(messages, dst, dim=0, dim_size=h.shape[0], reduce="sum")
         return self.linear(agg) * self.inv_avg
 
@@ -143,12 +147,15 @@ class ProductBasis(nn.Module):
             self.linears.append(o3.Linear(target, irreps_out))
             current = target
         self.mul = mul
+        dense = [channel_tp(tp) for tp in self.tps]  # the same products as a few dense ops each
+        self.dense_tps = nn.ModuleList(dense if all(d is not None for d in dense) else [])
 
     def forward(self, a: torch.Tensor, node_attrs: torch.Tensor) -> torch.Tensor:
         """``A [N, irreps_a]``, ``node_attrs [N, num_attrs]`` -> ``[N, irreps_out]``."""
         b = a.new_ones(a.shape[0], self.mul)
         out = None
-        for tp, weights, linear in zip(self.tps, self.path_weights, self.linears, strict=True):
+        tps = self.dense_tps if len(self.dense_tps) else self.tps
+        for tp, weights, linear in zip(tps, self.path_weights, self.linears, strict=True):
             b = tp(b, a, weights(node_attrs))
             term = linear(b)
             out = term if out is None else out + term

@@ -95,19 +95,23 @@ class GatedPNAConv(PNAConv):
 
         avg_lin = self.aggr_module.avg_deg_lin.to(acc)
         avg_log = self.aggr_module.avg_deg_log.to(acc)
-        scaled = []
+        factors = []  # [N, 1, 1] per scaler; all applied by one broadcast product
         for name in self.scaler_names:
             if name == "identity":
-                scaled.append(out)
+                factors.append(torch.ones_like(deg))
             elif name == "amplification":
-                scaled.append(out * (torch.log(deg + 1.0) / avg_log))
+                factors.append(torch.log(deg + 1.0) / avg_log)
             elif name == "attenuation":
-                scaled.append(out * (avg_log / torch.log(count + 1.0)))
+                factors.append(avg_log / torch.log(count + 1.0))
             elif name == "linear":
-                scaled.append(out * (deg / avg_lin))
+                factors.append(deg / avg_lin)
             else:  # inverse_linear
-                scaled.append(out * (avg_lin / count))
-        out = torch.cat(scaled, dim=-1) if len(scaled) > 1 else scaled[0]
+                factors.append(avg_lin / count)
+        if len(factors) == 1:
+            return (out if self.scaler_names[0] == "identity" else out * factors[0]).to(dtype)
+        scale = torch.cat(factors, dim=-1).unsqueeze(-1)  # [N, 1, S, 1]
+        # [N, T, S, A*F] -> [N, T, S*A*F]: the scalers' blocks side by side, as PyG's cat lays them
+        out = (out.unsqueeze(-2) * scale).flatten(-2)
         return out.to(dtype)
 
     @staticmethod
