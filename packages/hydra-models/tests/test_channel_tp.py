@@ -1,17 +1,25 @@
-"""``channel_tp``: MACE's channel-wise e3nn tensor products executed as dense ops compute the
-e3nn module's function, values and derivatives (first and second order), and leave the state
-dict alone."""
+"""MACE's e3nn blocks executed as dense ops (``channel_tp``, ``dense_linear``, ``dense_bilinear``,
+``RadialMLP``) compute the e3nn module's function, values and derivatives (first and second
+order), and leave the state dict alone."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from e3nn import o3
+from e3nn.nn import FullyConnectedNet
 
 from hydragnn.models.encoders.base import EncoderDims
-from hydragnn.models.encoders.channel_tp import ChannelTP, channel_tp
+from hydragnn.models.encoders.channel_tp import DENSE_LINEAR_MAX, ChannelTP, DenseLinear, channel_tp
 from hydragnn.models.encoders.mace import MACEConfig, MACEEncoder
-from hydragnn.models.encoders.mace_blocks import _uuu_instructions, natural_irreps, tp_out_irreps_with_instructions
+from hydragnn.models.encoders.mace_blocks import (
+    E3nnLinear,
+    E3nnResidual,
+    RadialMLP,
+    _uuu_instructions,
+    natural_irreps,
+    tp_out_irreps_with_instructions,
+)
 
 
 def _convolution(irreps_in: o3.Irreps, lmax: int) -> o3.TensorProduct:
@@ -35,27 +43,57 @@ PRODUCTS = {
 }
 
 
+def _assert_same_function(reference, dense, inputs: list[torch.Tensor]) -> None:
+    """Values, first derivatives and the derivatives of their squared norm (what training on
+    forces differentiates) agree in float64."""
+    results = []
+    for f in (reference, dense):
+        out = f(*inputs)
+        first = torch.autograd.grad(out.pow(2).sum(), inputs, create_graph=True)
+        second = torch.autograd.grad(sum(g.pow(2).sum() for g in first), inputs)
+        results.append([out, *first, *second])
+    for mine, theirs in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-12)
+
+
+def _randn(*dims: int) -> torch.Tensor:
+    return torch.randn(*dims, dtype=torch.float64, requires_grad=True)
+
+
 @pytest.mark.parametrize("make", PRODUCTS.values(), ids=PRODUCTS.keys())
 def test_the_dense_execution_is_the_e3nn_product(make):
     torch.manual_seed(0)
-    with torch.autocast("cpu", enabled=False):
-        tp = make().to(torch.float64)
-        dense = channel_tp(tp)
-        assert isinstance(dense, ChannelTP)
-        dense = dense.to(torch.float64)
-        x1 = torch.randn(6, tp.irreps_in1.dim, dtype=torch.float64, requires_grad=True)
-        x2 = torch.randn(6, tp.irreps_in2.dim, dtype=torch.float64, requires_grad=True)
-        w = torch.randn(6, tp.weight_numel, dtype=torch.float64, requires_grad=True)
-        results = []
-        for f in (tp, dense):
-            out = f(x1, x2, w)
-            first = torch.autograd.grad(out.pow(2).sum(), (x1, x2, w), create_graph=True)
-            second = torch.autograd.grad(sum(g.pow(2).sum() for g in first), (x1, x2, w))  # forces' training
-            results.append([out, *first, *second])
-        for mine, theirs in zip(results[1], results[0], strict=True):
-            torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-12)
-        empty = dense(x1[:0], x2[:0], w[:0])
-        assert empty.shape == (0, tp.irreps_out.dim)
+    tp = make().to(torch.float64)
+    dense = channel_tp(tp)
+    assert isinstance(dense, ChannelTP)
+    x1, x2, w = _randn(6, tp.irreps_in1.dim), _randn(6, tp.irreps_in2.dim), _randn(6, tp.weight_numel)
+    _assert_same_function(tp, dense, [x1, x2, w])
+    assert dense(x1[:0], x2[:0], w[:0]).shape == (0, tp.irreps_out.dim)
+
+
+@pytest.mark.parametrize(("irreps_in", "irreps_out"), [(natural_irreps(4, 1), natural_irreps(4, 1)),
+                                                       (natural_irreps(3, 2), natural_irreps(3, 1)),
+                                                       ("3x0e+3x0e+3x1o+3x1o", natural_irreps(3, 1))])  # fmt: skip
+def test_small_linears_and_residuals_run_dense_as_e3nn_computes_them(irreps_in, irreps_out):
+    torch.manual_seed(0)
+    linear = E3nnLinear(o3.Irreps(irreps_in), o3.Irreps(irreps_out)).to(torch.float64)
+    assert isinstance(linear.dense, DenseLinear)
+    x = _randn(5, linear.irreps_in.dim)
+    _assert_same_function(lambda v: o3.Linear.forward(linear, v), linear, [x])
+    residual = E3nnResidual(o3.Irreps(irreps_in), o3.Irreps("3x0e"), o3.Irreps(irreps_out)).to(torch.float64)
+    assert isinstance(residual.dense, DenseLinear)
+    y = _randn(5, 3)
+    _assert_same_function(lambda a, b: o3.FullyConnectedTensorProduct.forward(residual, a, b), residual, [x, y])
+    wide = E3nnLinear(natural_irreps(64, 1), natural_irreps(64, 1))
+    assert wide.irreps_in.dim * wide.irreps_out.dim > DENSE_LINEAR_MAX and wide.dense is None  # e3nn's blocks
+
+
+def test_the_radial_mlp_is_e3nns_with_its_constants_folded():
+    torch.manual_seed(0)
+    ours = RadialMLP([5, 4, 4, 7], torch.nn.functional.silu).to(torch.float64)
+    theirs = FullyConnectedNet([5, 4, 4, 7], torch.nn.functional.silu).to(torch.float64)
+    theirs.load_state_dict(ours.state_dict())
+    _assert_same_function(theirs, ours, [_randn(9, 5)])
 
 
 def test_products_that_are_not_channel_wise_run_e3nn():
@@ -73,6 +111,8 @@ def test_mace_runs_its_products_dense_and_keeps_its_state_dict():
     )  # fmt: skip
     encoder = MACEEncoder(dims, MACEConfig(max_ell=2, correlation=3, radial_mlp_dim=4))
     assert all(isinstance(layer.conv_dense, ChannelTP) for layer in encoder.interactions)
+    assert all(isinstance(layer.linear.dense, DenseLinear) for layer in encoder.interactions)
+    assert all(isinstance(skip.dense, DenseLinear) for skip in encoder.skips)
     assert all(len(p.dense_tps) == len(p.tps) == 3 for p in encoder.products)
     keys = encoder.state_dict().keys()
     assert not any("dense" in k for k in keys)

@@ -1,4 +1,5 @@
-"""Channel-wise e3nn tensor products executed as a few dense ops: e3nn's equations, another execution.
+"""Channel-wise e3nn tensor products and small e3nn linears executed as a few dense ops: e3nn's
+equations, another execution.
 
 e3nn's code-generated ``TensorProduct`` runs several small ops per path (about 25 for MACE's
 4-path convolution), and on small graphs each op costs more in dispatch than in arithmetic. For
@@ -12,6 +13,13 @@ output layout. It computes the e3nn module's function (checked on random inputs,
 before it is used; the coefficients are kept in float64 and cast per dtype on use) and holds no
 parameters and no persistent buffers: the state dict is the e3nn module's, which stays in place. Products it cannot take (other modes, mixed
 multiplicities, shared or internal weights) return ``None`` and run e3nn's forward.
+
+:func:`dense_linear` does the same for an ``o3.Linear`` whose matrix is small (``d_in * d_out``
+at most :data:`DENSE_LINEAR_MAX`): its matrix is assembled from the linear's own weight on each
+call (one gather, one scatter) and applied by one matmul. Larger linears stay e3nn's: there
+its per-irrep blocks do several times fewer multiply-adds than a dense matrix.
+:func:`dense_bilinear` does it for a small tensor product with its own weights, on the outer
+product of its inputs.
 """
 
 from __future__ import annotations
@@ -22,7 +30,27 @@ import torch
 from e3nn import o3
 from torch import nn
 
-__all__ = ["ChannelTP", "channel_tp"]
+__all__ = ["DENSE_LINEAR_MAX", "ChannelTP", "DenseLinear", "channel_tp", "dense_bilinear", "dense_linear", "outer"]
+
+DENSE_LINEAR_MAX = 4096
+"""Largest ``d_in * d_out`` of an ``o3.Linear`` run as one dense matrix (sizes where dispatch,
+not arithmetic, bounds the per-irrep blocks)."""
+
+
+class _Masters:
+    """float64 constants kept outside a module's buffers (a float32 -> float64 round trip of the
+    model would round them), cast once per ``(dtype, device)`` met."""
+
+    def __init__(self, *tensors: torch.Tensor) -> None:
+        self.tensors = tensors
+        self.cast: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
+
+    def like(self, t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        key = (t.dtype, t.device)
+        found = self.cast.get(key)
+        if found is None:
+            found = self.cast[key] = tuple(m.to(dtype=t.dtype, device=t.device) for m in self.tensors)
+        return found
 
 
 def _layout(irreps: o3.Irreps, mul: int) -> tuple[list[int], list[int]]:
@@ -95,17 +123,7 @@ class ChannelTP(nn.Module):
         self.register_buffer("gather1", torch.tensor(gather1), persistent=False)
         self.register_buffer("gather2", torch.tensor(gather2), persistent=False)
         self.register_buffer("path_of_col", torch.tensor(path_of_col), persistent=False)
-        # float64 masters, outside the module's buffers (a float32 -> float64 round trip of the
-        # model would round them); cast once per (dtype, device) that forward meets
-        self._masters = (torch.stack(columns, dim=1), scatter)  # [d1*d2, width], [U * width, out_dim]
-        self._cast: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def _matrices(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (like.dtype, like.device)
-        found = self._cast.get(key)
-        if found is None:
-            found = self._cast[key] = tuple(m.to(dtype=like.dtype, device=like.device) for m in self._masters)
-        return found
+        self._masters = _Masters(torch.stack(columns, dim=1), scatter)  # [d1*d2, width], [U * width, out_dim]
 
     def forward(self, x1: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         lead = x1.shape[:-1]
@@ -117,7 +135,7 @@ class ChannelTP(nn.Module):
             b = x2.reshape(n, 1, self.d2)
         outer = (a.unsqueeze(-1) * b.unsqueeze(-2)).reshape(n, mul, self.d1 * self.d2)
         w = weight.reshape(n, self.paths, mul).transpose(1, 2).index_select(2, self.path_of_col)
-        coupling, scatter = self._matrices(outer)
+        coupling, scatter = self._masters.like(outer)
         y = ((outer @ coupling) * w).reshape(n, mul * self.width) @ scatter
         return y.reshape(*lead, self.out_dim)
 
@@ -155,3 +173,74 @@ def channel_tp(tp: o3.TensorProduct) -> ChannelTP | None:
         if not torch.allclose(dense(x1, x2, w), ref(x1, x2, w), rtol=1e-9, atol=1e-12):
             return None
     return dense
+
+
+class DenseLinear(nn.Module):
+    """A map linear in its input and in its weight, as one matrix assembled from the weight:
+    ``x @ D(weight)``. ``basis [K, d_in, d_out]`` is the matrix of each weight entry alone
+    (float64); only its non-zero entries are kept.
+
+    ``forward(x [..., d_in], weight [K]) -> [..., d_out]``; ``weight`` is the e3nn module's own
+    parameter (this module holds none).
+    """
+
+    def __init__(self, basis: torch.Tensor) -> None:
+        super().__init__()
+        _, self.d_in, self.d_out = basis.shape
+        k, r, c = basis.nonzero(as_tuple=True)
+        self.register_buffer("source", k, persistent=False)
+        self.register_buffer("target", r * self.d_out + c, persistent=False)
+        self._masters = _Masters(basis[k, r, c])
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        (coef,) = self._masters.like(weight)
+        values = weight.index_select(0, self.source) * coef
+        matrix = values.new_zeros(self.d_in * self.d_out).index_put((self.target,), values, accumulate=True)
+        return (x.reshape(-1, self.d_in) @ matrix.view(self.d_in, self.d_out)).reshape(*x.shape[:-1], self.d_out)
+
+
+def _checked(dense: DenseLinear, run, ref_run, *dims: int) -> DenseLinear | None:
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(5, d, generator=gen, dtype=torch.float64) for d in dims]
+    with torch.no_grad():
+        return dense if torch.allclose(run(*inputs), ref_run(*inputs), rtol=1e-9, atol=1e-12) else None
+
+
+def _own_weights(module: nn.Module) -> bool:
+    return module.internal_weights and module.shared_weights and module.weight_numel > 0
+
+
+def dense_linear(linear: o3.Linear) -> DenseLinear | None:
+    """The dense execution of ``linear``, or ``None`` when it has biases or weights passed per
+    call, its matrix exceeds :data:`DENSE_LINEAR_MAX` entries, or the dense version does not
+    reproduce it on random inputs."""
+    d_in, d_out = linear.irreps_in.dim, linear.irreps_out.dim
+    if not _own_weights(linear) or linear.bias_numel > 0 or d_in * d_out > DENSE_LINEAR_MAX:
+        return None
+    ref = copy.deepcopy(linear).to(torch.float64)
+    eye = torch.eye(d_in, dtype=torch.float64)
+    with torch.no_grad():
+        basis = torch.stack([ref(eye, weight=row) for row in torch.eye(linear.weight_numel, dtype=torch.float64)])
+    dense = DenseLinear(basis)
+    return _checked(dense, lambda x: dense(x, ref.weight), ref, d_in)
+
+
+def outer(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+    """``[..., d1]``, ``[..., d2]`` -> ``[..., d1 * d2]`` (index ``i * d2 + j``)."""
+    return (x1.unsqueeze(-1) * x2.unsqueeze(-2)).flatten(-2)
+
+
+def dense_bilinear(tp: o3.TensorProduct) -> DenseLinear | None:
+    """The dense execution of a tensor product with its own shared weights (MACE's element-dependent
+    residual, ``FullyConnectedTensorProduct(h, one-hot species)``) on ``outer(x1, x2)``, under the
+    same conditions as :func:`dense_linear` (``d1 * d2 * d_out`` entries)."""
+    d1, d2, d_out = tp.irreps_in1.dim, tp.irreps_in2.dim, tp.irreps_out.dim
+    if not _own_weights(tp) or d1 * d2 * d_out > DENSE_LINEAR_MAX:
+        return None
+    ref = copy.deepcopy(tp).to(torch.float64)
+    x1 = torch.eye(d1, dtype=torch.float64).repeat_interleave(d2, 0)  # row i * d2 + j: e_i, e_j
+    x2 = torch.eye(d2, dtype=torch.float64).repeat(d1, 1)
+    with torch.no_grad():
+        basis = torch.stack([ref(x1, x2, weight=row) for row in torch.eye(tp.weight_numel, dtype=torch.float64)])
+    dense = DenseLinear(basis)
+    return _checked(dense, lambda a, b: dense(outer(a, b), ref.weight), ref, d1, d2)

@@ -44,7 +44,7 @@ from ..errors import ModelConfigError, ModelError
 from ..nn.geometry import safe_norm, safe_unit_vectors
 from ..nn.radial import BesselRBF, PolynomialCutoff
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .mace_blocks import Interaction, ProductBasis, natural_irreps
+from .mace_blocks import E3nnResidual, Interaction, ProductBasis, natural_irreps
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ class MACEEncoder(Encoder):
             )
             self.products.append(ProductBasis(target_irreps, self.hidden_irreps, config.correlation, num_attrs))
             if layer > 0:  # element-dependent residual, from the second layer on (MACE)
-                self.skips.append(o3.FullyConnectedTensorProduct(irreps_in, attrs_irreps, self.hidden_irreps))
+                self.skips.append(E3nnResidual(irreps_in, attrs_irreps, self.hidden_irreps))
 
     def _layer(self, layer: int, h, edge_sh, edge_radial, edge_index, node_attrs):
         a = self.interactions[layer](h, edge_sh, edge_radial, edge_index)

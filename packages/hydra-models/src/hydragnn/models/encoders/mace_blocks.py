@@ -14,12 +14,61 @@ from e3nn.nn import FullyConnectedNet
 from torch import nn
 from torch_geometric.utils import scatter
 
-from .channel_tp import channel_tp
+from .channel_tp import channel_tp, dense_bilinear, dense_linear, outer
 
 
 def natural_irreps(mul: int, lmax: int) -> o3.Irreps:
     """``mul x 0e + mul x 1o + ... + mul x lmax`` (parity ``(-1)^l``)."""
     return o3.Irreps([(mul, (ell, (-1) ** ell)) for ell in range(lmax + 1)])
+
+
+class E3nnLinear(o3.Linear):
+    """``o3.Linear`` (the same weight and state-dict keys) executed as one dense matrix where that
+    is cheaper (:func:`.channel_tp.dense_linear`); e3nn's own forward otherwise, and whenever a
+    weight or bias is passed in."""
+
+    def __init__(self, irreps_in: o3.Irreps, irreps_out: o3.Irreps) -> None:
+        super().__init__(irreps_in, irreps_out)
+        self.dense = None  # (what dense_linear's reference copy runs)
+        self.dense = dense_linear(self)
+
+    def forward(self, features, weight=None, bias=None):  # noqa: D102  (o3.Linear's signature)
+        if self.dense is None or weight is not None or bias is not None:
+            return super().forward(features, weight, bias)
+        return self.dense(features, self.weight)
+
+
+class E3nnResidual(o3.FullyConnectedTensorProduct):
+    """``o3.FullyConnectedTensorProduct`` (same weight and state-dict keys) executed as one dense
+    matrix on the outer product of its inputs where that is cheaper
+    (:func:`.channel_tp.dense_bilinear`); e3nn's own forward otherwise or with a weight passed in."""
+
+    def __init__(self, irreps_in1: o3.Irreps, irreps_in2: o3.Irreps, irreps_out: o3.Irreps) -> None:
+        super().__init__(irreps_in1, irreps_in2, irreps_out)
+        self.dense = None  # (what dense_bilinear's reference copy runs)
+        self.dense = dense_bilinear(self)
+
+    def forward(self, x, y, weight=None):  # noqa: D102  (e3nn's signature)
+        if self.dense is None or weight is not None:
+            return super().forward(x, y, weight)
+        return self.dense(outer(x, y), self.weight)
+
+
+class RadialMLP(FullyConnectedNet):
+    """e3nn's ``FullyConnectedNet`` (same weights, keys and function) with its constant factors
+    folded into each layer's weight: per layer one scaled weight, one matmul, one activation,
+    where e3nn's layers also divide the weight and multiply the activations twice."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        carry = 1.0  # the previous activation's normalisation, applied through this weight
+        for layer in self.children():
+            if layer.act is None:
+                x = x @ (layer.weight * (carry / (layer.h_in * layer.var_in / layer.var_out) ** 0.5))
+                carry = 1.0
+            else:
+                x = layer.act.f(x @ (layer.weight * (carry / (layer.h_in * layer.var_in) ** 0.5)))
+                carry = (1.0 if layer.act._is_id else layer.act.cst) * layer.var_out**0.5
+        return x if carry == 1.0 else x * carry
 
 
 def tp_out_irreps_with_instructions(
@@ -67,16 +116,16 @@ class Interaction(nn.Module):
         avg_num_neighbors: float,
     ) -> None:
         super().__init__()
-        self.linear_up = o3.Linear(irreps_in, irreps_in)
+        self.linear_up = E3nnLinear(irreps_in, irreps_in)
         irreps_mid, instructions = tp_out_irreps_with_instructions(irreps_in, sh_irreps, target_irreps, "uvu")
         self.conv_tp = o3.TensorProduct(
             irreps_in, sh_irreps, irreps_mid, instructions, shared_weights=False, internal_weights=False
         )
         self.conv_dense = channel_tp(self.conv_tp)  # the same product as a few dense ops (or None)
-        self.radial_mlp = FullyConnectedNet(
+        self.radial_mlp = RadialMLP(
             [num_radial] + [radial_mlp_dim] * radial_mlp_layers + [self.conv_tp.weight_numel], torch.nn.functional.silu
         )
-        self.linear = o3.Linear(irreps_mid, target_irreps)
+        self.linear = E3nnLinear(irreps_mid, target_irreps)
         self.inv_avg = 1.0 / float(avg_num_neighbors)
 
     def forward(
@@ -144,7 +193,7 @@ class ProductBasis(nn.Module):
             # series, so that a large A does not blow the higher orders up at initialisation
             nn.init.normal_(weights.weight, std=1.0 / math.factorial(nu))
             self.path_weights.append(weights)
-            self.linears.append(o3.Linear(target, irreps_out))
+            self.linears.append(E3nnLinear(target, irreps_out))
             current = target
         self.mul = mul
         dense = [channel_tp(tp) for tp in self.tps]  # the same products as a few dense ops each
