@@ -150,6 +150,12 @@ def test_what_the_flat_layout_cannot_hold_is_left_to_torch(make):
     assert len({p.untyped_storage().data_ptr() for p in model.parameters()}) == 6
 
 
+def test_large_parameter_tensors_are_left_to_torch():
+    big = nn.Linear(400, 400)  # 160,400 elements in 2 tensors: the per-tensor cost is small beside the copy
+    assert FlatStep.attach(torch.optim.AdamW(big.parameters(), lr=0.1, fused=True)) is None
+    assert FlatStep.attach(torch.optim.AdamW(Net().parameters(), lr=0.1, fused=True)) is not None
+
+
 def test_the_single_process_strategy_flattens_between_begin_and_end():
     model = Net()
     opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)

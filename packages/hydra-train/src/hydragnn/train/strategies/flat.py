@@ -10,10 +10,13 @@ schedulers' step counting and the hyperparameters in ``param_groups`` work as be
 optimizer's ``state_dict()`` keeps torch's per-parameter layout (its tensors are the views), so
 checkpoints are unchanged; :meth:`FlatStep.release` gives every tensor its own storage back.
 
-Invariant: every step is the one torch's fused step would take, bit for bit (the kernel is
-element-wise). Where torch would do something the flat layout cannot (a parameter without a
-gradient in a step is skipped by torch; a parameter whose storage was replaced), flat mode ends
-for good, before that step, and torch steps per parameter from then on.
+Invariant: every step applies the update torch's fused step applies, element by element (its
+vectorised and scalar lanes may round the last bit differently, by position in the buffer).
+Where torch would do something the flat layout cannot (a parameter without a gradient in a step
+is skipped by torch; a parameter whose storage was replaced), flat mode ends for good, before
+that step, and torch steps per parameter from then on. Only optimizers whose parameter tensors
+are small on average are laid out flat (:data:`MAX_MEAN_NUMEL`): for large tensors the
+per-tensor cost is negligible and the gradient copy into the flat buffer would not pay.
 """
 
 from __future__ import annotations
@@ -24,15 +27,21 @@ import torch
 from torch import nn
 
 _ADAM = (torch.optim.Adam, torch.optim.AdamW)
+MAX_MEAN_NUMEL = 1 << 16
+"""Largest mean number of elements per parameter tensor that is laid out flat."""
 _STATE_KEYS = {"step", "exp_avg", "exp_avg_sq"}
 
 
 def _qualifies(optimizer: torch.optim.Optimizer) -> bool:
     """Adam / AdamW on the fused step, no amsgrad / capturable / differentiable / tensor lr, each
-    group's parameters dense floating-point tensors of one device and dtype, none in two groups."""
+    group's parameters dense floating-point tensors of one device and dtype, none in two groups,
+    at most :data:`MAX_MEAN_NUMEL` elements per tensor on average."""
     if type(optimizer) not in _ADAM:
         return False
     seen: set[int] = set()
+    sizes = [p.numel() for group in optimizer.param_groups for p in group["params"]]
+    if not sizes or sum(sizes) > MAX_MEAN_NUMEL * len(sizes):
+        return False
     for group in optimizer.param_groups:
         params = group["params"]
         if not params or not group.get("fused") or group.get("amsgrad") or group.get("capturable"):
