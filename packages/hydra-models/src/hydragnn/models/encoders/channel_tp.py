@@ -8,8 +8,8 @@ harmonics; ``uuu``, the product basis) every channel ``u`` couples the same way:
 ``out_u = sum_p w_{p,u} C_p (x1_u (x) x2_u)``. :func:`channel_tp` reads the coefficients ``C_p``,
 with e3nn's path normalisation, off the e3nn module itself (it evaluates it once on unit inputs,
 in float64) and :class:`ChannelTP` runs: one gather of ``x1`` into ``[n, U, d1]``, the outer
-product with ``x2``, one matmul by the stacked ``C_p``, the weights, one matmul into e3nn's
-output layout. It computes the e3nn module's function (checked on random inputs, in float64,
+product with ``x2``, one matmul by the stacked ``C_p``, the weights, the sum of paths that share
+an output (one small matmul, only where they do), one gather into e3nn's output layout. It computes the e3nn module's function (checked on random inputs, in float64,
 before it is used; the coefficients are kept in float64 and cast per dtype on use) and holds no
 parameters and no persistent buffers: the state dict is the e3nn module's, which stays in place. Products it cannot take (other modes, mixed
 multiplicities, shared or internal weights) return ``None`` and run e3nn's forward.
@@ -53,21 +53,19 @@ class _Masters:
         return found
 
 
-def _layout(irreps: o3.Irreps, mul: int) -> tuple[list[int], list[int]]:
-    """Per irrep, its offset inside one channel; and the gather index e3nn layout -> ``[U, d]``
-    (position ``u * d + offset + m`` reads e3nn's ``start + u * (2l + 1) + m``)."""
-    offsets, off = [], 0
+def _layout(irreps: o3.Irreps, mul: int) -> list[int]:
+    """Gather index from e3nn's layout (irrep-major: ``start + u * (2l + 1) + m``) to the
+    channel-major ``[U, d]`` one (``u * d + offset + m``, ``offset`` the irrep's place in a channel)."""
+    per_channel = sum(ir.dim for _, ir in irreps)
+    gather = [0] * (mul * per_channel)
+    start = offset = 0
     for _, ir in irreps:
-        offsets.append(off)
-        off += ir.dim
-    gather = [0] * (mul * off)
-    start = 0
-    for k, (_, ir) in enumerate(irreps):
         for u in range(mul):
             for m in range(ir.dim):
-                gather[u * off + offsets[k] + m] = start + u * ir.dim + m
+                gather[u * per_channel + offset + m] = start + u * ir.dim + m
         start += mul * ir.dim
-    return offsets, gather
+        offset += ir.dim
+    return gather
 
 
 def _eligible(tp: o3.TensorProduct) -> bool:
@@ -98,32 +96,45 @@ class ChannelTP(nn.Module):
         ins = tp.instructions
         self.uuu = ins[0].connection_mode == "uuu"
         self.mul = mul = tp.irreps_in1[0].mul
-        _, gather1 = _layout(tp.irreps_in1, mul)
-        _, gather2 = _layout(tp.irreps_in2, mul if self.uuu else 1)
+        gather1 = _layout(tp.irreps_in1, mul)
+        gather2 = _layout(tp.irreps_in2, mul if self.uuu else 1)
         self.d1, self.d2 = tp.irreps_in1.dim // mul, tp.irreps_in2.dim // (mul if self.uuu else 1)
         self.paths = len(ins)
         self.out_dim = tp.irreps_out.dim
+        self.d_out = self.out_dim // mul  # one channel's output: its slots side by side
         coeffs = _probe(tp, mul, gather1, gather2, self.d1, self.d2)  # [P, d1 * d2, out_dim]: channel 0
-        columns, path_of_col, targets = [], [], []
-        out_starts = [0]
-        for m, ir in tp.irreps_out:
-            out_starts.append(out_starts[-1] + m * ir.dim)
+        e3nn_start, channel_offset = [], []
+        start = offset = 0
+        for _, ir in tp.irreps_out:
+            e3nn_start.append(start)
+            channel_offset.append(offset)
+            start += mul * ir.dim
+            offset += ir.dim
+        # one column per (path, component): its coefficients, its path, its place in a channel
+        columns, path_of_col, place = [], [], []
         for p, instruction in enumerate(ins):
-            dim = tp.irreps_out[instruction.i_out].ir.dim
-            for m in range(dim):
-                columns.append(coeffs[p, :, out_starts[instruction.i_out] + m])
+            for m in range(tp.irreps_out[instruction.i_out].ir.dim):
+                columns.append(coeffs[p, :, e3nn_start[instruction.i_out] + m])
                 path_of_col.append(p)
-                targets.append((out_starts[instruction.i_out], dim, m))
-        width = len(columns)
-        scatter = torch.zeros(mul * width, self.out_dim, dtype=torch.float64)
-        for col, (start, dim, m) in enumerate(targets):
+                place.append(channel_offset[instruction.i_out] + m)
+        if sorted(place) == list(range(self.d_out)):  # one path per slot: order the columns by place
+            order = sorted(range(len(place)), key=place.__getitem__)
+            columns, path_of_col = [columns[k] for k in order], [path_of_col[k] for k in order]
+            sum_paths = None
+        else:  # paths summed into a slot: [width, d_out] of 0 / 1
+            sum_paths = torch.zeros(len(place), self.d_out, dtype=torch.float64)
+            sum_paths[torch.arange(len(place)), torch.tensor(place)] = 1.0
+        to_e3nn = [0] * self.out_dim
+        for k, (_, ir) in enumerate(tp.irreps_out):
             for u in range(mul):
-                scatter[u * width + col, start + u * dim + m] = 1.0
-        self.width = width
+                for m in range(ir.dim):
+                    to_e3nn[e3nn_start[k] + u * ir.dim + m] = u * self.d_out + channel_offset[k] + m
         self.register_buffer("gather1", torch.tensor(gather1), persistent=False)
         self.register_buffer("gather2", torch.tensor(gather2), persistent=False)
         self.register_buffer("path_of_col", torch.tensor(path_of_col), persistent=False)
-        self._masters = _Masters(torch.stack(columns, dim=1), scatter)  # [d1*d2, width], [U * width, out_dim]
+        self.register_buffer("to_e3nn", torch.tensor(to_e3nn), persistent=False)
+        masters = [torch.stack(columns, dim=1)] + ([sum_paths] if sum_paths is not None else [])
+        self._masters = _Masters(*masters)  # [d1 * d2, width] (+ [width, d_out])
 
     def forward(self, x1: torch.Tensor, x2: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         lead = x1.shape[:-1]
@@ -135,9 +146,11 @@ class ChannelTP(nn.Module):
             b = x2.reshape(n, 1, self.d2)
         outer = (a.unsqueeze(-1) * b.unsqueeze(-2)).reshape(n, mul, self.d1 * self.d2)
         w = weight.reshape(n, self.paths, mul).transpose(1, 2).index_select(2, self.path_of_col)
-        coupling, scatter = self._masters.like(outer)
-        y = ((outer @ coupling) * w).reshape(n, mul * self.width) @ scatter
-        return y.reshape(*lead, self.out_dim)
+        coupling, *sum_paths = self._masters.like(outer)
+        y = (outer @ coupling) * w  # [n, U, width]
+        if sum_paths:
+            y = y @ sum_paths[0]
+        return y.reshape(n, mul * self.d_out).index_select(1, self.to_e3nn).reshape(*lead, self.out_dim)
 
 
 def _probe(tp: o3.TensorProduct, mul: int, gather1: list[int], gather2: list[int], d1: int, d2: int) -> torch.Tensor:
