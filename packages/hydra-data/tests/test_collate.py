@@ -195,6 +195,8 @@ def test_a_graph_replaced_or_edited_after_packing_is_read_from_the_list():
     assert_same_batch(second, collate_graphs(data[3:]))
     packed = loader.packed
     assert not packed.current(data, [1]) and not packed.current(data, [4]) and packed.current(data, [0, 2, 3, 5])
+    data.append(data[0].clone())  # a graph added after packing
+    assert not packed.current(data, [6]) and packed.current(data, [0])
 
 
 def test_what_is_not_packed():

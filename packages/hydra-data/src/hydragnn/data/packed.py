@@ -104,7 +104,7 @@ class PackedGraphs:
         items, tensors, versions, n_keys = self.items, self.tensors, self.versions, len(self.keys)
         for i in indices:
             data = dataset[i]
-            if data is not items[i]:
+            if i >= len(items) or data is not items[i]:  # a list grown since holds new graphs
                 return False
             held = list(data._store._mapping.values())
             if len(held) != n_keys or not all(map(operator.is_, held, tensors[i])):
