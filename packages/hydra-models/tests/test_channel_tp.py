@@ -110,12 +110,13 @@ def test_mace_runs_its_products_dense_and_keeps_its_state_dict():
         num_radial=4, num_species=3,
     )  # fmt: skip
     encoder = MACEEncoder(dims, MACEConfig(max_ell=2, correlation=3, radial_mlp_dim=4))
-    assert all(isinstance(layer.conv_dense, ChannelTP) for layer in encoder.interactions)
+    assert all(isinstance(layer.conv_tp.dense, ChannelTP) for layer in encoder.interactions)
     assert all(isinstance(layer.linear.dense, DenseLinear) for layer in encoder.interactions)
     assert all(isinstance(skip.dense, DenseLinear) for skip in encoder.skips)
-    assert all(len(p.dense_tps) == len(p.tps) == 3 for p in encoder.products)
+    assert all(len(p.tps) == 3 and all(isinstance(tp.dense, ChannelTP) for tp in p.tps) for p in encoder.products)
     keys = encoder.state_dict().keys()
     assert not any("dense" in k for k in keys)
-    for layer in encoder.interactions:
-        layer.conv_dense = None  # as an encoder without the dense execution
+    for module in encoder.modules():
+        if hasattr(module, "dense"):
+            module.dense = None  # as an encoder without the dense executions
     encoder.load_state_dict(MACEEncoder(dims, MACEConfig(max_ell=2, correlation=3, radial_mlp_dim=4)).state_dict())

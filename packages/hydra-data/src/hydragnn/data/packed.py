@@ -95,9 +95,6 @@ class PackedGraphs:
         except (TypeError, RuntimeError, KeyError):  # shapes or keys that do not concatenate
             return None
 
-    def __len__(self) -> int:
-        return len(self.items)
-
     def current(self, dataset: Sequence[Any], indices: Sequence[int]) -> bool:
         """Whether ``dataset[i]`` for every ``i`` in ``indices`` is the graph that was packed,
         holding the same tensors, none modified in place since."""

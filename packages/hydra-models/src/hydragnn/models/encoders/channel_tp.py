@@ -8,11 +8,12 @@ harmonics; ``uuu``, the product basis) every channel ``u`` couples the same way:
 ``out_u = sum_p w_{p,u} C_p (x1_u (x) x2_u)``. :func:`channel_tp` reads the coefficients ``C_p``,
 with e3nn's path normalisation, off the e3nn module itself (it evaluates it once on unit inputs,
 in float64) and :class:`ChannelTP` runs: one gather of ``x1`` into ``[n, U, d1]``, the outer
-product with ``x2``, one matmul by the stacked ``C_p``, the weights, the sum of paths that share
-an output (one small matmul, only where they do), one gather into e3nn's output layout. It computes the e3nn module's function (checked on random inputs, in float64,
-before it is used; the coefficients are kept in float64 and cast per dtype on use) and holds no
-parameters and no persistent buffers: the state dict is the e3nn module's, which stays in place. Products it cannot take (other modes, mixed
-multiplicities, shared or internal weights) return ``None`` and run e3nn's forward.
+product with ``x2``, one matmul by the stacked ``C_p``, the weights, the sum of paths that
+share an output (one small matmul, only where they do), one gather into e3nn's output layout.
+It computes the e3nn module's function (checked on random inputs, in float64, before it is
+used; the coefficients are kept in float64 and cast per dtype on use) and holds no parameters
+and no persistent buffers: the state dict is the e3nn module's. Products it cannot take (other
+modes, mixed multiplicities, shared or internal weights) return ``None`` and run e3nn's forward.
 
 :func:`dense_linear` does the same for an ``o3.Linear`` whose matrix is small (``d_in * d_out``
 at most :data:`DENSE_LINEAR_MAX`): its matrix is assembled from the linear's own weight on each
@@ -171,6 +172,15 @@ def _probe(tp: o3.TensorProduct, mul: int, gather1: list[int], gather2: list[int
         return ref(x1, x2, w).reshape(paths, d1 * d2, -1)
 
 
+def _checked(dense: nn.Module, run, ref_run, *dims: int) -> nn.Module | None:
+    """``dense`` when ``run`` and ``ref_run`` (its e3nn module, float64) agree on random inputs of
+    widths ``dims``, else ``None``."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(5, d, generator=gen, dtype=torch.float64) for d in dims]
+    with torch.no_grad():
+        return dense if torch.allclose(run(*inputs), ref_run(*inputs), rtol=1e-9, atol=1e-12) else None
+
+
 def channel_tp(tp: o3.TensorProduct) -> ChannelTP | None:
     """The dense execution of ``tp``, or ``None`` when ``tp`` is not a channel-wise product with
     per-sample weights or the dense version does not reproduce it on random inputs."""
@@ -178,14 +188,7 @@ def channel_tp(tp: o3.TensorProduct) -> ChannelTP | None:
         return None
     dense = ChannelTP(tp)
     ref = copy.deepcopy(tp).to(torch.float64)
-    gen = torch.Generator().manual_seed(0)
-    x1 = torch.randn(5, tp.irreps_in1.dim, generator=gen, dtype=torch.float64)
-    x2 = torch.randn(5, tp.irreps_in2.dim, generator=gen, dtype=torch.float64)
-    w = torch.randn(5, tp.weight_numel, generator=gen, dtype=torch.float64)
-    with torch.no_grad():
-        if not torch.allclose(dense(x1, x2, w), ref(x1, x2, w), rtol=1e-9, atol=1e-12):
-            return None
-    return dense
+    return _checked(dense, dense, ref, tp.irreps_in1.dim, tp.irreps_in2.dim, tp.weight_numel)
 
 
 class DenseLinear(nn.Module):
@@ -210,13 +213,6 @@ class DenseLinear(nn.Module):
         values = weight.index_select(0, self.source) * coef
         matrix = values.new_zeros(self.d_in * self.d_out).index_put((self.target,), values, accumulate=True)
         return (x.reshape(-1, self.d_in) @ matrix.view(self.d_in, self.d_out)).reshape(*x.shape[:-1], self.d_out)
-
-
-def _checked(dense: DenseLinear, run, ref_run, *dims: int) -> DenseLinear | None:
-    gen = torch.Generator().manual_seed(0)
-    inputs = [torch.randn(5, d, generator=gen, dtype=torch.float64) for d in dims]
-    with torch.no_grad():
-        return dense if torch.allclose(run(*inputs), ref_run(*inputs), rtol=1e-9, atol=1e-12) else None
 
 
 def _own_weights(module: nn.Module) -> bool:

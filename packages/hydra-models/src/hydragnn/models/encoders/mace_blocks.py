@@ -22,6 +22,22 @@ def natural_irreps(mul: int, lmax: int) -> o3.Irreps:
     return o3.Irreps([(mul, (ell, (-1) ** ell)) for ell in range(lmax + 1)])
 
 
+class E3nnProduct(o3.TensorProduct):
+    """``o3.TensorProduct`` (same state-dict keys) executed as a few dense ops where it is a
+    channel-wise product with per-sample weights (:func:`.channel_tp.channel_tp`); e3nn's own
+    forward otherwise."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.dense = None  # (what channel_tp's reference copy runs)
+        self.dense = channel_tp(self)
+
+    def forward(self, x, y, weight=None):  # noqa: D102  (e3nn's signature)
+        if self.dense is None or weight is None:
+            return super().forward(x, y, weight)
+        return self.dense(x, y, weight)
+
+
 class E3nnLinear(o3.Linear):
     """``o3.Linear`` (the same weight and state-dict keys) executed as one dense matrix where that
     is cheaper (:func:`.channel_tp.dense_linear`); e3nn's own forward otherwise, and whenever a
@@ -118,10 +134,9 @@ class Interaction(nn.Module):
         super().__init__()
         self.linear_up = E3nnLinear(irreps_in, irreps_in)
         irreps_mid, instructions = tp_out_irreps_with_instructions(irreps_in, sh_irreps, target_irreps, "uvu")
-        self.conv_tp = o3.TensorProduct(
+        self.conv_tp = E3nnProduct(
             irreps_in, sh_irreps, irreps_mid, instructions, shared_weights=False, internal_weights=False
         )
-        self.conv_dense = channel_tp(self.conv_tp)  # the same product as a few dense ops (or None)
         self.radial_mlp = RadialMLP(
             [num_radial] + [radial_mlp_dim] * radial_mlp_layers + [self.conv_tp.weight_numel], torch.nn.functional.silu
         )
@@ -135,8 +150,7 @@ class Interaction(nn.Module):
         src, dst = edge_index[0], edge_index[1]
         h = self.linear_up(h)
         weights = self.radial_mlp(edge_radial)  # [E, weight_numel]
-        conv = self.conv_tp if self.conv_dense is None else self.conv_dense
-        messages = conv(h.index_select(0, src), edge_sh, weights)  # [E, irreps_mid]
+        messages = self.conv_tp(h.index_select(0, src), edge_sh, weights)  # [E, irreps_mid]
         agg = scatter(messages, dst, dim=0, dim_size=h.shape[0], reduce="sum")
         return self.linear(agg) * self.inv_avg
 
@@ -179,7 +193,7 @@ class ProductBasis(nn.Module):
         self.linears = nn.ModuleList()
         for nu in range(1, correlation + 1):
             target = irreps_a if nu < correlation else irreps_out
-            tp = o3.TensorProduct(
+            tp = E3nnProduct(
                 current,
                 irreps_a,
                 target,
@@ -196,15 +210,12 @@ class ProductBasis(nn.Module):
             self.linears.append(E3nnLinear(target, irreps_out))
             current = target
         self.mul = mul
-        dense = [channel_tp(tp) for tp in self.tps]  # the same products as a few dense ops each
-        self.dense_tps = nn.ModuleList(dense if all(d is not None for d in dense) else [])
 
     def forward(self, a: torch.Tensor, node_attrs: torch.Tensor) -> torch.Tensor:
         """``A [N, irreps_a]``, ``node_attrs [N, num_attrs]`` -> ``[N, irreps_out]``."""
         b = a.new_ones(a.shape[0], self.mul)
         out = None
-        tps = self.dense_tps if len(self.dense_tps) else self.tps
-        for tp, weights, linear in zip(tps, self.path_weights, self.linears, strict=True):
+        for tp, weights, linear in zip(self.tps, self.path_weights, self.linears, strict=True):
             b = tp(b, a, weights(node_attrs))
             term = linear(b)
             out = term if out is None else out + term
