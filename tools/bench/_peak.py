@@ -40,3 +40,47 @@ def matmul_rate(device: torch.device, dtype: torch.dtype, n: int = 1024, min_tim
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - t0)
     return 2 * n**3 / best
+
+
+KINDS: dict[str, frozenset[str]] = {
+    "matrix products": frozenset(
+        {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv", "dot", "convolution", "_convolution"}
+    ),
+    "gathers / scatters": frozenset(
+        {"index", "index_select", "index_add", "index_add_", "index_put_", "_index_put_impl_", "scatter",
+         "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "gather",
+         "segment_reduce", "embedding", "embedding_dense_backward", "index_select_backward"}  # fmt: skip
+    ),
+}
+"""aten operators by kind; every other aten operator counts as element-wise / reduction / copy."""
+
+
+def time_shares(call: Callable[[], object]) -> dict[str, float]:
+    """Where one ``call()`` spends its host time, as fractions of its wall time.
+
+    From torch's profiler (self time of each operator on the calling thread): matrix products,
+    gathers / scatters, element-wise / reductions / copies (the other aten operators), custom
+    operators (neighbour search: ``nvalchemiops::`` and the like), the autograd engine, and the
+    rest of the wall time (Python between operators, untracked work). With one thread, the
+    shares say whether arithmetic, memory traffic or overhead bounds the call.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        call()
+        wall_us = (time.perf_counter() - start) * 1e6
+    shares = dict.fromkeys([*KINDS, "element-wise / reductions", "custom operators", "autograd engine"], 0.0)
+    for event in prof.key_averages():
+        namespace, _, op = event.key.partition("::")
+        if namespace == "aten":
+            kind = next((k for k, ops in KINDS.items() if op in ops), "element-wise / reductions")
+        elif namespace == "autograd" or namespace == "torch":
+            kind = "autograd engine"
+        elif op and namespace.isidentifier() and " " not in event.key:
+            kind = "custom operators"
+        else:
+            continue  # profiler ranges (record_function), whose time their operators already hold
+        shares[kind] += event.self_cpu_time_total / wall_us
+    shares["Python / untracked"] = max(0.0, 1.0 - sum(shares.values()))
+    return shares

@@ -21,7 +21,9 @@ trajectories (0 expected: reuse gives the same edges).
 
 Fraction of peak (``_peak.py``): the matrix-product FLOPs of one regular E+F call (forward and
 backward, from the shapes) times its calls/s, over a square matmul's FLOP/s measured in the same
-run with the same threads.
+run with the same threads. On CPU, the same call's time split (torch's profiler) into matrix
+products, gathers / scatters, element-wise work, custom operators (neighbour search), the
+autograd engine and Python: what keeps the call below the matmul rate.
 
     python tools/bench/infer.py --sizes 32 256 2048 --rounds 3
     python tools/bench/infer.py --device cuda --modes regular kernels graph graph+kernels compile
@@ -44,7 +46,7 @@ from unittest import mock
 
 import numpy as np
 import torch
-from _peak import call_flops, matmul_rate
+from _peak import call_flops, matmul_rate, time_shares
 from ase import Atoms, units
 from ase.build import bulk
 from ase.md.velocitydistribution import thermalize_momenta
@@ -293,7 +295,7 @@ def run(args: argparse.Namespace) -> dict:
                     key = (n, system, forces, geometry, mode)
                     med = statistics.median(rates[key])
                     ratio = med / base if base else None
-                    cells.append(f" {med:11.1f} {f'({ratio:.2f}x)' if ratio else '':>8s}")
+                    cells.append(f" {med:11.3g} {f'({ratio:.2f}x)' if ratio else '':>8s}")
                     report["steady"].append(
                         {
                             "atoms": n,
@@ -344,9 +346,13 @@ def peak_section(args, model, device, data, rates) -> list[dict]:
         calls = statistics.median(rates[(n, system, True, "moving", "regular")])
         row = {"atoms": n, "system": system, "mflop_per_call": flops / 1e6, "calls_per_s": calls,
                "fraction_of_peak": flops * calls / rate}  # fmt: skip
+        if device.type == "cpu":  # host time is the call's time only on CPU
+            row["time_shares"] = time_shares(lambda pos=pos, z=z, cell=cell: calc(pos, z, cell=cell, forces=True))
         rows.append(row)
-        print(f"  {n:6d} {system:9s} {row['mflop_per_call']:10.2f} MFLOP/call {calls:9.1f} calls/s "
+        print(f"  {n:6d} {system:9s} {row['mflop_per_call']:10.2f} MFLOP/call {calls:9.3g} calls/s "
               f"-> {100 * row['fraction_of_peak']:.1f}% of peak")
+        if "time_shares" in row:
+            print("         time: " + ", ".join(f"{100 * v:.0f}% {k}" for k, v in row["time_shares"].items()))
     return rows
 
 

@@ -32,6 +32,12 @@ def test_dry_run_passes_every_section(tmp_path):
     assert engines == {"dense", "sparse", "periodic"} and all(row["replayed"] for row in sections["parity"]["rows"])
     modes = {row["mode"] for row in sections["benchmark"]["report"]["steady"]}
     assert modes == {"regular", "graph"}
+    peak = sections["benchmark"]["report"]["peak"]  # on CPU: the fraction of peak and where the time goes
+    assert peak and all(row["fraction_of_peak"] > 0 for row in peak)
+    for row in peak:
+        shares = row["time_shares"]
+        assert shares["matrix products"] > 0 and shares["element-wise / reductions"] > 0, shares
+        assert min(shares.values()) >= 0 and sum(shares.values()) >= 1 - 1e-9, shares
     assert sections["gpu_tests"]["tests"] >= 5
 
 

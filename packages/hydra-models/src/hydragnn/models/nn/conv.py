@@ -46,5 +46,5 @@ class ContinuousFilterConv(Primitive):
     """
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, edges: RadialEdges) -> torch.Tensor:
-        msg = x[edges.src] * (w * edges.envelope_values)
+        msg = x.index_select(0, edges.src) * (w * edges.envelope_values)
         return scatter_sum(msg, edges.dst, edges.num_nodes)
