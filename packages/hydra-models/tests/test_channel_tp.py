@@ -9,11 +9,19 @@ import torch
 from e3nn import o3
 from e3nn.nn import FullyConnectedNet
 
+from hydragnn.models.encoders import mace_blocks
 from hydragnn.models.encoders.base import EncoderDims
-from hydragnn.models.encoders.channel_tp import DENSE_LINEAR_MAX, ChannelTP, DenseLinear, channel_tp
+from hydragnn.models.encoders.channel_tp import (
+    DENSE_LINEAR_MAX,
+    DENSE_TP_MAX_WORK,
+    ChannelTP,
+    DenseLinear,
+    channel_tp,
+)
 from hydragnn.models.encoders.mace import MACEConfig, MACEEncoder
 from hydragnn.models.encoders.mace_blocks import (
     E3nnLinear,
+    E3nnProduct,
     E3nnResidual,
     RadialMLP,
     _uuu_instructions,
@@ -102,6 +110,26 @@ def test_products_that_are_not_channel_wise_run_e3nn():
         "4x0e", "1x0e", "4x0e", [(0, 0, 0, "uvu", True)], shared_weights=True, internal_weights=True
     )
     assert channel_tp(full) is None and channel_tp(shared) is None
+
+
+def test_products_run_dense_up_to_the_work_limit_and_e3nn_above(monkeypatch):
+    """Rows x channels above DENSE_TP_MAX_WORK run e3nn's execution (the dense one multiplies the
+    coefficients' zeros too); both give the same function."""
+    torch.manual_seed(0)
+    irreps_in, sh = natural_irreps(3, 1), o3.Irreps.spherical_harmonics(2)
+    mid, instructions = tp_out_irreps_with_instructions(irreps_in, sh, natural_irreps(3, 2), "uvu")
+    product = E3nnProduct(irreps_in, sh, mid, instructions, shared_weights=False,
+                          internal_weights=False).to(torch.float64)  # fmt: skip
+    dense_calls = []
+    product.dense.register_forward_hook(lambda *_: dense_calls.append(1))
+    x1, x2, w = _randn(5, irreps_in.dim), _randn(5, sh.dim), _randn(5, product.weight_numel)
+    below = product(x1, x2, w)
+    assert len(dense_calls) == 1
+    monkeypatch.setattr(mace_blocks, "DENSE_TP_MAX_WORK", 5 * product.dense.mul - 1)
+    above = product(x1, x2, w)
+    assert len(dense_calls) == 1
+    torch.testing.assert_close(above, below, rtol=1e-10, atol=1e-12)
+    assert DENSE_TP_MAX_WORK >= 2048 * 32  # a training batch's products run dense
 
 
 def test_mace_runs_its_products_dense_and_keeps_its_state_dict():

@@ -14,7 +14,7 @@ from e3nn.nn import FullyConnectedNet
 from torch import nn
 from torch_geometric.utils import scatter
 
-from .channel_tp import channel_tp, dense_bilinear, dense_linear, outer
+from .channel_tp import DENSE_TP_MAX_WORK, channel_tp, dense_bilinear, dense_linear, outer
 
 
 def natural_irreps(mul: int, lmax: int) -> o3.Irreps:
@@ -24,8 +24,9 @@ def natural_irreps(mul: int, lmax: int) -> o3.Irreps:
 
 class E3nnProduct(o3.TensorProduct):
     """``o3.TensorProduct`` (same state-dict keys) executed as a few dense ops where it is a
-    channel-wise product with per-sample weights (:func:`.channel_tp.channel_tp`); e3nn's own
-    forward otherwise."""
+    channel-wise product with per-sample weights (:func:`.channel_tp.channel_tp`) and the call
+    has at most :data:`.channel_tp.DENSE_TP_MAX_WORK` rows x channels; e3nn's own forward
+    otherwise."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -33,7 +34,7 @@ class E3nnProduct(o3.TensorProduct):
         self.dense = channel_tp(self)
 
     def forward(self, x, y, weight=None):  # noqa: D102  (e3nn's signature)
-        if self.dense is None or weight is None:
+        if self.dense is None or weight is None or x.numel() // x.shape[-1] * self.dense.mul > DENSE_TP_MAX_WORK:
             return super().forward(x, y, weight)
         return self.dense(x, y, weight)
 
