@@ -4,7 +4,9 @@ The arithmetic of one call is what torch's ``FlopCounterMode`` counts while it r
 floating-point operations of every matrix product (``mm``, ``addmm``, ``bmm``, convolutions,
 einsums lowered to them) of the forward and, for E+F, of the autograd backward, from the
 operand shapes, hence from the layer widths and the edge count of that call. Element-wise work
-and scatters are not counted: they are the traffic that keeps a model below the matmul rate. The
+and scatters are not counted: they are the traffic that keeps a model below the matmul rate; a
+product run as a dense matrix with structural zeros (MACE's products on small calls) counts its
+zeros, so compare calls/s, not fractions, across executions of the same model. The
 machine's rate is a square ``n x n`` fp32 (or the model's dtype) matrix product measured in the
 same process with the same threads. Their ratio is the fraction of peak a call reaches.
 """
