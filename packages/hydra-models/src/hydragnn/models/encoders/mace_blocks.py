@@ -34,7 +34,7 @@ class E3nnProduct(o3.TensorProduct):
         self.dense = channel_tp(self)
 
     def forward(self, x, y, weight=None):  # noqa: D102  (e3nn's signature)
-        if self.dense is None or weight is None or x.numel() // x.shape[-1] * self.dense.mul > DENSE_TP_MAX_WORK:
+        if self.dense is None or weight is None or x.shape[:-1].numel() * self.dense.mul > DENSE_TP_MAX_WORK:
             return super().forward(x, y, weight)
         return self.dense(x, y, weight)
 
