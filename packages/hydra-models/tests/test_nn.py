@@ -121,3 +121,88 @@ def test_gaussian_rbf_flushes_subnormals(dtype):
     tiny = torch.finfo(dtype).tiny
     assert ((plain < tiny) & (plain > 0)).any()  # the plain formula computes subnormals here
     torch.testing.assert_close(out.detach(), plain, rtol=0, atol=tiny**0.8)
+
+
+def _filter_rows(filt: RadialFilter) -> list[int]:
+    """Rows reaching the filter network's first layer, per call."""
+    rows: list[int] = []
+    filt[0].register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+    return rows
+
+
+def _edges(r: torch.Tensor, attr: torch.Tensor | None = None) -> RadialEdges:
+    n = r.shape[0]
+    src, dst = torch.arange(n) % 3, (torch.arange(n) + 1) % 3
+    return RadialEdges(src, dst, r, 3, torch.float32, GaussianRBF(4.0, 6), CosineCutoff(4.0), attr=attr)
+
+
+def test_radial_filter_runs_once_per_distinct_length():
+    """Constant lengths that repeat (both directions of an edge, a lattice) go through the filter
+    network once each; the filters and the parameter gradients are those of the per-edge network."""
+    torch.manual_seed(0)
+    filt = RadialFilter(6, 5)
+    rows = _filter_rows(filt)
+    r = torch.tensor([1.5, 0.75, 1.5, 2.25, 0.75, 1.5, 2.25, 1.5])
+    edges = _edges(r)
+    assert edges.shared_lengths() is not None and edges.shared_lengths()[0].tolist() == [0.75, 1.5, 2.25]
+    w = filt(edges)
+    assert rows == [3]
+    ref = torch.nn.Sequential.forward(filt, edges.basis_values)
+    assert rows == [3, 8]
+    torch.testing.assert_close(w, ref)
+    weights = torch.randn(8, 5)
+    grads = torch.autograd.grad((w * weights).sum(), list(filt.parameters()))
+    ref_grads = torch.autograd.grad((ref * weights).sum(), list(filt.parameters()))
+    for g, g_ref in zip(grads, ref_grads):
+        torch.testing.assert_close(g, g_ref)
+
+
+@pytest.mark.parametrize("case", ["length with gradient", "edge inputs", "mostly distinct"])
+def test_radial_filter_runs_per_edge_where_sharing_does_not_apply(case):
+    """Forces differentiate through the lengths (equal lengths of different atom pairs have
+    different derivatives); appended edge inputs make rows differ; a batch of mostly distinct
+    lengths would not pay for the gather."""
+    r = torch.tensor([1.5, 0.75, 1.5, 2.25, 0.75, 1.5, 2.25, 1.5])
+    attr = None
+    if case == "length with gradient":
+        r = r.requires_grad_()
+    elif case == "edge inputs":
+        attr = torch.randn(8, 2)
+    else:
+        r = torch.linspace(0.5, 3.5, 8)
+    filt = RadialFilter(6 if attr is None else 8, 5)
+    rows = _filter_rows(filt)
+    edges = _edges(r, attr)
+    w = filt(edges)
+    assert rows == [8] and w.shape == (8, 5)
+    torch.testing.assert_close(w, torch.nn.Sequential.forward(filt, edges.basis_values))
+
+
+def test_schnet_shares_filters_without_changing_predictions(monkeypatch):
+    """A whole SchNet on periodic cells: energies without forces are the same with and without
+    the per-distinct-length filters (up to their last bits), and so are the parameter gradients;
+    with forces every edge goes through the filter network."""
+    from hydragnn.models.nn import edges as edges_module
+
+    torch.manual_seed(0)
+    model = build_model(small_arch("SchNet"), SCHEMA)
+    batch = collate(periodic_samples(4.0)[:3])
+    num_edges = batch.edge_index.shape[1]
+    rows = _filter_rows(model.encoder.interactions[0].filter)
+    results = []
+    for fraction in (edges_module.SHARED_MAX_FRACTION, -1.0):
+        monkeypatch.setattr(edges_module, "SHARED_MAX_FRACTION", fraction)
+        model.zero_grad()
+        out = model(batch, compute_forces=False, compute_stress=False)
+        sum(v.square().sum() for v in out.values()).backward()
+        results.append((out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    assert rows[0] <= num_edges // 2 and rows[1] == num_edges  # both directions of each edge: one row
+    (out, grads), (ref, ref_grads) = results
+    for key in ref:
+        torch.testing.assert_close(out[key], ref[key])
+    assert grads.keys() == ref_grads.keys()
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=1e-4, atol=1e-6)
+    monkeypatch.undo()
+    assert "forces" in model(batch)
+    assert rows[2] == num_edges

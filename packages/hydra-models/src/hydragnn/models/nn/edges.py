@@ -5,12 +5,24 @@ radial basis and envelope values are computed on first use and shared by all lay
 path), while a fused backend reads ``length`` and the ``basis`` / ``envelope`` modules and never
 materialises them. Under activation checkpointing the encoder calls :meth:`materialize` first,
 so a recomputed layer finds the same cached tensors it used the first time.
+
+Per-edge functions of the length alone (the basis, a radial filter network) may be evaluated
+once per *distinct* length (:meth:`RadialEdges.shared_lengths`) when the lengths are constants of
+the call: both directions of an edge have bitwise-equal lengths, and graphs on a lattice (fixed
+sites, species varying: HydraGNN's alloy and Ising data, upstream's unit-test graphs) repeat a
+handful of distances across a whole batch. Never when a gradient flows to the lengths (forces,
+stress): equal lengths of different atom pairs have different position derivatives.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+
+SHARED_MAX_FRACTION = 0.75
+"""Largest fraction of distinct lengths among the edges for which per-edge functions of the
+length are evaluated per distinct length (one direction of each edge: 0.5; a lattice: ~0)."""
 
 
 class RadialEdges:
@@ -27,7 +39,9 @@ class RadialEdges:
         attr: ``[E, A]`` edge inputs appended to the basis values, or None.
     """
 
-    __slots__ = ("src", "dst", "length", "num_nodes", "dtype", "basis", "envelope", "unit", "attr", "_basis", "_env")
+    __slots__ = (
+        "src", "dst", "length", "num_nodes", "dtype", "basis", "envelope", "unit", "attr", "_basis", "_env", "_shared",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -45,6 +59,7 @@ class RadialEdges:
         self.basis, self.envelope, self.unit, self.attr = basis, envelope, unit, attr
         self._basis: torch.Tensor | None = None
         self._env: torch.Tensor | None = None
+        self._shared: tuple[torch.Tensor, torch.Tensor] | None | bool = False  # False: not computed yet
 
     @property
     def basis_values(self) -> torch.Tensor:
@@ -61,7 +76,34 @@ class RadialEdges:
             self._env = self.envelope(self.length).unsqueeze(-1).to(self.dtype)
         return self._env
 
+    def shared_lengths(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(values [P], inverse [E])`` with ``length == values[inverse]``, the distinct lengths in
+        ascending order, or ``None`` where evaluating per distinct length does not apply: a
+        gradient flows to ``length`` (forces or stress by autograd), the edges are not on the CPU
+        (``unique`` synchronises a GPU and has a data-dependent shape, which CUDA-graph capture
+        and compilation refuse), torch is compiling, or more than :data:`SHARED_MAX_FRACTION` of
+        the lengths are distinct (the gather back would not pay). Computed once per instance."""
+        if self._shared is False:
+            self._shared = None
+            r = self.length
+            if not r.requires_grad and r.device.type == "cpu" and r.dim() == 1 and not torch.compiler.is_compiling():
+                values, inverse = torch.unique(r, sorted=True, return_inverse=True)
+                if values.shape[0] <= SHARED_MAX_FRACTION * r.shape[0]:
+                    self._shared = (values, inverse)
+        return self._shared  # type: ignore[return-value]
+
+    def shared_basis_values(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(basis(values) [P, R] in dtype, inverse [E])`` for the :meth:`shared_lengths`, so that
+        ``basis_values == basis[inverse]``; ``None`` where those do not apply or edge inputs
+        ``attr`` are appended to the basis (the rows then differ beyond the length)."""
+        shared = self.shared_lengths() if self.attr is None else None
+        if shared is None:
+            return None
+        values, inverse = shared
+        return self.basis(values).to(self.dtype), inverse
+
     def materialize(self) -> RadialEdges:
-        """Compute the basis and envelope values now (before checkpointed layers); returns self."""
-        _ = self.basis_values, self.envelope_values
+        """Compute the basis and envelope values (and the distinct lengths) now, before
+        checkpointed layers; returns self."""
+        _ = self.basis_values, self.envelope_values, self.shared_lengths()
         return self
