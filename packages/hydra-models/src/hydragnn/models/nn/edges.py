@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-
 SHARED_MAX_FRACTION = 0.75
 """Largest fraction of distinct lengths among the edges for which per-edge functions of the
 length are evaluated per distinct length (one direction of each edge: 0.5; a lattice: ~0)."""
