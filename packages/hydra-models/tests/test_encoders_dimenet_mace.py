@@ -438,10 +438,52 @@ def test_dimenet_factorised_interaction_matches_pyg_block(name):
         edge_index.shape[1], DIMS.hidden_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
     )
     block = enc.interaction_blocks[0]
-    ours = block(m, rbf, rad, ang, idx_kj, idx_ji)
+    ours = block(m, rbf, rad, ang, idx_kj, None, idx_kj, idx_ji)
     reference = InteractionPPBlock.forward(block, m, rbf, sbf, idx_kj, idx_ji)
     torch.testing.assert_close(ours, reference, atol=1e-12, rtol=1e-10)
     assert not torch.allclose(ours, m)
+
+
+def lattice_cluster():
+    """A 2x2x2 simple-cubic cluster (spacing 1.2) twice, species varying: lattice data, where
+    a handful of lengths and angles repeat over every triplet."""
+    side = torch.arange(2, dtype=torch.float64) * 1.2
+    cube = torch.cartesian_prod(side, side, side)
+    pos = torch.cat([cube, cube + 10.0])
+    batch = torch.arange(2).repeat_interleave(8)
+    z = torch.randint(1, DIMS.num_species, (16,), generator=torch.Generator().manual_seed(3))
+    edge_index, shift, _ = brute_force_edges(pos, batch, RADIUS)
+    return pos, z, edge_index, shift, batch, 2
+
+
+def test_dimenet_evaluates_the_spherical_basis_per_distinct_triplet_geometry(monkeypatch):
+    """On lattice data without forces, the spherical basis and its projections run once per
+    distinct (d_kj, angle) pair: the embeddings and parameter gradients equal the per-triplet
+    path's; with a gradient on the geometry (forces) every triplet is evaluated."""
+    from hydragnn.models.encoders import dimenet
+
+    pos, z, edge_index, shift, batch, ng = lattice_cluster()
+    inputs = make_inputs(pos, z, edge_index, shift, batch, ng)
+    enc = build("dimenet")
+    rows = []
+    enc.interaction_blocks[0].lin_sbf2.register_forward_hook(lambda m, a, o: rows.append(a[0].shape[0]))
+    results = []
+    for fraction in (dimenet.SHARED_MAX_FRACTION, -1.0):
+        monkeypatch.setattr(dimenet, "SHARED_MAX_FRACTION", fraction)
+        enc.zero_grad()
+        out = enc(inputs).scalar
+        out.square().sum().backward()
+        results.append((out, [p.grad.clone() for p in enc.parameters()]))
+    num_triplets = enc.triplets(edge_index, pos.shape[0], inputs.edge_vec)[0].shape[0]
+    assert rows[0] * 10 < num_triplets == rows[1]
+    (out, grads), (ref, ref_grads) = results
+    torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-10)
+    for g, g_ref in zip(grads, ref_grads):
+        torch.testing.assert_close(g, g_ref, atol=1e-10, rtol=1e-8)
+    monkeypatch.undo()
+    moving = dataclasses.replace(inputs, edge_vec=inputs.edge_vec.clone().requires_grad_())
+    enc(moving)
+    assert rows[2] == num_triplets
 
 
 def test_spherical_bessel_against_closed_forms():

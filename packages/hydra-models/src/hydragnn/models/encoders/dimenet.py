@@ -16,6 +16,13 @@ Cost: the first basis projection ``W_sbf1 a(d_kj, angle)`` is factorised as ``su
 ``L * basis_emb_size`` numbers are gathered per triplet (:class:`_FactorizedInteractionPPBlock`;
 same weights and results as PyG's block; about half the cost, docs/notes/encoder_design.md).
 
+Distinct triplet geometry: the spherical basis and its two projections depend on a triplet only
+through ``(d_kj, angle)``. When those are constants of the call (no forces or stress through
+them), on CPU, with the exact triplet list, and repeating (lattice data: a batch of upstream's
+unit-test graphs has ~4 distinct lengths and a few dozen distinct pairs for ~3,500 triplets),
+they are evaluated once per distinct pair and gathered back (:func:`_shared_triplets`; same
+values; see :meth:`~hydragnn.models.nn.RadialEdges.shared_lengths` for the conditions).
+
 Capture safety: ``triplet_capacity = None`` (default) builds the exact, data-dependent triplet
 list (not capture-safe); ``triplet_capacity = C`` uses a fixed ``E * C`` layout with 0/1
 weights, exact when no node has more than ``C`` incoming edges (:func:`.triplets.max_in_degree`).
@@ -35,6 +42,7 @@ from torch_geometric.nn.models.dimenet import InteractionPPBlock, OutputPPBlock
 from torch_geometric.utils import scatter
 
 from ..errors import ModelConfigError, ModelError
+from ..nn.edges import SHARED_MAX_FRACTION
 from ..nn.geometry import safe_norm
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .dimenet_basis import BesselEdgeBasis, SphericalBasis, _compute_dtype
@@ -88,9 +96,11 @@ class DimeNetConfig(EncoderConfig):
 class _FactorizedInteractionPPBlock(InteractionPPBlock):
     """PyG's :class:`InteractionPPBlock` (same parameters) fed with the factorised spherical basis.
 
-    ``forward(x [E, H], rbf [E, R], rad [E, L, R], ang [T, L], idx_kj [T], idx_ji [T]) -> [E, H]``
-    where the 2D basis of triplet ``t`` is ``rad[idx_kj[t], l, n] * ang[t, l]`` (``ang`` already
-    multiplied by the triplet weight of the padded layout).
+    ``forward(x [E, H], rbf [E, R], rad [D, L, R], ang [Q, L], rad_index [Q], expand [T] or None,
+    idx_kj [T], idx_ji [T]) -> [E, H]`` where the 2D basis of row ``q`` is
+    ``rad[rad_index[q], l, n] * ang[q, l]`` (``ang`` already multiplied by the triplet weight of
+    the padded layout) and triplet ``t`` takes row ``expand[t]`` (row ``t`` when ``expand`` is
+    None: then ``D = E``, ``Q = T`` and ``rad_index = idx_kj``).
     """
 
     def forward(  # type: ignore[override]
@@ -99,6 +109,8 @@ class _FactorizedInteractionPPBlock(InteractionPPBlock):
         rbf: torch.Tensor,
         rad: torch.Tensor,
         ang: torch.Tensor,
+        rad_index: torch.Tensor,
+        expand: torch.Tensor | None,
         idx_kj: torch.Tensor,
         idx_ji: torch.Tensor,
     ) -> torch.Tensor:
@@ -110,9 +122,12 @@ class _FactorizedInteractionPPBlock(InteractionPPBlock):
         num_spherical = ang.shape[-1]
         w1 = self.lin_sbf1.weight  # [B, L * R], input index l * R + n
         w1 = w1.view(w1.shape[0], num_spherical, -1)  # [B, L, R]
-        per_edge = torch.einsum("eln,bln->elb", rad, w1)  # [E, L, B]
-        sbf = (per_edge.index_select(0, idx_kj) * ang.unsqueeze(-1)).sum(dim=1)  # [T, B] = lin_sbf1(rad * ang)
-        x_kj = x_kj.index_select(0, idx_kj) * self.lin_sbf2(sbf)  # [T, I]
+        per_edge = torch.einsum("eln,bln->elb", rad, w1)  # [D, L, B]
+        sbf = (per_edge.index_select(0, rad_index) * ang.unsqueeze(-1)).sum(dim=1)  # [Q, B] = lin_sbf1(rad * ang)
+        sbf = self.lin_sbf2(sbf)  # [Q, I]
+        if expand is not None:
+            sbf = sbf.index_select(0, expand)  # [T, I]
+        x_kj = x_kj.index_select(0, idx_kj) * sbf  # [T, I]
         x_kj = scatter(x_kj, idx_ji, dim=0, dim_size=x.shape[0], reduce="sum")  # [E, I]
         x_kj = self.act(self.lin_up(x_kj))
 
@@ -123,6 +138,31 @@ class _FactorizedInteractionPPBlock(InteractionPPBlock):
         for layer in self.layers_after_skip:
             h = layer(h)
         return h
+
+
+def _shared_triplets(
+    dist: torch.Tensor, cos_angle: torch.Tensor, idx_kj: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The distinct ``(d_kj, cos angle)`` pairs of the triplets, or ``None`` where evaluating per
+    distinct pair does not apply (a gradient flows to the geometry, not on the CPU, compiling, or
+    more than :data:`~hydragnn.models.nn.edges.SHARED_MAX_FRACTION` of them distinct).
+
+    Returns ``(lengths [D], length_index [U], cos [U], expand [T])``: the distinct edge lengths,
+    and per distinct pair the index of its length and its cosine, with triplet ``t`` at pair
+    ``expand[t]``, so that ``lengths[length_index[expand]] == dist[idx_kj]`` and
+    ``cos[expand] == cos_angle``.
+    """
+    if dist.requires_grad or cos_angle.requires_grad or dist.device.type != "cpu" or torch.compiler.is_compiling():
+        return None
+    lengths, length_inverse = torch.unique(dist, sorted=True, return_inverse=True)
+    if lengths.shape[0] > SHARED_MAX_FRACTION * dist.shape[0]:
+        return None
+    cosines, cos_inverse = torch.unique(cos_angle, sorted=True, return_inverse=True)
+    width = max(cosines.shape[0], 1)
+    keys, expand = torch.unique(length_inverse.index_select(0, idx_kj) * width + cos_inverse, return_inverse=True)
+    if keys.shape[0] > SHARED_MAX_FRACTION * cos_angle.shape[0]:
+        return None
+    return lengths, keys // width, cosines.index_select(0, keys % width), expand
 
 
 class _EdgeEmbedding(nn.Module):
@@ -204,8 +244,8 @@ class DimeNetEncoder(Encoder):
             return idx_kj, idx_ji, None
         return build_triplets_padded(edge_index, num_nodes, self.config.triplet_capacity, edge_vec)
 
-    def _block(self, t: int, m, rbf, rad, ang, idx_kj, idx_ji, dst, num_nodes: int):
-        m = self.interaction_blocks[t](m, rbf, rad, ang, idx_kj, idx_ji)
+    def _block(self, t: int, m, rbf, rad, ang, rad_index, expand, idx_kj, idx_ji, dst, num_nodes: int):
+        m = self.interaction_blocks[t](m, rbf, rad, ang, rad_index, expand, idx_kj, idx_ji)
         return m, self.output_blocks[t + 1](m, rbf, dst, num_nodes=num_nodes)
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
@@ -227,8 +267,13 @@ class DimeNetEncoder(Encoder):
 
         rbf = self.rbf(dist).to(dtype)  # [E, R]
         work = _compute_dtype(dist.dtype)
-        rad = self.sbf.radial(dist.to(work)).to(dtype)  # [E, L, R]
-        ang = self.sbf.angular(cos_angle.to(work))  # [T, L]
+        shared = _shared_triplets(dist, cos_angle, idx_kj) if weight is None else None
+        if shared is None:
+            rad_at, cos_at, rad_index, expand = dist, cos_angle, idx_kj, None
+        else:
+            rad_at, rad_index, cos_at, expand = shared
+        rad = self.sbf.radial(rad_at.to(work)).to(dtype)  # [D, L, R]
+        ang = self.sbf.angular(cos_at.to(work))  # [Q, L]
         if weight is not None:
             ang = ang * weight.to(ang.dtype).unsqueeze(-1)  # the blocks' sbf maps have no bias
         ang = ang.to(dtype)
@@ -238,8 +283,10 @@ class DimeNetEncoder(Encoder):
         out = self.output_blocks[0](m, rbf, dst, num_nodes=num_nodes)
         for t in range(len(self.interaction_blocks)):
             if self.dims.conv_checkpointing:
-                m, p = checkpoint(self._block, t, m, rbf, rad, ang, idx_kj, idx_ji, dst, num_nodes, use_reentrant=False)
+                m, p = checkpoint(
+                    self._block, t, m, rbf, rad, ang, rad_index, expand, idx_kj, idx_ji, dst, num_nodes, use_reentrant=False
+                )
             else:
-                m, p = self._block(t, m, rbf, rad, ang, idx_kj, idx_ji, dst, num_nodes)
+                m, p = self._block(t, m, rbf, rad, ang, rad_index, expand, idx_kj, idx_ji, dst, num_nodes)
             out = out + p
         return NodeEmbedding(scalar=out)
