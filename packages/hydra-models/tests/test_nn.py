@@ -145,6 +145,7 @@ def test_radial_filter_runs_once_per_distinct_length():
     r = torch.tensor([1.5, 0.75, 1.5, 2.25, 0.75, 1.5, 2.25, 1.5])
     edges = _edges(r)
     assert edges.shared_lengths() is not None and edges.shared_lengths()[0].tolist() == [0.75, 1.5, 2.25]
+    assert edges.shared_basis_values()[0] is edges.shared_basis_values()[0]  # once per forward, for every layer
     w = filt(edges)
     assert rows == [3]
     ref = torch.nn.Sequential.forward(filt, edges.basis_values)
@@ -206,3 +207,25 @@ def test_schnet_shares_filters_without_changing_predictions(monkeypatch):
     monkeypatch.undo()
     assert "forces" in model(batch)
     assert rows[2] == num_edges
+
+
+@pytest.mark.parametrize("encoder", ["SchNet", "DimeNet"])
+def test_shared_radial_functions_under_activation_checkpointing(encoder):
+    """Checkpointed layers recompute from the same per-distinct-length values: predictions and
+    parameter gradients equal those without checkpointing (energies without forces)."""
+    torch.manual_seed(0)
+    plain = build_model(small_arch(encoder), SCHEMA)
+    ckpt = build_model(small_arch(encoder, conv_checkpointing=True), SCHEMA)
+    ckpt.load_state_dict(plain.state_dict())
+    batch = collate(periodic_samples(4.0)[:2])
+    results = []
+    for model in (plain, ckpt):
+        out = model(batch, compute_forces=False, compute_stress=False)
+        sum(v.square().sum() for v in out.values()).backward()
+        results.append((out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+    (out, grads), (ref, ref_grads) = results[1], results[0]
+    for key in ref:
+        torch.testing.assert_close(out[key], ref[key])
+    assert grads.keys() == ref_grads.keys()
+    for name in ref_grads:
+        torch.testing.assert_close(grads[name], ref_grads[name])

@@ -281,12 +281,11 @@ class DimeNetEncoder(Encoder):
         h = self._node_features(inputs.x.to(dtype))
         m = self.emb(h, rbf, dst, src)  # [E, H]
         out = self.output_blocks[0](m, rbf, dst, num_nodes=num_nodes)
+        shared_args = (rbf, rad, ang, rad_index, expand, idx_kj, idx_ji, dst, num_nodes)
         for t in range(len(self.interaction_blocks)):
             if self.dims.conv_checkpointing:
-                m, p = checkpoint(
-                    self._block, t, m, rbf, rad, ang, rad_index, expand, idx_kj, idx_ji, dst, num_nodes, use_reentrant=False
-                )
+                m, p = checkpoint(self._block, t, m, *shared_args, use_reentrant=False)
             else:
-                m, p = self._block(t, m, rbf, rad, ang, rad_index, expand, idx_kj, idx_ji, dst, num_nodes)
+                m, p = self._block(t, m, *shared_args)
             out = out + p
         return NodeEmbedding(scalar=out)

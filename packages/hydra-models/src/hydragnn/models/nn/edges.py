@@ -40,6 +40,7 @@ class RadialEdges:
 
     __slots__ = (
         "src", "dst", "length", "num_nodes", "dtype", "basis", "envelope", "unit", "attr", "_basis", "_env", "_shared",
+        "_shared_basis",
     )  # fmt: skip
 
     def __init__(
@@ -59,6 +60,7 @@ class RadialEdges:
         self._basis: torch.Tensor | None = None
         self._env: torch.Tensor | None = None
         self._shared: tuple[torch.Tensor, torch.Tensor] | None | bool = False  # False: not computed yet
+        self._shared_basis: torch.Tensor | None = None
 
     @property
     def basis_values(self) -> torch.Tensor:
@@ -94,15 +96,18 @@ class RadialEdges:
     def shared_basis_values(self) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(basis(values) [P, R] in dtype, inverse [E])`` for the :meth:`shared_lengths`, so that
         ``basis_values == basis[inverse]``; ``None`` where those do not apply or edge inputs
-        ``attr`` are appended to the basis (the rows then differ beyond the length)."""
+        ``attr`` are appended to the basis (the rows then differ beyond the length). Computed once
+        per instance, like :attr:`basis_values`."""
         shared = self.shared_lengths() if self.attr is None else None
         if shared is None:
             return None
         values, inverse = shared
-        return self.basis(values).to(self.dtype), inverse
+        if self._shared_basis is None:
+            self._shared_basis = self.basis(values).to(self.dtype)
+        return self._shared_basis, inverse
 
     def materialize(self) -> RadialEdges:
-        """Compute the basis and envelope values (and the distinct lengths) now, before
+        """Compute the basis and envelope values (and those at the distinct lengths) now, before
         checkpointed layers; returns self."""
-        _ = self.basis_values, self.envelope_values, self.shared_lengths()
+        _ = self.basis_values, self.envelope_values, self.shared_basis_values()
         return self
