@@ -460,7 +460,7 @@ def test_dimenet_evaluates_the_spherical_basis_per_distinct_triplet_geometry(mon
     """On lattice data without forces, the spherical basis and its projections run once per
     distinct (d_kj, angle) pair: the embeddings and parameter gradients equal the per-triplet
     path's; with a gradient on the geometry (forces) every triplet is evaluated."""
-    from hydragnn.models.encoders import dimenet
+    from hydragnn.models.nn import edges as edges_module
 
     pos, z, edge_index, shift, batch, ng = lattice_cluster()
     inputs = make_inputs(pos, z, edge_index, shift, batch, ng)
@@ -468,8 +468,8 @@ def test_dimenet_evaluates_the_spherical_basis_per_distinct_triplet_geometry(mon
     rows = []
     enc.interaction_blocks[0].lin_sbf2.register_forward_hook(lambda m, a, o: rows.append(a[0].shape[0]))
     results = []
-    for fraction in (dimenet.SHARED_MAX_FRACTION, -1.0):
-        monkeypatch.setattr(dimenet, "SHARED_MAX_FRACTION", fraction)
+    for fraction in (edges_module.SHARED_MAX_FRACTION, -1.0):
+        monkeypatch.setattr(edges_module, "SHARED_MAX_FRACTION", fraction)
         enc.zero_grad()
         out = enc(inputs).scalar
         out.square().sum().backward()

@@ -42,7 +42,7 @@ from torch_geometric.nn.models.dimenet import InteractionPPBlock, OutputPPBlock
 from torch_geometric.utils import scatter
 
 from ..errors import ModelConfigError, ModelError
-from ..nn.edges import SHARED_MAX_FRACTION
+from ..nn.edges import distinct_values
 from ..nn.geometry import safe_norm
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .dimenet_basis import BesselEdgeBasis, SphericalBasis, _compute_dtype
@@ -144,24 +144,24 @@ def _shared_triplets(
     dist: torch.Tensor, cos_angle: torch.Tensor, idx_kj: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """The distinct ``(d_kj, cos angle)`` pairs of the triplets, or ``None`` where evaluating per
-    distinct pair does not apply (a gradient flows to the geometry, not on the CPU, compiling, or
-    more than :data:`~hydragnn.models.nn.edges.SHARED_MAX_FRACTION` of them distinct).
+    distinct pair does not apply (the conditions of
+    :func:`~hydragnn.models.nn.edges.distinct_values`, on the lengths and on the pairs).
 
     Returns ``(lengths [D], length_index [U], cos [U], expand [T])``: the distinct edge lengths,
     and per distinct pair the index of its length and its cosine, with triplet ``t`` at pair
     ``expand[t]``, so that ``lengths[length_index[expand]] == dist[idx_kj]`` and
     ``cos[expand] == cos_angle``.
     """
-    if dist.requires_grad or cos_angle.requires_grad or dist.device.type != "cpu" or torch.compiler.is_compiling():
+    by_length = distinct_values(dist)
+    if by_length is None:
         return None
-    lengths, length_inverse = torch.unique(dist, sorted=True, return_inverse=True)
-    if lengths.shape[0] > SHARED_MAX_FRACTION * dist.shape[0]:
-        return None
+    lengths, length_inverse = by_length
     cosines, cos_inverse = torch.unique(cos_angle, sorted=True, return_inverse=True)
     width = max(cosines.shape[0], 1)
-    keys, expand = torch.unique(length_inverse.index_select(0, idx_kj) * width + cos_inverse, return_inverse=True)
-    if keys.shape[0] > SHARED_MAX_FRACTION * cos_angle.shape[0]:
+    by_pair = distinct_values(length_inverse.index_select(0, idx_kj) * width + cos_inverse)
+    if by_pair is None:
         return None
+    keys, expand = by_pair
     return lengths, keys // width, cosines.index_select(0, keys % width), expand
 
 

@@ -24,6 +24,20 @@ SHARED_MAX_FRACTION = 0.75
 length are evaluated per distinct length (one direction of each edge: 0.5; a lattice: ~0)."""
 
 
+def distinct_values(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(values [P], inverse [M])`` with ``x == values[inverse]``, the distinct entries of a 1-D
+    ``x`` in ascending order, where evaluating a function of ``x`` once per distinct entry is exact
+    and pays; else ``None``: a gradient flows to ``x`` (forces or stress by autograd: equal values
+    of different atom pairs have different position derivatives), ``x`` is not on the CPU
+    (``unique`` synchronises a GPU and has a data-dependent shape, which CUDA-graph capture and
+    compilation refuse), torch is compiling, or more than :data:`SHARED_MAX_FRACTION` of the
+    entries are distinct (the gather back would not pay)."""
+    if x.requires_grad or x.device.type != "cpu" or x.dim() != 1 or torch.compiler.is_compiling():
+        return None
+    values, inverse = torch.unique(x, sorted=True, return_inverse=True)
+    return (values, inverse) if values.shape[0] <= SHARED_MAX_FRACTION * x.shape[0] else None
+
+
 class RadialEdges:
     """Edges ``src -> dst`` with lengths, for message passing on ``num_nodes`` nodes.
 
@@ -78,19 +92,10 @@ class RadialEdges:
         return self._env
 
     def shared_lengths(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``(values [P], inverse [E])`` with ``length == values[inverse]``, the distinct lengths in
-        ascending order, or ``None`` where evaluating per distinct length does not apply: a
-        gradient flows to ``length`` (forces or stress by autograd), the edges are not on the CPU
-        (``unique`` synchronises a GPU and has a data-dependent shape, which CUDA-graph capture
-        and compilation refuse), torch is compiling, or more than :data:`SHARED_MAX_FRACTION` of
-        the lengths are distinct (the gather back would not pay). Computed once per instance."""
+        """:func:`distinct_values` of ``length``: ``(values [P], inverse [E])`` or ``None``.
+        Computed once per instance."""
         if self._shared is False:
-            self._shared = None
-            r = self.length
-            if not r.requires_grad and r.device.type == "cpu" and r.dim() == 1 and not torch.compiler.is_compiling():
-                values, inverse = torch.unique(r, sorted=True, return_inverse=True)
-                if values.shape[0] <= SHARED_MAX_FRACTION * r.shape[0]:
-                    self._shared = (values, inverse)
+            self._shared = distinct_values(self.length)
         return self._shared  # type: ignore[return-value]
 
     def shared_basis_values(self) -> tuple[torch.Tensor, torch.Tensor] | None:
