@@ -4,10 +4,12 @@ per-parameter state layout kept and torch's semantics where the flat layout cann
 from __future__ import annotations
 
 import io
+import warnings
 
 import pytest
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hydragnn.train.strategies import Strategy
 from hydragnn.train.strategies.flat import FlatStep
@@ -168,3 +170,46 @@ def test_the_single_process_strategy_flattens_between_begin_and_end():
     assert all(p.grad is None for p in model.parameters())
     strategy.end_training()
     assert len({p.untyped_storage().data_ptr() for p in model.parameters()}) == 6
+
+
+def test_the_direct_kernel_call_steps_as_optimizer_step_does():
+    """Without hooks the flat step calls the fused kernel itself: bit for bit what the same flat
+    step through ``optimizer.step()`` gives (a step hook forces that path), Adam and AdamW,
+    with an LR scheduler counting the steps (no 'scheduler before optimizer' warning)."""
+    for make in (
+        lambda ps: torch.optim.AdamW(ps, lr=0.05, weight_decay=0.1, fused=True),
+        lambda ps: torch.optim.Adam(ps, lr=0.05, weight_decay=0.1, fused=True, maximize=True),
+    ):
+        (model, opt), (ref, ref_opt) = _pair(make)
+        flat, ref_flat = FlatStep.attach(opt), FlatStep.attach(ref_opt)
+        calls = []
+        ref_opt.register_step_post_hook(lambda *args, seen=calls: seen.append(1))
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+        ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=2, gamma=0.5)
+        gen = torch.Generator().manual_seed(1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for _ in range(5):
+                x = torch.randn(9, 5, generator=gen)
+                for m, f, s in ((model, flat, sched), (ref, ref_flat, ref_sched)):
+                    m(x).pow(2).mean().backward()
+                    assert f.step()
+                    f.zero_grad()
+                    s.step()
+        assert len(calls) == 5  # the hooked optimizer stepped through optimizer.step()
+        for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+            assert torch.equal(p, q)
+        _assert_close_state(opt.state_dict(), ref_opt.state_dict())
+        assert opt.param_groups[0]["lr"] == pytest.approx(0.05 * 0.25)
+
+
+def test_a_global_step_hook_sees_every_flat_step():
+    (model, opt), _ = _pair()
+    flat = FlatStep.attach(opt)
+    seen = []
+    handle = register_optimizer_step_pre_hook(lambda o, a, k: seen.append(o))
+    try:
+        _train(model, opt, flat, 3)
+    finally:
+        handle.remove()
+    assert seen == [opt] * 3

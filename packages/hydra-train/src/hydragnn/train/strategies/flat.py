@@ -4,9 +4,11 @@ torch's fused Adam / AdamW step on CPU costs about 6 us of kernel and as much Py
 parameter tensor: 0.2-1 ms per step for models of 30-80 small tensors, 5-10 % of a training step
 on small graphs, where one flat tensor takes 20 us. While training, :class:`FlatStep` makes each
 group's parameters views of one buffer (and their ``exp_avg`` / ``exp_avg_sq`` / ``step`` views
-of three more), and runs the optimizer's own ``step()`` on one flat parameter per group: the
-group's ``params`` list and ``optimizer.state`` are swapped for that call, so hooks, LR
-schedulers' step counting and the hyperparameters in ``param_groups`` work as before. The
+of three more), and steps one flat parameter per group: torch's fused kernel called directly when
+nothing could observe ``optimizer.step()`` (no step hooks, no gradient scaler; its Python wrapper
+costs more than the kernel), else the optimizer's own ``step()`` with the group's ``params`` list
+and ``optimizer.state`` swapped for that call. Either way hooks, LR schedulers' step counting and
+the hyperparameters in ``param_groups`` work as before. The
 optimizer's ``state_dict()`` keeps torch's per-parameter layout (its tensors are the views), so
 checkpoints are unchanged; :meth:`FlatStep.release` gives every tensor its own storage back.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
+import torch.optim.optimizer as _optim_module
 from torch import nn
 
 _ADAM = (torch.optim.Adam, torch.optim.AdamW)
@@ -153,6 +156,11 @@ class FlatStep:
             if not g.gather_grads():
                 self.release()
                 return False
+        if self._direct():
+            for g in self.groups:
+                g.steps.fill_(g.step)
+            return True
+        for g in self.groups:
             g.flat.grad = g.grad
         flat_state = {g.flat: {"step": g.step, "exp_avg": g.exp_avg, "exp_avg_sq": g.exp_avg_sq} for g in self.groups}
         saved = [group["params"] for group in opt.param_groups]
@@ -169,6 +177,45 @@ class FlatStep:
                 g.flat.grad = None
         for g in self.groups:
             g.steps.fill_(g.step)
+        return True
+
+    def _direct(self) -> bool:
+        """Run torch's fused Adam / AdamW kernel on the flat buffers without ``optimizer.step()``.
+
+        ``step()`` costs 60-80 us of Python per call on CPU (its profiling and hook wrapper, grad
+        mode, grouping by device), more than the kernel on a few thousand parameters. Skipped
+        (``False``, nothing done) whenever something could observe or change the call: a step
+        hook (the optimizer's or a global one), a ``step`` replaced by anything but an LR
+        scheduler's call counter (whose flag is set here as its wrapper would), a gradient scale,
+        tensor betas, or a torch without the kernel. The kernel, its arguments and the step
+        count's increment are those of torch's fused path."""
+        opt = self.optimizer
+        if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
+            return False
+        if _optim_module._global_optimizer_pre_hooks or _optim_module._global_optimizer_post_hooks:
+            return False
+        step = opt.__dict__.get("step")
+        if step is not None and not getattr(step, "_wrapped_by_lr_sched", False):
+            return False
+        if getattr(opt, "grad_scale", None) is not None or getattr(opt, "found_inf", None) is not None:
+            return False
+        calls = []
+        for group, g in zip(opt.param_groups, self.groups):
+            decoupled = group.get("decoupled_weight_decay", isinstance(opt, torch.optim.AdamW))
+            kernel = getattr(torch, "_fused_adamw_" if decoupled else "_fused_adam_", None)
+            beta1, beta2 = group["betas"]
+            if kernel is None or isinstance(beta1, torch.Tensor) or isinstance(beta2, torch.Tensor):
+                return False
+            hyper = dict(lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+                         eps=group["eps"], maximize=group["maximize"])
+            calls.append((kernel, g, hyper))
+        if step is not None:
+            opt._opt_called = True  # what the scheduler's wrapper records before calling step()
+        with torch.no_grad():
+            for kernel, g, hyper in calls:
+                g.step.add_(1)
+                kernel([g.flat], [g.grad], [g.exp_avg], [g.exp_avg_sq], [], [g.step], amsgrad=False,
+                       grad_scale=None, found_inf=None, **hyper)
         return True
 
     def zero_grad(self) -> None:
