@@ -157,6 +157,56 @@ def test_a_packed_batch_equals_the_collated_one(shapes, picks, seed):
     assert_same_batch(packed.batch(indices), collate_graphs([data[i] for i in indices]))
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 9), st.integers(0, 20)), min_size=1, max_size=8),
+    st.lists(st.lists(st.integers(0, 7), min_size=1, max_size=6), min_size=1, max_size=5),
+    st.integers(0, 1000),
+)
+def test_batches_cut_together_equal_the_collated_ones_and_own_their_tensors(shapes, selections, seed):
+    data = [_graph(n, e, seed + i) for i, (n, e) in enumerate(shapes)]
+    selections = [[p % len(data) for p in picks] for picks in selections]
+    batches = PackedGraphs.build(data).batches(selections)
+    assert len(batches) == len(selections)
+    for batch, indices in zip(batches, selections, strict=True):
+        assert_same_batch(batch, collate_graphs([data[i] for i in indices]))
+    # each batch's data tensors have storage of their own: an in-place edit of one (with autograd
+    # recording it) touches no other batch and trips no version check elsewhere
+    storages = [b[key].untyped_storage().data_ptr() for b in batches for key in data[0].keys() if b[key].numel()]
+    assert len(set(storages)) == len(storages)
+    weight = torch.ones(2, requires_grad=True)
+    batches[0].x.mul_(weight)
+    for batch, indices in zip(batches[1:], selections[1:]):
+        assert_same_batch(batch, collate_graphs([data[i] for i in indices]))
+
+
+def test_a_loader_cuts_an_epoch_in_chunks_and_reads_graphs_edited_meanwhile_from_the_list(monkeypatch):
+    from hydragnn.data import packed as packed_module
+
+    data = _prepared(10)
+    plain = create_dataloaders(_Listed(data), None, None, 3)[0]
+    loader = create_dataloaders(data, None, None, 3)[0]
+    per_graph = loader.packed.nbytes // len(data)
+    monkeypatch.setattr(packed_module, "CHUNK_BYTES", 6 * per_graph)  # two batches of 3 per cut
+    cuts = []
+    batches = loader.packed.batches
+    monkeypatch.setattr(loader.packed, "batches", lambda chunk: cuts.append(len(chunk)) or batches(chunk))
+    for epoch in (0, 1):
+        set_epoch(loader, epoch)
+        set_epoch(plain, epoch)
+        for a, b in zip(loader, plain, strict=True):
+            assert_same_batch(a, b)
+    assert cuts == [2, 2] * 2  # batches of 3, 3 | 3, 1 graphs
+    # an in-place edit after its chunk was cut, before its batch is yielded
+    set_epoch(loader, 2)
+    set_epoch(plain, 2)
+    order = list(plain.batch_sampler)
+    ours = iter(loader)
+    assert_same_batch(next(ours), collate_graphs([data[i] for i in order[0]]))
+    data[order[1][0]].pos.add_(1.0)
+    assert_same_batch(next(ours), collate_graphs([data[i] for i in order[1]]))
+
+
 class _Listed(Dataset):
     """The same graphs behind a map-style dataset (not packed)."""
 

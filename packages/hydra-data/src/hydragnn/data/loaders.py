@@ -19,7 +19,7 @@ dataset order and never drop batches; the oversized-sample policy applies to all
 Every loader is a :class:`GraphLoader` (a ``torch_geometric.loader.DataLoader``) of PyG ``Batch``
 objects, collated by :func:`~hydragnn.data.collate.collate_graphs` (the same batches, built
 faster) or, for in-memory lists, cut out of the graphs packed once
-(:class:`~hydragnn.data.packed.PackedGraphs`), optionally ``prefetch`` batches ahead by a
+(:class:`~hydragnn.data.packed.PackedGraphs`, several batches per cut), optionally ``prefetch`` batches ahead by a
 background thread. Call
 :func:`set_epoch` at the start of each epoch: the training order depends only on ``(seed, epoch)``.
 """
@@ -84,12 +84,16 @@ class GraphLoader(DataLoader):
         return _ahead(batches, self.prefetch)
 
     def _packed_batches(self) -> Iterator[Any]:
+        """The sampler's batches, cut out of the packed graphs a chunk of batches at a time; a
+        batch whose graphs changed since packing (checked when it is yielded) is collated from
+        the list instead."""
         packed, dataset = self.packed, self.dataset
-        for indices in self.batch_sampler:
-            if packed.current(dataset, indices):
-                yield packed.batch(indices)
-            else:
-                yield self.collate_fn([dataset[i] for i in indices])
+        for chunk in packed.chunks(self.batch_sampler):
+            for indices, batch in zip(chunk, packed.batches(chunk)):
+                if packed.current(dataset, indices):
+                    yield batch
+                else:
+                    yield self.collate_fn([dataset[i] for i in indices])
 
 
 _END = object()
