@@ -32,9 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn.conv import PNAConv
-from torch_geometric.utils import scatter
 
-from ..nn.scatter import accumulate_dtype
+from ..nn.scatter import accumulate_dtype, scatter_sum
 from .base import EncoderDims, register_encoder
 from .invariant_utils import InvariantEncoder, smooth_count
 from .pna import STD_EPS, PNAConfig, degree_statistics, pna_kwargs
@@ -54,13 +53,22 @@ class GatedPNAConv(PNAConv):
         self.gate = nn.Linear(edge_dim, self.F_in, bias=False) if edge_dim > 0 and learned_gate else None
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor) -> Tensor:  # type: ignore[override]
-        """``x [N, C]``, ``edge_index [2, E]``, ``edge_feat [E, D]`` or None, ``env [E, 1]`` -> ``[N, C]``."""
+        """``x [N, C]``, ``edge_index [2, E]``, ``edge_feat [E, D]`` or None, ``env [E, 1]`` -> ``[N, C]``.
+
+        PyG's message passing with its ``propagate`` machinery left out: the messages of
+        ``x_i = x[edge_index[1]]`` (receiver) and ``x_j = x[edge_index[0]]`` are aggregated at the receiver.
+        """
         gate = env if self.gate is None else self.gate(edge_feat) * env  # [E, F_in] or [E, 1]
-        x = x.view(-1, 1, self.F_in).expand(-1, self.towers, -1)  # every tower reads all of x (a view, never written)
-        out = self.propagate(edge_index, x=x, edge_attr=edge_feat, gate=gate.unsqueeze(1), env=env)
-        out = torch.cat([x, out], dim=-1)
-        outs = [post(out[:, i]) for i, post in enumerate(self.post_nns)]
-        return self.lin(outs[0] if len(outs) == 1 else torch.cat(outs, dim=1))
+        n = x.shape[0]
+        x = x.view(n, 1, self.F_in)
+        if self.towers > 1:
+            x = x.expand(-1, self.towers, -1)  # every tower reads all of x (a view, never written)
+        dst = edge_index[1]
+        msg = self.message(x.index_select(0, dst), x.index_select(0, edge_index[0]), edge_feat, gate.unsqueeze(1))
+        out = torch.cat([x, self.aggregate(msg, dst, dim_size=n, env=env)], dim=-1)
+        if self.towers == 1:
+            return self.lin(self.post_nns[0](out.view(n, -1)))
+        return self.lin(torch.cat([post(out[:, i]) for i, post in enumerate(self.post_nns)], dim=1))
 
     def message(self, x_i: Tensor, x_j: Tensor, edge_attr: Tensor | None, gate: Tensor) -> Tensor:  # type: ignore[override]
         """PyG's PNA message ``pre_nn([x_i, x_j, W_e e_ij])`` per tower, times ``gate``: ``[E, T, F_in]``
@@ -87,31 +95,29 @@ class GatedPNAConv(PNAConv):
         acc = accumulate_dtype(dtype)  # 16-bit messages are aggregated in float32
         m = inputs.to(acc)
         w = env.to(acc).unsqueeze(-1)  # [E, 1, 1]
-        deg = scatter(w, index, dim=0, dim_size=dim_size, reduce="sum")  # [N, 1, 1]
+        deg = scatter_sum(w, index, dim_size)  # [N, 1, 1]
         count = smooth_count(deg)
-        mean = scatter(m, index, dim=0, dim_size=dim_size, reduce="sum") / count
-        outs = [self._aggregate_one(name, m, w, index, dim_size, count, mean) for name in self.aggregator_names]
+        mean = scatter_sum(m, index, dim_size) / count
+        names = self.aggregator_names
+        done = _hard_extremes(m, index, dim_size) if "max" in names and "min" in names else {}
+        outs = [done[n] if n in done else self._aggregate_one(n, m, w, index, dim_size, count, mean) for n in names]
         out = torch.cat(outs, dim=-1) if len(outs) > 1 else outs[0]
 
         avg_lin = self.aggr_module.avg_deg_lin.to(acc)
         avg_log = self.aggr_module.avg_deg_log.to(acc)
-        factors = []  # [N, 1, 1] per scaler; all applied by one broadcast product
+        scaled = []  # the scalers' blocks side by side, as PyG's cat lays them
         for name in self.scaler_names:
             if name == "identity":
-                factors.append(torch.ones_like(deg))
+                scaled.append(out)
             elif name == "amplification":
-                factors.append(torch.log(deg + 1.0) / avg_log)
+                scaled.append(out * (torch.log(deg + 1.0) / avg_log))
             elif name == "attenuation":
-                factors.append(avg_log / torch.log(count + 1.0))
+                scaled.append(out * (avg_log / torch.log(count + 1.0)))
             elif name == "linear":
-                factors.append(deg / avg_lin)
+                scaled.append(out * (deg / avg_lin))
             else:  # inverse_linear
-                factors.append(avg_lin / count)
-        if len(factors) == 1:
-            return (out if self.scaler_names[0] == "identity" else out * factors[0]).to(dtype)
-        scale = torch.cat(factors, dim=-1).unsqueeze(-1)  # [N, 1, S, 1]
-        # [N, T, S, A*F] -> [N, T, S*A*F]: the scalers' blocks side by side, as PyG's cat lays them
-        out = (out.unsqueeze(-2) * scale).flatten(-2)
+                scaled.append(out * (avg_lin / count))
+        out = scaled[0] if len(scaled) == 1 else torch.cat(scaled, dim=-1)
         return out.to(dtype)
 
     @staticmethod
@@ -120,12 +126,12 @@ class GatedPNAConv(PNAConv):
     ) -> Tensor:
         """One envelope-weighted aggregator over gated messages ``m [E, T, F]`` (weights ``w [E, 1, 1]``)."""
         if name == "sum":
-            return scatter(m, index, dim=0, dim_size=dim_size, reduce="sum")
+            return scatter_sum(m, index, dim_size)
         if name == "mean":
             return mean
         if name in ("var", "std"):
             diff = m - mean.index_select(0, index)
-            var = scatter(w * diff * diff, index, dim=0, dim_size=dim_size, reduce="sum") / count
+            var = scatter_sum(w * diff * diff, index, dim_size) / count
             return torch.sqrt(var + STD_EPS * STD_EPS) - STD_EPS if name == "std" else var
         if name in ("max", "min"):  # hard, over the messages and 0
             expanded = index.view(-1, 1, 1).expand_as(m)
@@ -134,10 +140,23 @@ class GatedPNAConv(PNAConv):
         # softmax / softmin: sum_j w_j e^{t m_j} m_j / (1 + sum_j w_j e^{t m_j}), i.e. over the messages and 0
         t = 1.0 if name == "softmax" else -1.0
         logits = t * m
-        shift = scatter(logits.detach(), index, dim=0, dim_size=dim_size, reduce="max").clamp(min=0.0)  # [N, T, F]
+        expanded = index.view(-1, 1, 1).expand_as(m)
+        shift = logits.new_zeros((dim_size,) + tuple(m.shape[1:])).scatter_reduce(
+            0, expanded, logits.detach(), reduce="amax", include_self=True
+        )  # [N, T, F], >= 0
         weight = w * torch.exp(logits - shift.index_select(0, index))
-        norm = torch.exp(-shift) + scatter(weight, index, dim=0, dim_size=dim_size, reduce="sum")
-        return scatter(weight * m, index, dim=0, dim_size=dim_size, reduce="sum") / norm
+        norm = torch.exp(-shift) + scatter_sum(weight, index, dim_size)
+        return scatter_sum(weight * m, index, dim_size) / norm
+
+
+def _hard_extremes(m: Tensor, index: Tensor, dim_size: int) -> dict[str, Tensor]:
+    """``max`` and ``min`` over ``{m_ij} U {0}`` per receiver by one ``scatter_reduce`` of
+    ``[m, -m]`` (its backward, the costliest of the aggregation, then runs once)."""
+    both = torch.cat([m, -m], dim=-1)
+    base = both.new_zeros((dim_size,) + tuple(both.shape[1:]))
+    top = base.scatter_reduce(0, index.view(-1, 1, 1).expand_as(both), both, reduce="amax", include_self=True)
+    high, low = top.split(m.shape[-1], dim=-1)
+    return {"max": high, "min": -low}
 
 
 @register_encoder("PNAPlus")
