@@ -229,3 +229,21 @@ def test_shared_radial_functions_under_activation_checkpointing(encoder):
     assert grads.keys() == ref_grads.keys()
     for name in ref_grads:
         torch.testing.assert_close(grads[name], ref_grads[name])
+
+
+def test_safe_norm_without_a_gradient_gives_the_guarded_values():
+    """The no-gradient shortcut returns bit for bit what the guarded path returns (zero rows
+    included), and the guarded path keeps zero, not NaN, gradients at zero length."""
+    from hydragnn.models.nn.geometry import safe_norm
+
+    vec = torch.randn(50, 3, dtype=torch.float64)
+    vec[::7] = 0.0
+    plain = safe_norm(vec)
+    guarded = safe_norm(vec.clone().requires_grad_(True))
+    assert plain.grad_fn is None and guarded.grad_fn is not None
+    assert torch.equal(plain, guarded.detach())
+    with torch.no_grad():
+        assert torch.equal(safe_norm(vec.clone().requires_grad_(True)), plain)
+    leaf = vec.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(safe_norm(leaf).sum(), leaf)
+    assert torch.isfinite(grad).all() and torch.equal(grad[::7], torch.zeros_like(grad[::7]))

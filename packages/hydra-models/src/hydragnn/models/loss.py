@@ -144,7 +144,7 @@ def compute_loss(
             elem = ELEMENTWISE[loss_type](pred, target, huber_delta)
             value = (elem * rows.unsqueeze(-1)).sum() / (rows.sum().clamp(min=1e-12) * elem.shape[-1])
         per_head[name] = value
-        term = weights[name] * value
+        term = value if weights[name] == 1.0 else weights[name] * value
         total = term if total is None else total + term
     assert total is not None  # a schema has at least one output
     return total, per_head

@@ -91,22 +91,36 @@ class EGCL(nn.Module):
         edge_feat: torch.Tensor,
         fcut: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``h [N,H]``, ``v [N,3,C]`` or None, ``edge_vec [E,3]`` (x_j - x_i), ``edge_feat [E,R(+Fe)]``, ``fcut [E]``."""
+        """``h [N,H]``, ``v [N,3,C]`` or None, ``edge_vec [E,3]`` (x_j - x_i), ``edge_feat [E,R(+Fe)]``
+        (without ``update_coords`` already led by the scaled squared distance ``d2 [E, 1]``, which is
+        then the same in every layer), ``fcut [E, 1]``."""
         src, dst = edge_index[0], edge_index[1]
         num_nodes = h.shape[0]
-        rel = edge_vec + (v[:, :, 0].index_select(0, src) - v[:, :, 0].index_select(0, dst)) if self.update_coords else edge_vec
-        d2 = (rel * rel).sum(dim=-1, keepdim=True) * self.inv_r2
-        m = self.edge_mlp(torch.cat([h.index_select(0, dst), h.index_select(0, src), d2, edge_feat], dim=-1))
+        parts = [h.index_select(0, dst), h.index_select(0, src)]
+        if self.update_coords:
+            rel = edge_vec + (v[:, :, 0].index_select(0, src) - v[:, :, 0].index_select(0, dst))
+            parts.append(squared_distance(rel, self.inv_r2))
+        else:
+            rel = edge_vec
+        m = self.edge_mlp(torch.cat([*parts, edge_feat], dim=-1))
         if self.att is not None:
             m = m * self.att(m)
-        gate = fcut.unsqueeze(-1)
-        m = m * gate
-        h = h + self.node_mlp(torch.cat([h, scatter_sum(m, dst, num_nodes) * self.inv_norm], dim=-1))
+        m = m * fcut
+        agg = scatter_sum(m, dst, num_nodes)
+        if self.inv_norm != 1.0:
+            agg = agg * self.inv_norm
+        h = h + self.node_mlp(torch.cat([h, agg], dim=-1))
         if v is None:  # no coordinate MLP either
             return h, v
-        dv = -rel.unsqueeze(-1) * (self.coord_mlp(m) * gate).unsqueeze(1)  # (x_i - x_j) phi_x(m_ij)
-        v = v + scatter_sum(dv, dst, num_nodes) * self.inv_norm
+        dv = -rel.unsqueeze(-1) * (self.coord_mlp(m) * fcut).unsqueeze(1)  # (x_i - x_j) phi_x(m_ij)
+        dv = scatter_sum(dv, dst, num_nodes)
+        v = v + (dv * self.inv_norm if self.inv_norm != 1.0 else dv)
         return h, v
+
+
+def squared_distance(rel: torch.Tensor, inv_r2: float) -> torch.Tensor:
+    """``|rel|^2 / r_c^2``: ``[E, 3] -> [E, 1]``."""
+    return (rel * rel).sum(dim=-1, keepdim=True) * inv_r2
 
 
 @register_encoder("EGNN")
@@ -128,6 +142,7 @@ class EGNN(Encoder):
         self.cutoff = CosineCutoff(dims.radius)
         edge_feat = dims.num_radial + max(dims.edge_in, 0)
         self.tracks_vectors = config.update_coords or dims.vector_output
+        self.update_coords = config.update_coords
         self.layers = nn.ModuleList(
             EGCL(dims.hidden_dim, edge_feat, channels, config, dims.radius, self.tracks_vectors)
             for _ in range(dims.num_conv_layers)
@@ -156,7 +171,9 @@ class EGNN(Encoder):
         edge_attr = edge_attributes(inputs, self.dims, "EGNN", h.dtype)
         if edge_attr is not None:
             edge_feat = torch.cat([edge_feat, edge_attr], dim=-1)
-        fcut = self.cutoff(length)
+        fcut = self.cutoff(length).unsqueeze(-1)
+        if not self.update_coords:  # every layer reads the input distances: computed once
+            edge_feat = torch.cat([squared_distance(edge_vec, 1.0 / self.dims.radius**2), edge_feat], dim=-1)
         v = h.new_zeros((h.shape[0], 3, self.channels)) if self.tracks_vectors else None
         for i, layer in enumerate(self.layers):
             h_in = h

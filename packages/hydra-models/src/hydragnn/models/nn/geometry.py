@@ -21,8 +21,12 @@ def safe_norm(vec: torch.Tensor) -> torch.Tensor:
 
     Returns:
         ``[E]`` lengths; zero vectors give length 0 and gradient 0 (first and second order).
+        Without a gradient to guard (grad mode off or ``vec`` not requiring one) the plain
+        ``sqrt`` of the same sum: the same values in 3 operations instead of 8.
     """
     sq = (vec * vec).sum(dim=-1)
+    if not (vec.requires_grad and torch.is_grad_enabled()):
+        return sq.sqrt()
     nonzero = sq > 0
     safe = torch.where(nonzero, sq, torch.ones_like(sq))
     return torch.where(nonzero, safe.sqrt(), torch.zeros_like(sq))
