@@ -216,9 +216,11 @@ def test_a_checkpoint_holding_code_is_refused_with_its_cause(tmp_path):
     assert "weights_only=False" not in str(err.value) and not (tmp_path / "pwned").exists()
 
 
-def test_an_epoch_reads_the_host_once_per_batch_beyond_the_step_itself():
-    """Running metrics stay on the device: besides what a training step itself reads, an epoch
-    reads the host once per batch (the loss finiteness the non-finite policy needs)."""
+def test_an_epoch_reads_the_host_once_per_batch_beyond_the_step_itself(monkeypatch):
+    """Besides what a training step itself reads, an epoch reads the host once per batch: the
+    batch's losses in one transfer (their finiteness is what the non-finite policy needs, their
+    values what the running metrics add up). Reads are ``item()`` (a dispatcher op) and
+    ``tolist()`` (which is not: counted by a wrapper)."""
     from hydragnn.models.testing.host_sync import HostSyncDetector
     from hydragnn.train.epoch import train_epoch
     from hydragnn.train.progress import Progress
@@ -231,10 +233,15 @@ def test_an_epoch_reads_the_host_once_per_batch_beyond_the_step_itself():
         strategy.setup(build(), build_optimizer_factory({"type": "Adam", "learning_rate": 0.01}))
         return strategy, create_dataloaders(data[:n_graphs], None, None, 4)[0]
 
+    listed = []
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: listed.append(1) or tolist(self))
+
     def reads(run) -> int:
+        listed.clear()
         with HostSyncDetector() as detector:
             run()
-        return detector.violations.count("aten::_local_scalar_dense")
+        return detector.violations.count("aten::_local_scalar_dense") + len(listed)
 
     strategy, loader = setup(8)
     batches = iter(loader)

@@ -1,13 +1,15 @@
 """One training pass over a loader: forward, loss, the non-finite-loss policy, step, running
 metrics, progress (the loop of :func:`hydragnn.train.loop.train_validate_test` runs it per epoch).
 
-Running metrics accumulate on the model's device and are read once per epoch (and where progress
-output asks for them): the only per-batch host read is the finiteness of the loss, which the
-non-finite policy needs before the backward.
+One host read per batch, before the backward: the batch's losses (total and per head, one small
+transfer), whose finiteness the non-finite policy needs and whose values the running metrics
+accumulate on the host (in double precision, summed across ranks once per epoch). Under
+torch.distributed the ranks then agree on finiteness by one all-reduce of a flag.
 """
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -36,14 +38,13 @@ def train_epoch(
     names = [v.name for v in module.schema.outputs]
     module.train()
     strategy.model.train()
-    # [loss * graphs, head losses * graphs..., graphs] on the model's device: read once per epoch
-    sums = torch.zeros(len(names) + 2, dtype=torch.float64, device=strategy.device)
+    sums = [0.0] * (len(names) + 1)  # [loss * graphs, head losses * graphs...], on the host
     skipped = 0
     n_batches = len(loader)
     t0 = time.perf_counter()
     graphs = 0
     bar = progress.bar(loader, n_batches, f"epoch {epoch}")
-    every = max(1, n_batches // 20)  # the bar's running loss: a host read every `every` batches
+    every = max(1, n_batches // 20)  # the bar's running loss: updated every `every` batches
     if threads is not None:
         threads.new_epoch()
     try:
@@ -55,8 +56,9 @@ def train_epoch(
             if redraw is not None:
                 redraw.after_batch()
             loss, heads = module.loss(out, batch)
-            if not _finite(strategy, loss):
-                head_values = {k: float(v.detach()) for k, v in heads.items()}
+            values = torch.stack([loss.detach(), *(heads[name].detach() for name in names)]).tolist()
+            if not _finite(strategy, values[0]):
+                head_values = dict(zip(names, values[1:]))
                 if nan_policy == "skip":
                     skipped += 1
                     strategy.zero_grad()
@@ -67,7 +69,7 @@ def train_epoch(
                     continue
                 raise TrainingAborted(
                     f"non-finite loss at epoch {epoch}, batch {i} of {n_batches} "
-                    f"(loss={float(loss.detach())}, per head: {fmt_losses(head_values)}); the weights were not updated "
+                    f"(loss={values[0]}, per head: {fmt_losses(head_values)}); the weights were not updated "
                     "(set NeuralNetwork.Training.nan_policy to 'skip' to skip such batches)"
                 )
             strategy.backward(loss)
@@ -82,31 +84,34 @@ def train_epoch(
             graphs += n
             if threads is not None:
                 threads.step_done(n)
-            row = torch.stack([loss.detach(), *(heads[name].detach() for name in names)])
-            sums[:-1].add_(row.to(torch.float64), alpha=n)
-            sums[-1] += n
+            for j, value in enumerate(values):
+                sums[j] += value * n
             if bar is None and not progress.batch_due(i, n_batches):
                 continue
             elapsed = max(time.perf_counter() - t0, 1e-9)
             if bar is not None and ((i + 1) % every == 0 or i + 1 == n_batches):
-                running = f"loss {float(sums[0]) / float(sums[-1]):.4g}, {graphs / elapsed:.1f} graphs/s"
+                running = f"loss {sums[0] / graphs:.4g}, {graphs / elapsed:.1f} graphs/s"
                 bar.set_postfix_str(running, refresh=i + 1 == n_batches)
             if progress.batch_due(i, n_batches):
-                values = row.tolist()
                 progress.batch(epoch, i, n_batches, values[0], dict(zip(names, values[1:])), graphs / elapsed)
     finally:
         if bar is not None:
             bar.close()
     throughput = graphs * strategy.world_size / max(time.perf_counter() - t0, 1e-9)
-    sums = strategy.all_reduce_sum(sums).cpu()
-    count = max(float(sums[-1]), 1.0)
-    return float(sums[0]) / count, {n: float(sums[1 + j]) / count for j, n in enumerate(names)}, skipped, throughput
-
-
-def _finite(strategy: Strategy, loss: torch.Tensor) -> bool:
-    """Whether the loss is finite on every rank: the one host read per batch, made before the
-    backward so that a bad batch never reaches the weights (ranks agree before a collective)."""
-    bad = (~torch.isfinite(loss.detach())).to(torch.float32).reshape(1)
+    counted = graphs
     if strategy.distributed:
-        bad = strategy.all_reduce_sum(bad)
-    return not bool(bad.item())
+        totals = torch.tensor([*sums, counted], dtype=torch.float64, device=strategy.device)
+        *sums, counted = strategy.all_reduce_sum(totals).tolist()
+    count = max(float(counted), 1.0)
+    return sums[0] / count, {n: sums[1 + j] / count for j, n in enumerate(names)}, skipped, throughput
+
+
+def _finite(strategy: Strategy, loss: float) -> bool:
+    """Whether the loss (read on the host before the backward, so that a bad batch never reaches
+    the weights) is finite on every rank: under torch.distributed the ranks agree by an
+    all-reduce before any of them enters a collective of the backward."""
+    bad = not math.isfinite(loss)
+    if strategy.distributed:
+        flag = torch.tensor([float(bad)], dtype=torch.float32, device=strategy.device)
+        bad = bool(strategy.all_reduce_sum(flag).item())
+    return not bad
