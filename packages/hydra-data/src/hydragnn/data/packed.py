@@ -163,8 +163,9 @@ class PackedGraphs:
             cuts[id(group)] = (ids, sizes, local.split(ends.tolist()), lengths)
         _, node_sizes, node_local, node_lengths = cuts[id(self.node_group)]
         node_offsets = torch.cumsum(node_sizes, 0) - node_sizes
-        starts = node_offsets - node_offsets.index_select(0, first).index_select(0, batch_of_graph)
-        position = torch.arange(n_total) - first.index_select(0, batch_of_graph)
+        first_of_graph = first.index_select(0, batch_of_graph)  # its batch's first graph, per graph
+        starts = node_offsets - node_offsets.index_select(0, first_of_graph)
+        position = torch.arange(n_total) - first_of_graph
         graph_of_node = torch.repeat_interleave(position, node_sizes, output_size=sum(node_lengths))
         parts = []
         for dim, value, group in zip(self.dims, self.values, self.groups):
@@ -192,4 +193,3 @@ class PackedGraphs:
             out.__dict__.update(_num_graphs=n_graphs, _slice_dict=slice_dict, _inc_dict=inc_dict)
             result.append(out)
         return result
-

@@ -134,28 +134,27 @@ class GatedPNAConv(PNAConv):
             var = scatter_sum(w * diff * diff, index, dim_size) / count
             return torch.sqrt(var + STD_EPS * STD_EPS) - STD_EPS if name == "std" else var
         if name in ("max", "min"):  # hard, over the messages and 0
-            expanded = index.view(-1, 1, 1).expand_as(m)
-            base = m.new_zeros((dim_size,) + tuple(m.shape[1:]))
-            return base.scatter_reduce(0, expanded, m, reduce="amax" if name == "max" else "amin", include_self=True)
+            return _extreme_with_zero(m, index, dim_size, "amax" if name == "max" else "amin")
         # softmax / softmin: sum_j w_j e^{t m_j} m_j / (1 + sum_j w_j e^{t m_j}), i.e. over the messages and 0
         t = 1.0 if name == "softmax" else -1.0
         logits = t * m
-        expanded = index.view(-1, 1, 1).expand_as(m)
-        shift = logits.new_zeros((dim_size,) + tuple(m.shape[1:])).scatter_reduce(
-            0, expanded, logits.detach(), reduce="amax", include_self=True
-        )  # [N, T, F], >= 0
+        shift = _extreme_with_zero(logits.detach(), index, dim_size, "amax")  # [N, T, F], >= 0
         weight = w * torch.exp(logits - shift.index_select(0, index))
         norm = torch.exp(-shift) + scatter_sum(weight, index, dim_size)
         return scatter_sum(weight * m, index, dim_size) / norm
 
 
+def _extreme_with_zero(x: Tensor, index: Tensor, dim_size: int, reduce: str) -> Tensor:
+    """Per receiver, the maximum (``"amax"``) or minimum (``"amin"``) over ``{x_ij} U {0}``:
+    ``[E, T, F] -> [N, T, F]`` (0 for a node without messages)."""
+    base = x.new_zeros((dim_size,) + tuple(x.shape[1:]))
+    return base.scatter_reduce(0, index.view(-1, 1, 1).expand_as(x), x, reduce=reduce, include_self=True)
+
+
 def _hard_extremes(m: Tensor, index: Tensor, dim_size: int) -> dict[str, Tensor]:
-    """``max`` and ``min`` over ``{m_ij} U {0}`` per receiver by one ``scatter_reduce`` of
-    ``[m, -m]`` (its backward, the costliest of the aggregation, then runs once)."""
-    both = torch.cat([m, -m], dim=-1)
-    base = both.new_zeros((dim_size,) + tuple(both.shape[1:]))
-    top = base.scatter_reduce(0, index.view(-1, 1, 1).expand_as(both), both, reduce="amax", include_self=True)
-    high, low = top.split(m.shape[-1], dim=-1)
+    """``max`` and ``min`` over ``{m_ij} U {0}`` per receiver by one reduction of ``[m, -m]``
+    (its backward, the costliest of the aggregation, then runs once)."""
+    high, low = _extreme_with_zero(torch.cat([m, -m], dim=-1), index, dim_size, "amax").split(m.shape[-1], dim=-1)
     return {"max": high, "min": -low}
 
 
