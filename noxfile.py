@@ -4,8 +4,9 @@
     nox -s tests-hydra-data      one distribution (and the layers below it) alone, its tests
     nox -s slow                  the long training runs (@pytest.mark.slow) that tests leaves out
     nox -s lint                  ruff
-    nox -s build                 a wheel per distribution with hatch; each installed alone in a
-                                 fresh virtual environment and imported (proves the layering)
+    nox -s wheels                a wheel and an sdist per distribution in dist/ (twine-checked)
+    nox -s build                 the wheels, then README.md's install lines in a fresh virtual
+                                 environment, layer by layer (proves the layering)
     nox -s demo                  the main job
     nox -s bench                 benchmarks under tools/bench
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
-import tempfile
 
 import nox
 
@@ -33,15 +33,6 @@ PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "hydra-train": ("deepspeed,test", ("hydra-data", "hydra-models")),
     "hydra-infer": ("test", ("hydra-data", "hydra-models")),
 }
-IMPORT_NAME = {dist: "hydragnn." + dist.removeprefix("hydra-") for dist in PACKAGES}
-FORBIDDEN_IN_WHEEL_ENV = {
-    # what installing one wheel alone must NOT bring along (the layering of DESIGN.md)
-    "hydra-data": ("hydra-models", "hydra-train", "hydra-infer", "adios2"),
-    "hydra-models": ("hydra-train", "hydra-infer", "adios2"),
-    "hydra-train": ("hydra-infer",),
-    "hydra-infer": ("hydra-train", "deepspeed", "adios2", "tensorboard"),
-}
-
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -78,12 +69,20 @@ def tests(session: nox.Session) -> None:
     _pytest(session, dists, extra_paths=(str(ROOT / "tools" / "tests"),))
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=False)
 def slow(session: nox.Session) -> None:
-    """The long training runs left out of ``tests`` (``@pytest.mark.slow``: AllScAIP's learning test)."""
-    dists = list(PACKAGES)
-    _install_editable(session, dists)
-    _pytest(session, dists, marks="slow")
+    """The long training runs left out of ``tests`` (``@pytest.mark.slow``: AllScAIP's learning test).
+
+    Runs in the ``tests`` session's environment (brought up to date by ``nox -s tests
+    --install-only``) instead of installing the same packages into a second one.
+    """
+    session.run("nox", "-s", "tests", "--install-only", external=True)
+    python = ROOT / ".nox" / "tests" / "bin" / "python"
+    paths = [str(ROOT / "packages" / d / "tests") for d in PACKAGES]
+    session.run(
+        str(python), "-m", "pytest", *paths, "-m", "slow", "--durations=20", *session.posargs,
+        env={"PYTHONHASHSEED": "0"}, external=True,
+    )
 
 
 def _make_package_session(dist: str):
@@ -115,42 +114,37 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", str(ROOT))
 
 
-@nox.session(python=PYTHON)
-def build(session: nox.Session) -> None:
-    """Build one wheel per distribution with hatch, then install each alone and import it."""
-    session.install("hatch>=1.12")
-    dist_dir = ROOT / "dist"
+def _build_dists(session: nox.Session, dist_dir: pathlib.Path) -> list[pathlib.Path]:
+    """A wheel and an sdist per distribution into ``dist_dir`` (emptied first), checked by twine."""
+    session.install("hatch>=1.12", "twine>=5")
     shutil.rmtree(dist_dir, ignore_errors=True)
     for dist in PACKAGES:
         with session.chdir(ROOT / "packages" / dist):
-            session.run("hatch", "build", "-t", "wheel", str(dist_dir))
-    wheels = sorted(dist_dir.glob("*.whl"))
-    session.log("built: " + ", ".join(f"{w.name} ({w.stat().st_size / 1024:.0f} KiB)" for w in wheels))
-    for dist in PACKAGES:
-        wheel = next(w for w in wheels if w.name.startswith(dist.replace("-", "_") + "-"))
-        with tempfile.TemporaryDirectory(prefix=f"wheel-{dist}-") as tmp:
-            venv = pathlib.Path(tmp) / "venv"
-            session.run("python", "-m", "venv", str(venv), external=True)
-            py = str(venv / "bin" / "python")
-            # siblings come from the wheels just built, never from the source tree
-            session.run(py, "-m", "pip", "install", "-q", *CONSTRAINTS, "--find-links", str(dist_dir), str(wheel), external=True)
-            code = (
-                "import importlib, importlib.metadata as md\n"
-                f"m = importlib.import_module({IMPORT_NAME[dist]!r})\n"
-                f"assert m.__version__ == md.version({dist!r}), (m.__version__, md.version({dist!r}))\n"
-                "import hydragnn\n"
-                "assert getattr(hydragnn, '__file__', None) is None, 'hydragnn must be a namespace package'\n"
-                "def installed(name):\n"
-                "    try:\n"
-                "        md.distribution(name)\n"
-                "        return True\n"
-                "    except md.PackageNotFoundError:\n"
-                "        return False\n"
-                f"present = [d for d in {FORBIDDEN_IN_WHEEL_ENV[dist]!r} if installed(d)]\n"
-                "assert not present, f'installing this wheel alone brought {present}'\n"
-                f"print({dist!r}, m.__version__, 'imports alone')\n"
-            )
-            session.run(py, "-c", code, external=True)
+            session.run("hatch", "build", "-t", "wheel", "-t", "sdist", str(dist_dir), silent=True)
+    files = sorted(dist_dir.iterdir())
+    session.run("twine", "check", "--strict", *map(str, files))
+    session.log("built: " + ", ".join(f"{f.name} ({f.stat().st_size / 1024:.0f} KiB)" for f in files))
+    return files
+
+
+@nox.session(python=PYTHON)
+def wheels(session: nox.Session) -> None:
+    """A wheel and an sdist of each distribution in dist/ (seconds): ``pip install --find-links dist hydra-infer``."""
+    _build_dists(session, ROOT / "dist")
+    session.log(f"install a layer with: pip install --find-links {ROOT / 'dist'} hydra-infer  (or hydra-train, ...)")
+
+
+@nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """The wheels, then the README's install lines run in one fresh venv (tools/install_check.py).
+
+    The check installs hydra-data alone, hydra-models on top, then each README line (inference
+    only, training, everything), and after each asserts the imports, the versions, the CLI on the
+    PATH and that nothing of a layer above (nor an unrequested extra) came along.
+    """
+    dist_dir = ROOT / "dist"
+    _build_dists(session, dist_dir)
+    session.run("python", str(ROOT / "tools" / "install_check.py"), "--dist", str(dist_dir), *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -3,75 +3,94 @@
 Schema and sample preparation (Contract 1 of DESIGN.md), dataset containers, neighbor lists,
 loaders with cost-aware batching, normalization, ASE conversion (any file ASE reads, converted
 once into a cached prepared container), per-species reference energies, reference data from
-EMT, and a checksum-verified download cache. Heavy optional parts import lazily: ``adios2`` (the
-``hydra-data[adios]`` extra) and nvalchemi-toolkit-ops (first neighbor-list call). Importing it
-sets ``OMP_WAIT_POLICY=PASSIVE`` when unset and torch is not loaded yet (:mod:`.threads`).
+EMT, and a checksum-verified download cache.
+
+Every public name is imported on first use (PEP 562), so ``from hydragnn.data import Schema``
+loads neither torch nor torch_geometric, and each layer pays only for what it touches; ``adios2``
+(the ``hydra-data[adios]`` extra) and nvalchemi-toolkit-ops (first neighbor-list call) load later
+still. Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` when unset and torch is not loaded
+yet (:mod:`.threads`).
 """
+
+import importlib
+import sys as _sys
+import types
+from typing import Any
 
 from . import threads  # noqa: F401  (first: OpenMP's wait policy must be in the environment before torch loads)
 from .__about__ import __version__
-from .ase_io import atoms_to_sample, sample_to_atoms
-from .ase_source import AseSource
-from .batching import BatchingConfig, CostAwareBatchSampler, FixedBatchSampler, sample_costs
-from .containers import (
-    FORMATS,
-    AdiosDataset,
-    ContainerDataset,
-    PickleDataset,
-    PtDirectoryDataset,
-    open_dataset,
-    write_dataset,
-)
-from .conversion import ConvertedSource, convert_source
-from .download import DownloadCache, download
-from .errors import ContainerError, DataError, DownloadError, NeighborListError, SchemaError
-from .loaders import create_dataloaders, set_epoch
-from .neighbors import add_edges, brute_force_radius_graph, radius_graph
-from .normalize import Normalizer
-from .positional import add_positional_encodings
-from .prepare import prepare, prepare_all
-from .reference import CUAU_VARIABLES, generate_bulk, generate_cuau
-from .schema import LEVELS, RESERVED_NAMES, Schema, Variable
 
-__all__ = [
-    "CUAU_VARIABLES",
-    "FORMATS",
-    "LEVELS",
-    "RESERVED_NAMES",
-    "AdiosDataset",
-    "AseSource",
-    "BatchingConfig",
-    "ContainerDataset",
-    "ContainerError",
-    "ConvertedSource",
-    "CostAwareBatchSampler",
-    "DataError",
-    "DownloadCache",
-    "DownloadError",
-    "FixedBatchSampler",
-    "NeighborListError",
-    "Normalizer",
-    "PickleDataset",
-    "PtDirectoryDataset",
-    "Schema",
-    "SchemaError",
-    "Variable",
-    "__version__",
-    "add_edges",
-    "add_positional_encodings",
-    "atoms_to_sample",
-    "brute_force_radius_graph",
-    "convert_source",
-    "create_dataloaders",
-    "download",
-    "generate_bulk",
-    "generate_cuau",
-    "open_dataset",
-    "prepare",
-    "prepare_all",
-    "radius_graph",
-    "sample_costs",
-    "sample_to_atoms",
-    "set_epoch",
-    "write_dataset",
-]
+# public name -> submodule defining it
+_LAZY: dict[str, str] = {
+    "atoms_to_sample": "ase_io",
+    "sample_to_atoms": "ase_io",
+    "AseSource": "ase_source",
+    "BatchingConfig": "batching",
+    "CostAwareBatchSampler": "batching",
+    "FixedBatchSampler": "batching",
+    "sample_costs": "batching",
+    "FORMATS": "containers",
+    "AdiosDataset": "containers",
+    "ContainerDataset": "containers",
+    "PickleDataset": "containers",
+    "PtDirectoryDataset": "containers",
+    "open_dataset": "containers",
+    "write_dataset": "containers",
+    "ConvertedSource": "conversion",
+    "convert_source": "conversion",
+    "DownloadCache": "download",
+    "download": "download",
+    "ContainerError": "errors",
+    "DataError": "errors",
+    "DownloadError": "errors",
+    "NeighborListError": "errors",
+    "SchemaError": "errors",
+    "create_dataloaders": "loaders",
+    "set_epoch": "loaders",
+    "add_edges": "neighbors",
+    "brute_force_radius_graph": "neighbors",
+    "radius_graph": "neighbors",
+    "Normalizer": "normalize",
+    "add_positional_encodings": "positional",
+    "prepare": "prepare",
+    "prepare_all": "prepare",
+    "CUAU_VARIABLES": "reference",
+    "generate_bulk": "reference",
+    "generate_cuau": "reference",
+    "LEVELS": "schema",
+    "RESERVED_NAMES": "schema",
+    "Schema": "schema",
+    "Variable": "schema",
+}
+
+__all__ = ["__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """Keeps a public function whose name is also its submodule's (``prepare``, ``download``).
+
+    Importing a submodule sets it as an attribute of the package; for those two names the
+    function, not the module, stays the package attribute (``hydragnn.data.prepare(...)``),
+    as with eager imports. The submodules stay importable by their dotted names.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _LAZY.get(name) == name:
+            return  # the function is looked up by __getattr__
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

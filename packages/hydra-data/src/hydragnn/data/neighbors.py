@@ -29,6 +29,7 @@ from .errors import NeighborListError
 from .neighbors_inputs import GraphInputs, check_inputs, check_max_neighbours, complete_cell
 from .neighbors_reference import brute_force_radius_graph, finalize_edges
 from .validation import DEFAULT_MAX_CELL_IMAGES, check_cell_size
+from .warp_import import nvalchemi_neighbors
 
 __all__ = ["add_edges", "brute_force_radius_graph", "radius_graph"]
 
@@ -93,7 +94,8 @@ def _initial_width(cell: torch.Tensor, pbc: torch.Tensor, counts: torch.Tensor, 
 def _nvalchemi_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Candidate edges ``(src, dst, S)`` from nvalchemi, a superset of the radius graph."""
     global _last_attempts
-    from nvalchemiops.torch.neighbors import batch_cell_list, batch_naive_neighbor_list  # slow import: lazy
+    nv = nvalchemi_neighbors()  # slow import: lazy
+    batch_cell_list, batch_naive_neighbor_list = nv.batch_cell_list, nv.batch_naive_neighbor_list
 
     pos, dtype, device = inputs.pos, inputs.pos.dtype, inputs.pos.device
     counts = torch.bincount(inputs.batch, minlength=inputs.num_graphs)

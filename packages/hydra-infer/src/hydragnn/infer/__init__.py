@@ -5,34 +5,41 @@
 CUDA-graph and inference-kernel modes that fall back (one warning per reason) where they do
 not apply. ``HydraASECalculator`` adapts it to ASE; ``HydraTorchSimModel`` (imported lazily,
 extra ``hydra-infer[torchsim]``) to torch-sim.
+
+Every public name is imported on first use (PEP 562): ``import hydragnn.infer`` loads no torch,
+and torch-sim only when ``HydraTorchSimModel`` is asked for.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
 
 from .__about__ import __version__
-from .ase import HydraASECalculator
-from .calculator import HydraCalculator
-from .errors import HydraInferWarning, InferenceError
-from .modes import ENV_CUDA_GRAPH
 
-__all__ = [
-    "ENV_CUDA_GRAPH",
-    "HydraASECalculator",
-    "HydraCalculator",
-    "HydraInferWarning",
-    "HydraTorchSimModel",
-    "InferenceError",
-    "__version__",
-]
+# public name -> submodule defining it
+_LAZY: dict[str, str] = {
+    "ENV_CUDA_GRAPH": "modes",
+    "HydraASECalculator": "ase",
+    "HydraCalculator": "calculator",
+    "HydraInferWarning": "errors",
+    "HydraTorchSimModel": "torchsim",
+    "InferenceError": "errors",
+}
+
+__all__ = ["__version__", *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "HydraTorchSimModel":  # torch-sim is optional: import it only when asked
-        from .torchsim import HydraTorchSimModel
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
-        return HydraTorchSimModel
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -5,51 +5,54 @@ one message-passing encoder chosen by ``mpnn_type`` from :data:`ENCODERS`, graph
 heads for every output of the schema, and, for an interatomic potential, energy as a sum of
 per-atom energies with forces ``-dE/dpos`` and stress by autograd. ``save_artifact`` /
 ``load_artifact`` write and read the one-file model artifact (JSON manifest + safetensors).
+
+Every public name is imported on first use (PEP 562): ``import hydragnn.models`` loads no torch.
 """
+
+import importlib
+from typing import Any
 
 import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
 
 from .__about__ import __version__
-from .artifact import FORMAT_VERSION, load_artifact, read_manifest, save_artifact
-from .attention.performer import redraw_projections
-from .config import HeadsConfig, ModelConfig
-from .encoders import (
-    ENCODERS,
-    Encoder,
-    EncoderConfig,
-    EncoderDims,
-    GraphInputs,
-    NodeEmbedding,
-    get_encoder,
-    register_encoder,
-)
-from .errors import ArtifactError, ModelConfigError, ModelError
-from .loss import compute_loss
-from .model import HydraModel, build_model
-from .padding import pad_with_sink
 
-__all__ = [
-    "__version__",
-    "ENCODERS",
-    "FORMAT_VERSION",
-    "ArtifactError",
-    "Encoder",
-    "EncoderConfig",
-    "EncoderDims",
-    "GraphInputs",
-    "HeadsConfig",
-    "HydraModel",
-    "ModelConfig",
-    "ModelConfigError",
-    "ModelError",
-    "NodeEmbedding",
-    "build_model",
-    "compute_loss",
-    "get_encoder",
-    "load_artifact",
-    "pad_with_sink",
-    "read_manifest",
-    "redraw_projections",
-    "register_encoder",
-    "save_artifact",
-]
+# public name -> submodule defining it
+_LAZY: dict[str, str] = {
+    "FORMAT_VERSION": "artifact",
+    "load_artifact": "artifact",
+    "read_manifest": "artifact",
+    "save_artifact": "artifact",
+    "redraw_projections": "attention.performer",
+    "HeadsConfig": "config",
+    "ModelConfig": "config",
+    "ENCODERS": "encoders",
+    "Encoder": "encoders",
+    "EncoderConfig": "encoders",
+    "EncoderDims": "encoders",
+    "GraphInputs": "encoders",
+    "NodeEmbedding": "encoders",
+    "get_encoder": "encoders",
+    "register_encoder": "encoders",
+    "ArtifactError": "errors",
+    "ModelConfigError": "errors",
+    "ModelError": "errors",
+    "compute_loss": "loss",
+    "HydraModel": "model",
+    "build_model": "model",
+    "pad_with_sink": "padding",
+}
+
+__all__ = ["__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -64,7 +64,9 @@ class PeriodicEngine(StaticEngine):
     def __init__(
         self, host: EngineHost, counts: tuple[int, ...], forces: bool, call: CallInputs, capacity: int
     ) -> None:
-        from nvalchemiops.torch.neighbors.neighbor_utils import compute_naive_num_shifts  # slow import: lazy
+        from hydragnn.data.warp_import import nvalchemi_neighbors
+
+        compute_naive_num_shifts = nvalchemi_neighbors().neighbor_utils.compute_naive_num_shifts
 
         super().__init__(host, ("periodic", counts, forces), forces)
         self.counts = counts
@@ -103,8 +105,9 @@ class PeriodicEngine(StaticEngine):
         self.add_graph_attr_buffer()
 
     def fn(self) -> Outputs:
-        from nvalchemiops.torch.neighbors import batch_naive_neighbor_list
+        from hydragnn.data.warp_import import nvalchemi_neighbors
 
+        batch_naive_neighbor_list = nvalchemi_neighbors().batch_naive_neighbor_list
         buf = self.buffers
         sink = self.num_nodes
         matrix, num, shifts = batch_naive_neighbor_list(
