@@ -1,4 +1,5 @@
-"""Neighbour-list reuse with a Verlet skin (``skin``): same edges and outputs as a fresh list.
+"""Neighbour-list reuse with a Verlet skin (``skin``): same edges and outputs as a fresh list,
+per structure of a batch, with wrapped atoms and strained cells.
 
 MD measurement (untrained fp64 SchNet, cutoff 4 Å, VelocityVerlet 1 fs, 300 K, 80 steps, seed 0;
 skin 0.5 Å): the periodic 32-atom Cu-Au cell and the 20-atom free cluster each take 2 builds and
@@ -108,9 +109,15 @@ def test_rebuild_criterion(model64, cuau_atoms, system):
     step(above, numbers=swapped, expect="builds")
     step(above[1:], numbers=z[1:], expect="builds")  # one atom fewer
     if cell is not None:
-        step(above, c=cell * 1.001, expect="builds")
+        step(above + (cell[0] - cell[2]) * (np.arange(len(z)) == 0)[:, None])  # atom 0 wrapped: not moved
+        step(above, c=cell * 1.001)  # a small strain: cutoff / 1.001 + 2 max|d| < cutoff + skin
+        step(above * 0.9, c=cell * 0.9)  # affine compression: cutoff / 0.9 < cutoff + skin
+        step(above * 0.85, c=cell * 0.85, expect="builds")  # cutoff / 0.85 > cutoff + skin
         step(above, pbc=[True, True, False], expect="builds")
         step(above, pbc=[True, True, False])
+        moved = above.copy()
+        moved[0] += cell[2]  # a lattice vector along a direction that is not periodic: moved
+        step(moved, pbc=[True, True, False], expect="builds")
 
 
 def test_batched_calls_reuse(model64):
@@ -131,6 +138,71 @@ def test_batched_calls_reuse(model64):
     out = calc(flat, numbers.reshape(-1), mol_idx=mol_idx, forces=True)
     torch.testing.assert_close(out["energy"], fresh(coord, numbers)["energy"], rtol=1e-12, atol=0)
     assert calc.neighbor_stats == {"builds": 2, "reuses": 4}  # the flat call has the dense call's signature
+
+
+def test_batched_call_searches_only_the_moved_structure(model64, cuau_atoms, monkeypatch):
+    """Each structure keeps its own list: moving an atom of structure 1 searches structure 1 alone;
+    wrapping an atom of structure 2 by a lattice vector searches nothing; outputs equal fresh lists."""
+    from hydragnn.infer import neighbors
+
+    systems = cuau_atoms[:3]
+    pos = np.concatenate([a.positions for a in systems])
+    z = np.concatenate([a.numbers for a in systems])
+    cells = np.stack([a.cell.array for a in systems])
+    mol_idx = np.repeat(np.arange(3), [len(a) for a in systems])
+    start = np.cumsum([0] + [len(a) for a in systems])
+    moved = pos.copy()
+    moved[start[1] + 5] += [0.3, 0.0, 0.0]
+    wrapped = moved.copy()
+    wrapped[start[2] + 3] += cells[2][0]
+    steps = [pos, moved, wrapped]
+    fresh = HydraCalculator(model64)
+    refs = [fresh(p, z, cell=cells, mol_idx=mol_idx, forces=True) for p in steps]
+    searched: list[int] = []
+
+    def recording(p, *args, **kwargs):
+        searched.append(p.shape[0])
+        return radius_graph(p, *args, **kwargs)
+
+    monkeypatch.setattr(neighbors, "radius_graph", recording)
+    calc = HydraCalculator(model64, skin=SKIN)
+    for p, ref in zip(steps, refs, strict=True):
+        out = calc(p, z, cell=cells, mol_idx=mol_idx, forces=True)
+        assert torch.equal(out["energy"], ref["energy"])
+        assert torch.equal(out["forces"], ref["forces"])
+    assert searched == [len(pos), len(systems[1])]
+    assert calc.neighbor_stats == {"builds": 2, "reuses": 1}
+
+
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+@pytest.mark.parametrize("pbc", [(True, True, True), (True, True, False)])
+def test_random_walk_gives_fresh_edges(cuau_atoms, precision, pbc):
+    """Two cells in one flat call, atoms wrapped back into the cell every step, cells strained every
+    fifth: the kept lists give exactly the edges and shifts of a fresh search, while being reused."""
+    calc = HydraCalculator(tiny_model(precision=precision), skin=SKIN)
+    systems = cuau_atoms[2:4]
+    pos = np.concatenate([a.positions for a in systems])
+    z = np.concatenate([a.numbers for a in systems])
+    cells = np.stack([a.cell.array for a in systems])
+    mol_idx = np.repeat(np.arange(2), [len(a) for a in systems])
+    rng = np.random.default_rng(0)
+    for step in range(60):
+        pos = pos + rng.normal(0.0, 0.03, pos.shape)
+        if step % 5 == 4:
+            strain = np.eye(3) + rng.normal(0.0, 0.004, (2, 3, 3))
+            strain = (strain + strain.transpose(0, 2, 1)) / 2
+            cells = cells @ strain
+            pos = np.einsum("nd,nde->ne", pos, strain[mol_idx])
+        frac = np.einsum("nd,nde->ne", pos, np.linalg.inv(cells)[mol_idx])
+        frac[:, list(pbc)] %= 1.0  # torch-sim's wrap, along periodic directions
+        pos = np.einsum("nd,nde->ne", frac, cells[mol_idx])
+        call = calc._check(pos, z, None, cells, list(pbc), mol_idx)
+        edge_index, shift = calc._neighbors.edges(call, CUTOFF, None)
+        ref_index, ref_shift = radius_graph(call.pos, CUTOFF, batch=call.batch, cell=call.cell, pbc=call.pbc)
+        assert torch.equal(edge_index, ref_index), step
+        assert torch.equal(shift, ref_shift), step
+    stats = calc.neighbor_stats
+    assert stats["reuses"] > 2 * stats["builds"], stats
 
 
 def test_calls_that_always_rebuild(model64):

@@ -1,21 +1,29 @@
 """Neighbour-list reuse with a Verlet skin for the regular path (molecular dynamics).
 
-:class:`NeighborCache` keeps, per call signature (atom count, structures, atomic numbers, cell,
-pbc, dtype, device), the edges of :func:`hydragnn.data.neighbors.radius_graph` within
-``cutoff + skin`` and the positions they were built at. A later call with the same signature in
-which no atom moved more than ``skin / 2`` (plain Cartesian displacement of the given positions,
-the largest over all atoms of all structures) reuses them: edge lengths are recomputed for the
-current positions exactly as hydra-data's ``finalize_edges`` does (component by component in the
-dtype of ``pos``) and the edges shorter than ``cutoff`` are kept. Any pair now closer than
-``cutoff`` was closer than ``cutoff + skin`` at the build, so the result is the fresh list within
-``cutoff``: same edges, same order (a subsequence of a list sorted by ``(target, source,
-shift)``), same Cartesian shifts (the cell is unchanged), hence bit-identical model outputs.
+:class:`NeighborCache` keeps, per call layout (atom count, structures, atomic numbers, pbc,
+dtype, device), the edges of :func:`hydragnn.data.neighbors.radius_graph` within
+``cutoff + skin``, with integer image offsets, and the positions and cells each structure's
+list was built at. Each structure of a later call with the same layout reuses its list when
 
-Calls that always rebuild (no reuse, today's behaviour): ``skin == 0``, models with a neighbour
-cap (``max_neighbours``: the k nearest depend on the current distances), inputs requiring grad
-(the shifts must stay differentiable with respect to the cell), empty calls, and periodic cells
-too thin for ``cutoff + skin`` (then the list is built within ``cutoff``). The CUDA-graph
-engines build their own lists in the graph and do not use this cache.
+    cutoff / s + 2 * max_a |d_a| <= cutoff + skin,
+
+where ``s`` is the smallest singular value of the cell deformation ``F`` (``cell_now = cell_built @ F``,
+rows are lattice vectors; 1 for an unchanged cell or no cell) and ``d_a`` is atom ``a``'s
+displacement since the build in the built cell's frame (``pos_now @ F^-1 - pos_built``), modulo
+lattice vectors along periodic directions (an atom wrapped back into the cell has not moved).
+For a fixed cell this is ``max |d_a| <= skin / 2``; a strained cell (NPT, cell filters) uses up
+part of the skin. A pair now closer than ``cutoff`` was then closer than
+``cutoff + skin`` at the build, so the kept edges, their offsets corrected for wrapped atoms,
+filtered by their current lengths (computed as hydra-data's ``finalize_edges`` does, component
+by component in the dtype of ``pos``) are the fresh list within ``cutoff``: same edges, same
+order (sorted by ``(target, source, shift)``), same Cartesian shifts, hence bit-identical model
+outputs. Structures that fail the test are searched again, alone; the others keep their lists.
+
+Calls that always search every structure: ``skin == 0``, models with a neighbour cap
+(``max_neighbours``: the k nearest depend on the current distances), inputs requiring grad (the
+shifts must stay differentiable with respect to the cell), empty calls, and periodic cells too
+thin for ``cutoff + skin`` (then the list is built within ``cutoff``). The CUDA-graph engines
+build their own lists in the graph and do not use this cache.
 """
 
 from __future__ import annotations
@@ -28,12 +36,14 @@ from typing import Any
 import torch
 
 from hydragnn.data.neighbors import radius_graph
+from hydragnn.data.neighbors_inputs import complete_cells
+from hydragnn.data.neighbors_reference import cartesian_shift
 from hydragnn.data.validation import StructureError
 
 from .errors import InferenceError
 from .inputs import CallInputs
 
-#: Signatures remembered per calculator (least recently used dropped first).
+#: Layouts remembered per calculator (least recently used dropped first).
 MAX_ENTRIES = 8
 #: The MD adapters' default skin (Å). At 300 K a Cu atom moves ~0.003-0.01 Å per 1 fs step, so the
 #: fastest atom crosses 0.25 Å after tens of steps, while the searched pairs grow only by
@@ -60,17 +70,30 @@ def md_skin(calc: Any, skin: float | None) -> float:
     return MD_SKIN if applies else 0.0
 
 
-@dataclass
+@dataclass(eq=False)
 class _Entry:
-    """A list built within ``cutoff + skin`` for one signature, and the positions it was built at."""
+    """Lists built within ``cutoff + skin`` for one layout, and where each structure's list was built.
+
+    Attributes:
+        numbers, batch: ``[N]`` of the layout.
+        pbc: ``[B, 3]`` or ``None`` (no cell).
+        pos: ``[N, 3]`` positions at each structure's last build.
+        cell: ``[B, 3, 3]`` cells at each structure's last build, or ``None``.
+        frame: ``[B, 3, 3]`` float64 :func:`complete_cells` of ``cell`` (invertible), or ``None``.
+        edge_index: ``[2, E]`` edges, sorted by ``(target, source, shift)``.
+        image: ``[E, 3]`` int64 image offsets at the build positions (zeros without a cell).
+        shift: ``[E, 3]`` Cartesian offsets ``image @ cell`` at the build cells, as ``radius_graph`` gave them.
+    """
 
     numbers: torch.Tensor
     batch: torch.Tensor
-    cell: torch.Tensor | None
     pbc: torch.Tensor | None
     pos: torch.Tensor
+    cell: torch.Tensor | None
+    frame: torch.Tensor | None
     edge_index: torch.Tensor
-    edge_shift: torch.Tensor
+    image: torch.Tensor
+    shift: torch.Tensor
 
     def matches(self, call: CallInputs) -> bool:
         if self.pos.shape != call.pos.shape or self.pos.dtype != call.pos.dtype or self.pos.device != call.pos.device:
@@ -79,18 +102,18 @@ class _Entry:
             return False
         if not (torch.equal(self.numbers, call.numbers) and torch.equal(self.batch, call.batch)):
             return False
-        return self.cell is None or (torch.equal(self.cell, call.cell) and torch.equal(self.pbc, call.pbc))
+        return self.cell is None or (self.cell.shape == call.cell.shape and torch.equal(self.pbc, call.pbc))
 
 
 class NeighborCache:
-    """Edges within ``cutoff`` for validated calls, reused across calls while atoms stay within ``skin / 2``.
+    """Edges within ``cutoff`` for validated calls, each structure's list reused while the skin criterion holds.
 
     Args:
         skin: Verlet skin (Å, >= 0); 0 builds a fresh list on every call.
 
     Attributes:
-        builds: calls whose edges came from a neighbour search.
-        reuses: calls whose edges were filtered from a remembered list.
+        builds: calls that searched neighbours (of one structure at least).
+        reuses: calls whose edges all came from kept lists.
     """
 
     def __init__(self, skin: float = 0.0) -> None:
@@ -103,7 +126,7 @@ class NeighborCache:
         return {"builds": self.builds, "reuses": self.reuses}
 
     def clear(self) -> None:
-        """Forget every remembered list (counters kept)."""
+        """Forget every kept list (counters kept)."""
         self._entries.clear()
 
     def edges(self, call: CallInputs, cutoff: float, max_neighbours: int | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,22 +134,26 @@ class NeighborCache:
         cutoff = float(cutoff)
         if self.skin == 0.0 or max_neighbours is not None or call.requires_grad or call.pos.shape[0] == 0:
             return self._fresh(call, cutoff, max_neighbours)
-        for i, entry in enumerate(self._entries):
-            if entry.matches(call):
-                del self._entries[i]
-                moved = (call.pos - entry.pos).square().sum(dim=1).max()
-                if float(moved) <= (self.skin / 2) ** 2:
-                    self._entries.append(entry)
-                    self.reuses += 1
-                    return _filter(entry, call.pos, cutoff)
-                break
-        entry = self._build(call, cutoff)
+        entry = next((e for e in self._entries if e.matches(call)), None)
         if entry is None:
-            return self._fresh(call, cutoff, None)
+            entry = _new_entry(call)
+            stale, wrap, strained = torch.ones(call.num_graphs, dtype=torch.bool, device=call.pos.device), None, None
+        else:
+            self._entries.remove(entry)
+            stale, wrap, strained = _stale(entry, call, cutoff, self.skin)
+        if bool(stale.any()):
+            if not _rebuild(entry, call, stale, cutoff, self.skin):
+                return self._fresh(call, cutoff, None)
+            if wrap is not None:  # a searched structure's atoms are where its list was built
+                wrap = wrap.masked_fill(stale.index_select(0, call.batch).unsqueeze(1), 0)
+            if strained is not None:
+                strained = strained & ~stale
+            self.builds += 1
+        else:
+            self.reuses += 1
         self._entries.append(entry)
         del self._entries[:-MAX_ENTRIES]
-        self.builds += 1
-        return _filter(entry, call.pos, cutoff)
+        return _current(entry, call, wrap, strained, cutoff)
 
     def _fresh(self, call: CallInputs, cutoff: float, max_neighbours: int | None) -> tuple[torch.Tensor, torch.Tensor]:
         self.builds += 1
@@ -134,32 +161,128 @@ class NeighborCache:
             call.pos, cutoff, batch=call.batch, cell=call.cell, pbc=call.pbc, max_neighbours=max_neighbours
         )
 
-    def _build(self, call: CallInputs, cutoff: float) -> _Entry | None:
-        """The list within ``cutoff + skin`` (plus a rounding margin), or ``None`` for a cell too thin for it."""
-        scale = float(call.pos.abs().max()) + cutoff + self.skin
-        radius = cutoff + self.skin * (1 + 1e-3) + 64 * torch.finfo(call.pos.dtype).eps * scale
-        try:
-            edge_index, edge_shift = radius_graph(call.pos, radius, batch=call.batch, cell=call.cell, pbc=call.pbc)
-        except StructureError:
-            return None
-        return _Entry(
-            numbers=call.numbers.clone(),
-            batch=call.batch.clone(),
-            cell=None if call.cell is None else call.cell.clone(),
-            pbc=None if call.pbc is None else call.pbc.clone(),
-            pos=call.pos.clone(),
-            edge_index=edge_index,
-            edge_shift=edge_shift,
-        )
+
+def _new_entry(call: CallInputs) -> _Entry:
+    """An entry for the call's layout with no list yet (every structure to be searched)."""
+    frame = None
+    if call.cell is not None:
+        frame = torch.zeros(call.num_graphs, 3, 3, dtype=torch.float64, device=call.pos.device)
+    return _Entry(
+        numbers=call.numbers.clone(),
+        batch=call.batch.clone(),
+        pbc=None if call.pbc is None else call.pbc.clone(),
+        pos=call.pos.clone(),
+        cell=None if call.cell is None else call.cell.clone(),
+        frame=frame,
+        edge_index=call.batch.new_zeros(2, 0),
+        image=call.batch.new_zeros(0, 3),
+        shift=call.pos.new_zeros(0, 3),
+    )
 
 
-def _filter(entry: _Entry, pos: torch.Tensor, cutoff: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The remembered edges shorter than ``cutoff`` at ``pos``, with hydra-data's length arithmetic."""
-    src, dst = entry.edge_index[0], entry.edge_index[1]
-    pos_t = pos.T.contiguous()
-    vec = [pos_t[d].index_select(0, src) - pos_t[d].index_select(0, dst) for d in range(3)]
+def _stale(
+    entry: _Entry, call: CallInputs, cutoff: float, skin: float
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Which structures need a new search, how far atoms were wrapped, which cells were strained.
+
+    Returns:
+        ``[B]`` bool, True where the kept list may miss a pair within ``cutoff``; ``[N, 3]`` int64
+        lattice vectors each atom was wrapped by since its build (``None``: none was); ``[B]`` bool
+        cells that differ from their build (``None``: none does).
+    """
+    pos, built, batch = call.pos.to(torch.float64), entry.pos.to(torch.float64), call.batch
+    limit = torch.full((call.num_graphs,), skin / 2, dtype=torch.float64, device=pos.device)
+    wrap = strained = None
     if entry.cell is not None:
-        shift_t = entry.edge_shift.T
+        same = (call.cell == entry.cell).flatten(1).all(dim=1)
+        if not bool(same.all()):
+            deform = torch.linalg.solve(entry.frame, complete_cells(call.cell, call.pbc))  # frame_now = frame @ F
+            deform[same] = torch.eye(3, dtype=torch.float64, device=pos.device)
+            reach = cutoff / torch.linalg.svdvals(deform)[:, -1]  # a pair within cutoff now was within reach
+            limit = torch.where(same, limit, (skin - (reach - cutoff)) / 2)
+            pos = torch.einsum("nd,nde->ne", pos, torch.linalg.inv(deform).index_select(0, batch))
+            strained = ~same
+    moved = pos - built
+    dist2 = moved.square().sum(dim=1)
+    bound2 = limit.clamp_min(0.0).square()
+    if entry.cell is not None:
+        far = (dist2 > bound2.index_select(0, batch)) & call.pbc.any(dim=1).index_select(0, batch)
+        atoms = far.nonzero().squeeze(1)  # wrapped back into the cell, or moved too far
+        if atoms.numel():
+            frames = entry.frame.index_select(0, batch.index_select(0, atoms))
+            frac = torch.linalg.solve(frames.mT, moved.index_select(0, atoms).unsqueeze(-1)).squeeze(-1)
+            lattice = torch.where(call.pbc.index_select(0, batch.index_select(0, atoms)), frac.round(), 0.0)
+            dist2[atoms] = (moved.index_select(0, atoms) - torch.einsum("nd,nde->ne", lattice, frames)).square().sum(1)
+            wrap = torch.zeros_like(call.pos, dtype=torch.long)
+            wrap[atoms] = lattice.long()
+    largest = torch.zeros_like(limit).scatter_reduce(0, batch, dist2, "amax")
+    return (limit < 0) | (largest > bound2), wrap, strained
+
+
+def _rebuild(entry: _Entry, call: CallInputs, stale: torch.Tensor, cutoff: float, skin: float) -> bool:
+    """Search the ``stale`` structures within ``cutoff + skin`` (plus a rounding margin) and keep their lists.
+
+    Returns False, leaving ``entry`` unusable, for a cell too thin for ``cutoff + skin``.
+    """
+    atoms = stale.index_select(0, call.batch).nonzero().squeeze(1)
+    graphs = stale.nonzero().squeeze(1)
+    if call.cell is not None:
+        entry.frame[graphs] = complete_cells(call.cell[graphs], call.pbc[graphs])
+        entry.cell[graphs] = call.cell[graphs]
+    if not atoms.numel():
+        return True
+    pos = call.pos.index_select(0, atoms)
+    batch = (torch.cumsum(stale, 0) - 1).index_select(0, call.batch.index_select(0, atoms))
+    cell = None if call.cell is None else call.cell.index_select(0, graphs)
+    pbc = None if call.pbc is None else call.pbc.index_select(0, graphs)
+    scale = float(pos.abs().max()) + cutoff + skin
+    radius = cutoff + skin * (1 + 1e-3) + 64 * torch.finfo(pos.dtype).eps * scale
+    try:
+        edge_index, shift = radius_graph(pos, radius, batch=batch, cell=cell, pbc=pbc)
+    except StructureError:
+        return False
+    image = torch.zeros(shift.shape, dtype=torch.long, device=pos.device)
+    if cell is not None:
+        inverse = torch.linalg.inv(entry.frame[graphs]).index_select(0, batch.index_select(0, edge_index[1]))
+        image = torch.einsum("ed,edk->ek", shift.to(torch.float64), inverse).round().long()
+    entry.pos[atoms] = pos
+    kept = ~stale.index_select(0, call.batch.index_select(0, entry.edge_index[1]))
+    edge_index = torch.cat([entry.edge_index[:, kept], atoms[edge_index]], dim=1)
+    order = torch.sort(edge_index[1], stable=True).indices  # structures' blocks back in atom order
+    entry.edge_index = edge_index[:, order]
+    entry.image = torch.cat([entry.image[kept], image])[order]
+    entry.shift = torch.cat([entry.shift[kept], shift])[order]
+    return True
+
+
+def _current(
+    entry: _Entry, call: CallInputs, wrap: torch.Tensor | None, strained: torch.Tensor | None, cutoff: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kept edges shorter than ``cutoff`` at the call's positions, with hydra-data's arithmetic.
+
+    Edges of a strained structure or touching a wrapped atom get ``image @ cell`` recomputed as
+    ``radius_graph`` computes it; the others keep the shift of their build (the same numbers).
+    """
+    src, dst = entry.edge_index[0], entry.edge_index[1]
+    pos_t = call.pos.T.contiguous()
+    vec = [pos_t[d].index_select(0, src) - pos_t[d].index_select(0, dst) for d in range(3)]
+    shift = entry.shift
+    if call.cell is not None:
+        if wrap is not None or strained is not None:
+            redo = torch.zeros_like(src, dtype=torch.bool)
+            if wrap is not None:
+                wrapped = wrap.any(dim=1)
+                redo |= wrapped.index_select(0, src) | wrapped.index_select(0, dst)
+            else:
+                wrap = torch.zeros_like(call.pos, dtype=torch.long)
+            if strained is not None:
+                redo |= strained.index_select(0, call.batch.index_select(0, dst))
+            redo = redo.nonzero().squeeze(1)
+            s, t = src.index_select(0, redo), dst.index_select(0, redo)
+            image = entry.image.index_select(0, redo) - wrap.index_select(0, s) + wrap.index_select(0, t)
+            cells = call.cell.index_select(0, call.batch.index_select(0, t))
+            shift = shift.index_copy(0, redo, cartesian_shift(image, cells))
+        shift_t = shift.T
         vec = [v + shift_t[d] for d, v in enumerate(vec)]
     keep = (vec[0] * vec[0] + vec[1] * vec[1] + vec[2] * vec[2] < cutoff * cutoff).nonzero().squeeze(1)
-    return entry.edge_index.index_select(1, keep), entry.edge_shift.index_select(0, keep)
+    return entry.edge_index.index_select(1, keep), shift.index_select(0, keep)

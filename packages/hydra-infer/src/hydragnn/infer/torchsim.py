@@ -3,7 +3,8 @@
 Needs the optional extra ``hydra-infer[torchsim]`` (``torch-sim-atomistic``). torch-sim's cell
 holds lattice vectors as columns; the calculator takes rows (``state.row_vector_cell``).
 Returns ``energy [B]`` (eV), ``forces [N, 3]`` (eV/Å) and ``stress [B, 3, 3]`` (eV/Å³, periodic
-states) in the model's dtype on its device.
+states) in the model's dtype on its device. :func:`check_model` checks any torch-sim model on
+structures of its own species (torch-sim's ``validate_model_outputs`` needs Si and Fe).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ except ImportError as exc:  # pragma: no cover - depends on the optional extra
         "HydraTorchSimModel needs torch-sim: pip install 'hydra-infer[torchsim]' (torch-sim-atomistic)"
     ) from exc
 
+from .torchsim_check import check_model  # noqa: E402  (after the friendly ImportError above)
+
 
 class HydraTorchSimModel(ModelInterface):
     """torch-sim model around a :class:`HydraCalculator`.
@@ -34,9 +37,11 @@ class HydraTorchSimModel(ModelInterface):
         compute_stress: return stress (periodic states only).
         skin: Verlet skin (Å) of the neighbour list, as for :class:`~.ase.HydraASECalculator`:
             ``None`` keeps a given calculator's own and gives one built here 0.5 Å where reuse
-            applies (:func:`~.neighbors.md_skin`). A batched state reuses its list while no atom
-            of any system moved more than half the skin; positions wrapped back into the cell
-            count as moved (a rebuild, never a wrong edge).
+            applies (:func:`~.neighbors.md_skin`); 0 searches on every step. Each system of a
+            batched state keeps its list until one of its atoms moved more than half the skin
+            (positions wrapped back into the cell do not count; a strained cell, NPT, uses up
+            part of the skin; see :mod:`.neighbors`), with the outputs of a fresh search.
+            Counters: ``model.hydra.neighbor_stats``.
         **calculator_kwargs: passed to :class:`HydraCalculator` when it is built here.
     """
 
@@ -90,3 +95,6 @@ class HydraTorchSimModel(ModelInterface):
         if stress:
             result["stress"] = out["stress"].to(self._dtype)
         return result
+
+
+__all__ = ["HydraTorchSimModel", "check_model"]
