@@ -20,6 +20,9 @@ import pathlib
 import sys
 import time
 
+import hydragnn.data  # noqa: F401  (before torch: it sets OpenMP's wait policy, hydragnn.data.threads)
+
+# isort: split
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

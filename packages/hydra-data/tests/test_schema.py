@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from hydragnn.data import RESERVED_NAMES, Schema, SchemaError
+from hydragnn.data.errors import did_you_mean
 
 BASE = {
     "inputs": [
@@ -97,6 +98,16 @@ def test_unknown_keys_and_levels_rejected():
         Schema.from_dict({**BASE, "targets": []})
     with pytest.raises(SchemaError, match="unknown role 'velocity'"):
         Schema.from_dict(variant(inputs__0__role="velocity"))
+
+
+def test_unknown_keys_suggest_the_nearest_allowed_one():
+    with pytest.raises(SchemaError, match=r"\['Level'\] \(did you mean 'level'\?\); allowed keys are"):
+        Schema.from_dict(variant(inputs__0__Level="node"))
+    with pytest.raises(SchemaError, match=r"Variables: unknown key\(s\) \['output'\] \(did you mean 'outputs'\?\)"):
+        Schema.from_dict({**BASE, "output": []})
+    assert did_you_mean(["LR"], ["lr", "seed"]) == " (did you mean 'lr'?)"  # case-insensitive
+    assert did_you_mean(["sed", "zzz", "LR"], ["lr", "seed"]) == " (did you mean 'seed' for 'sed', 'lr' for 'LR'?)"
+    assert did_you_mean(["units"], ["name", "level", "dim", "role"]) == ""  # nothing close: no guess
 
 
 @pytest.mark.parametrize("dim", [0, -1, 1.5, True, "3"])

@@ -16,10 +16,10 @@ from hydragnn.data.threads import choose_threads, keep_at_top, prefer_passive_wa
     ("environ", "cores", "expected"),
     [
         ({"OMP_NUM_THREADS": "3", "LOCAL_WORLD_SIZE": "2"}, 16, (3, "OMP_NUM_THREADS")),
-        ({"LOCAL_WORLD_SIZE": "2"}, 16, (8, "16 usable cores / 2 rank(s) on this node")),
-        ({"LOCAL_WORLD_SIZE": "4"}, 2, (1, "2 usable cores / 4 rank(s) on this node")),
-        ({}, 6, (6, "6 usable cores / 1 rank(s) on this node")),
-        ({"OMP_NUM_THREADS": "0", "LOCAL_WORLD_SIZE": "two"}, 4, (4, "4 usable cores / 1 rank(s) on this node")),
+        ({"LOCAL_WORLD_SIZE": "2"}, 16, (8, "16 cores/2 ranks")),
+        ({"LOCAL_WORLD_SIZE": "4"}, 2, (1, "2 cores/4 ranks")),
+        ({}, 6, (6, "6 cores")),
+        ({"OMP_NUM_THREADS": "0", "LOCAL_WORLD_SIZE": "two"}, 4, (4, "4 cores")),
     ],
 )
 def test_thread_count_fits_the_ranks_of_a_node(environ, cores, expected):
@@ -58,17 +58,25 @@ def _probe(first: str, **env: str) -> dict:
 
 
 def test_a_fresh_process_waits_passively_with_threads_per_rank():
-    got = _probe("hydragnn", LOCAL_WORLD_SIZE=str(len(os.sched_getaffinity(0))))
+    cores = len(os.sched_getaffinity(0))
+    got = _probe("hydragnn", LOCAL_WORLD_SIZE=str(cores))
     assert got["policy"] == "PASSIVE"
     assert got["threads"] == 1
-    assert got["notice"].startswith("threads: 1 per process (") and "set by hydragnn" in got["notice"]
-    assert ("MKL sizes its threads per call" in got["notice"]) == got["mkl"]
+    ranks = f"/{cores} ranks" if cores > 1 else ""
+    assert got["notice"] == f"threads: 1 intra-op ({cores} cores{ranks}), OpenMP passive (set by hydragnn)"
+
+
+def test_the_notice_names_a_wait_policy_from_the_environment():
+    got = _probe("hydragnn", OMP_WAIT_POLICY="ACTIVE", OMP_NUM_THREADS="1")
+    assert got["policy"] == "ACTIVE"
+    assert got["notice"] == "threads: 1 intra-op (OMP_NUM_THREADS), OpenMP active (from environment)"
 
 
 def test_a_process_that_loaded_torch_first_is_told_how_to_wait_passively():
     got = _probe("torch")
     assert got["policy"] is None
-    assert "OMP_WAIT_POLICY=PASSIVE" in got["notice"]
+    assert "OpenMP spins (set OMP_WAIT_POLICY=PASSIVE before torch)" in got["notice"]
+    assert len(got["notice"]) < 100 and "\n" not in got["notice"]
 
 
 _FAULTS = """

@@ -179,5 +179,5 @@ def test_ignored_charge_warns_once(model64):
 
 def test_calculators_report_the_threading_defaults_of_their_process(model64):
     calc = HydraCalculator(model64)
-    assert calc.threads.startswith(f"threads: {torch.get_num_threads()} per process (")
+    assert calc.threads.startswith(f"threads: {torch.get_num_threads()} intra-op (")
     assert HydraCalculator(model64).threads is calc.threads  # chosen and printed once per process

@@ -106,11 +106,15 @@ def test_groups_read_the_flat_keys():
         (_arch(conv_checkpointing="yes"), r"conv_checkpointing: expected bool"),
         (
             _arch(num_filtres=8),
-            r"Architecture\.num_filtres: unknown key; neither a common key .* nor a SchNet key .*num_filters",
+            r"Architecture\.num_filtres: unknown key \(did you mean 'num_filters'\?\); neither a common key .* nor a "
+            r"SchNet key .*num_filters",
         ),
         (_arch(num_filters="8"), r"NeuralNetwork\.Architecture\.num_filters: expected int\|None, found str"),
         (_arch(output_heads=[1]), r"output_heads: expected an object"),
-        (_arch(output_heads={"nodes": {}}), r"output_heads\.nodes: unknown key; allowed: \['edge', 'graph', 'node'\]"),
+        (
+            _arch(output_heads={"nodes": {}}),
+            r"output_heads\.nodes: unknown key \(did you mean 'node'\?\); allowed: \['edge', 'graph', 'node'\]",
+        ),
         (_arch(output_heads={"node": {"type": "gnn"}}), r"output_heads\.node\.type: expected one of \['conv', 'mlp'\]"),
         (_arch(output_heads={"graph": {"depth": 2}}), r"output_heads\.graph\.depth: unknown key; allowed"),
         (

@@ -38,6 +38,7 @@ def test_train_then_predict(tmp_path):
         "metrics.json",
         "checkpoint.pt",
         "test_set.pkl",
+        "train.log",
         "parity_energy.png",
         "parity_atomic_energy.png",
         "parity_forces.png",
@@ -45,7 +46,12 @@ def test_train_then_predict(tmp_path):
         assert (run_dir / name).exists(), name
     assert any((run_dir / "tensorboard").iterdir())
     assert "best epoch" in train.stdout and "eV/Å" in train.stdout
-    assert train.stdout.count("threads: ") == 1 and " per process (" in train.stdout  # the threading notice
+    assert train.stdout.count("threads: ") == 1 and " intra-op (" in train.stdout  # the threading notice
+    for fact in ("best epoch", "test loss", "  forces "):  # each fact printed once
+        assert train.stdout.count(fact) == 1, (fact, train.stdout)
+    log = (run_dir / "train.log").read_text(encoding="utf-8")
+    shown = train.stdout.splitlines()[:-1]  # the last line, "run folder: ...", comes after the run
+    assert shown and all(line in log for line in shown)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["NeuralNetwork"]["Training"]["Scheduler"] == {
@@ -97,6 +103,7 @@ def test_train_under_torchrun_ddp(tmp_path):
     assert proc.returncode == 0 or late_abort, proc.stderr[-3000:]
     assert "per rank" in proc.stdout and "best epoch" in proc.stdout, proc.stdout[-2000:]
     assert proc.stdout.count("run folder:") == 1  # only rank 0 reports
+    assert (run_dir / "train.log").read_text(encoding="utf-8").count("best epoch") == 1  # and logs
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["NeuralNetwork"]["Training"]["Parallelism"]["strategy"] == "ddp"
     model = load_artifact(run_dir / "model.hydra")  # a plain single-process model

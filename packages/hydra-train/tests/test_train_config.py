@@ -66,7 +66,11 @@ def test_defaults_filled_and_round_trip(tmp_path):
         ("NeuralNetwork.Training.nan_policy", "ignore", "NeuralNetwork.Training.nan_policy"),
         ("NeuralNetwork.Training.precision", "fp64", "NeuralNetwork.Training.precision: 'fp64' conflicts"),
         ("NeuralNetwork.Architecture.hidden_dim", -4, "NeuralNetwork.Architecture.hidden_dim"),
-        ("NeuralNetwork.Architecture.hiden_dim", 4, "NeuralNetwork.Architecture.hiden_dim: unknown key; neither a common key"),
+        (
+            "NeuralNetwork.Architecture.hiden_dim",
+            4,
+            "NeuralNetwork.Architecture.hiden_dim: unknown key (did you mean 'hidden_dim'?); neither a common key",
+        ),
         ("Dataset.split", [0.5, 0.2, 0.2], "Dataset.split"),
         ("Dataset.path", "/x", "Dataset: give exactly one of"),
         ("Verbosity.level", 7, "Verbosity.level"),
@@ -88,6 +92,39 @@ def test_invalid_names_the_path(path, value, expected):
     with pytest.raises(ConfigError) as info:
         load_config(_with(base, path, value))
     assert expected in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("NeuralNetwork.Training.SEED", 1, "NeuralNetwork.Training.SEED: unknown key (did you mean 'seed'?); allowed"),
+        ("NeuralNetwork.Training.num_epochs", 3, "Training.num_epochs: unknown key (did you mean 'num_epoch'?)"),
+        (
+            "NeuralNetwork.Training.Optimizer.learnig_rate",
+            0.1,
+            "Optimizer.learnig_rate: unknown key (did you mean 'learning_rate'?)",
+        ),
+        ("NeuralNetwork.Architecture.hiden_dim", 4, "Architecture.hiden_dim: unknown key (did you mean 'hidden_dim'?)"),
+        ("NeuralNetwork.Architecture.Radius", 4.0, "Architecture.Radius: unknown key (did you mean 'radius'?)"),
+        ("Dataset.splt", [0.5, 0.25, 0.25], "Dataset.splt: unknown key (did you mean 'split'?); allowed"),
+        ("Variables.output", [], "Variables: unknown key(s) ['output'] (did you mean 'outputs'?); allowed keys are"),
+        ("Verbosity.levl", 1, "Verbosity.levl: unknown key (did you mean 'level'?)"),
+    ],
+)
+def test_unknown_keys_suggest_the_nearest_allowed_key(path, value, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(_with(config(), path, value))
+    assert expected in str(info.value), str(info.value)
+
+
+def test_a_variable_key_typo_and_an_unrelated_key():
+    cfg = config()
+    cfg["Variables"]["inputs"][0]["Dim"] = cfg["Variables"]["inputs"][0].pop("dim")
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['Dim'\] \(did you mean 'dim'\?\); allowed keys"):
+        load_config(cfg)
+    with pytest.raises(ConfigError) as info:  # nothing close: the allowed list alone
+        load_config(_with(config(), "NeuralNetwork.Training.zzz", 1))
+    assert "Training.zzz: unknown key; allowed: [" in str(info.value)
 
 
 def test_variables_error_is_a_config_error():

@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from .errors import DataError
+from .errors import DataError, did_you_mean
 
 MODES: dict[str, str] = {"node_budget": "max_nodes", "edge_budget": "max_edges"}
 """Batching mode -> the config key holding its budget."""
@@ -115,7 +115,8 @@ class BatchingConfig:
             raise DataError(f"{_WHERE}: expected an object with keys {list(_KEYS)}, found {type(section).__name__}")
         unknown = sorted(set(section) - set(_KEYS))
         if unknown:
-            raise DataError(f"{_WHERE}.{unknown[0]}: unknown key; allowed keys are {list(_KEYS)}")
+            hint = did_you_mean(unknown[:1], _KEYS)
+            raise DataError(f"{_WHERE}.{unknown[0]}: unknown key{hint}; allowed keys are {list(_KEYS)}")
         if "mode" not in section:
             raise DataError(f"{_WHERE}.mode: missing; expected one of {list(MODES)}")
         return cls(**dict(section))

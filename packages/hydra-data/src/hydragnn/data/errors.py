@@ -1,10 +1,14 @@
 """The exception hierarchy of hydra-data.
 
 Every error raised on purpose by this package derives from :class:`DataError`, so callers can
-catch one type. Messages say what was expected, what was found, and where.
+catch one type. Messages say what was expected, what was found, and where; an unknown key also
+gets the nearest allowed one (:func:`did_you_mean`, shared by every layer's config sections).
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 class DataError(Exception):
@@ -25,3 +29,27 @@ class NeighborListError(DataError, ValueError):
 
 class DownloadError(DataError, OSError):
     """A download failed or its content did not match the expected checksum."""
+
+
+CLOSE = 0.65
+"""Least :class:`difflib.SequenceMatcher` ratio of a suggestion (``epochs`` -> ``num_epoch`` is 0.67;
+``num_filters`` -> ``num_conv_layers``, a different key, 0.62)."""
+
+
+def did_you_mean(unknown: Iterable[object], allowed: Iterable[object]) -> str:
+    """`` (did you mean 'lr'?)``: the allowed key closest to each unknown one, compared without
+    case (:func:`difflib.get_close_matches`), or ``""`` when none is close. Every unknown-key
+    message of the config sections appends it.
+
+    With several unknown keys each suggestion names its key: `` (did you mean 'lr' for 'LR'?)``.
+    """
+    unknown = [str(k) for k in unknown]
+    by_lower: dict[str, str] = {}
+    for key in sorted(str(k) for k in allowed):
+        by_lower.setdefault(key.lower(), key)
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=CLOSE)
+        if close:
+            hints.append(f"{by_lower[close[0]]!r}" + (f" for {key!r}" if len(unknown) > 1 else ""))
+    return f" (did you mean {', '.join(hints)}?)" if hints else ""

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import SchemaError
+from .errors import SchemaError, did_you_mean
 
 Level = Literal["node", "edge", "graph"]
 LEVELS: tuple[str, ...] = ("node", "edge", "graph")
@@ -74,7 +74,10 @@ def _parse_variable(entry: Any, where: str) -> Variable:
     label = f"{where} ({name!r})" if isinstance(name, str) else where
     unknown = sorted(set(entry) - _VARIABLE_KEYS)
     if unknown:
-        raise SchemaError(f"{label}: unknown key(s) {unknown}; allowed keys are {sorted(_VARIABLE_KEYS)}")
+        raise SchemaError(
+            f"{label}: unknown key(s) {unknown}{did_you_mean(unknown, _VARIABLE_KEYS)}; "
+            f"allowed keys are {sorted(_VARIABLE_KEYS)}"
+        )
     if not isinstance(name, str) or not name:
         raise SchemaError(f"{label}: 'name' must be a non-empty string, found {name!r}")
     if "level" not in entry:
@@ -156,7 +159,10 @@ class Schema:
             )
         unknown = sorted(set(variables) - _SCHEMA_KEYS)
         if unknown:
-            raise SchemaError(f"Variables: unknown key(s) {unknown}; allowed keys are {sorted(_SCHEMA_KEYS)}")
+            raise SchemaError(
+                f"Variables: unknown key(s) {unknown}{did_you_mean(unknown, _SCHEMA_KEYS)}; "
+                f"allowed keys are {sorted(_SCHEMA_KEYS)}"
+            )
         parsed: dict[str, list[Variable]] = {}
         for kind in ("inputs", "outputs"):
             entries = variables.get(kind)

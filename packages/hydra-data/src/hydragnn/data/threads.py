@@ -37,6 +37,7 @@ __all__ = [
     "mkl_threads_per_call",
     "prefer_passive_waiting",
     "set_intra_op_threads",
+    "wait_policy",
 ]
 
 REUSE_BELOW = 32 << 20
@@ -76,7 +77,7 @@ def choose_threads(environ: MutableMapping[str, str] = os.environ, cores: int | 
     cores = _usable_cores() if cores is None else cores
     ranks = environ.get("LOCAL_WORLD_SIZE", "1").strip()
     ranks_n = int(ranks) if ranks.isdigit() and int(ranks) > 0 else 1
-    return max(1, cores // ranks_n), f"{cores} usable cores / {ranks_n} rank(s) on this node"
+    return max(1, cores // ranks_n), f"{cores} cores" + (f"/{ranks_n} ranks" if ranks_n > 1 else "")
 
 
 def keep_at_top() -> int:
@@ -149,22 +150,29 @@ def set_intra_op_threads(threads: int) -> None:
 
 def configure_threads(environ: MutableMapping[str, str] = os.environ) -> str:
     """Apply :func:`choose_threads` to torch (lowering its count only, never raising it),
-    :func:`mkl_threads_per_call` and :func:`keep_freed_blocks`, and return a one-line notice of
-    the threads, the OpenMP wait policy and the allocator in force."""
+    :func:`mkl_threads_per_call` and :func:`keep_freed_blocks`, and return a short line of the
+    intra-op threads and the OpenMP wait policy in force, each with where it came from, e.g.
+    ``threads: 2 intra-op (2 cores), OpenMP passive (set by hydragnn)``."""
     threads, why = choose_threads(environ)
     import torch
 
     if why != "OMP_NUM_THREADS" and torch.get_num_threads() > threads:
         torch.set_num_threads(threads)
-    threads = torch.get_num_threads()
-    if mkl_threads_per_call(environ):
-        why += "; MKL sizes its threads per call"
+    if torch.get_num_threads() != threads:
+        threads, why = torch.get_num_threads(), "set in torch"
+    mkl_threads_per_call(environ)
+    keep_freed_blocks(environ)
+    return f"threads: {threads} intra-op ({why}), {wait_policy(environ)}"
+
+
+def wait_policy(environ: Mapping[str, str] = os.environ) -> str:
+    """OpenMP's wait policy in force and its origin, in words. Unset means torch loaded before
+    ``hydragnn.data`` could set it: OpenMP then spins a while before sleeping (its default)."""
     policy = environ.get("OMP_WAIT_POLICY")
     if policy is None:
-        waiting = "OpenMP threads spin while waiting (set OMP_WAIT_POLICY=PASSIVE before Python starts on shared cores)"
-    else:
-        waiting = f"OpenMP waiting {policy.lower()}{' (set by hydragnn: it was unset)' if _PASSIVE_SET_HERE else ''}"
-    return f"threads: {threads} per process ({why}); {waiting}; {keep_freed_blocks(environ)}"
+        return "OpenMP spins (set OMP_WAIT_POLICY=PASSIVE before torch)"
+    here = _PASSIVE_SET_HERE and environ is os.environ and policy == "PASSIVE"
+    return f"OpenMP {policy.lower()} ({'set by hydragnn' if here else 'from environment'})"
 
 
 prefer_passive_waiting()  # on import: hydragnn.data imports this module before anything loads torch

@@ -173,7 +173,8 @@ class ModelConfig:
         unknown = sorted(set(rest) - encoder_fields)
         if unknown:
             raise ModelConfigError(
-                f"{unknown_keys(ROOT, unknown)}; neither a common key ({sorted(COMMON_KEYS)}) "
+                f"{unknown_keys(ROOT, unknown, COMMON_KEYS | encoder_fields)}; "
+                f"neither a common key ({sorted(COMMON_KEYS)}) "
                 f"nor a {mpnn_type or 'standalone EquivariantTransformer'} key ({sorted(encoder_fields)})"
             )
         encoder = config_cls.from_dict(rest, ROOT)

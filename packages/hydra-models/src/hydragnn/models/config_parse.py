@@ -15,8 +15,9 @@ annotation says, e.g. a list or an object of weights), ``flat`` (on a nested-dat
 group whose fields' keys sit in the enclosing JSON object itself, so the JSON stays flat while
 code reads ``config.group.field``; keys, unknown-key checks and :func:`to_json` see through it).
 
-Rules, the same for every section: an unknown key is refused with the allowed list
-(``<path>.<key>: unknown key; allowed: [...]``, see :func:`unknown_keys`); a bool is
+Rules, the same for every section: an unknown key is refused with the nearest allowed key and
+the allowed list (``<path>.<key>: unknown key (did you mean 'x'?); allowed: [...]``, see
+:func:`unknown_keys`); a bool is
 never an int or a float; an int is a valid float (converted); floats must be finite (JSON's
 ``NaN`` / ``Infinity``, which Python's json reads, are refused); a JSON list becomes a tuple
 for a ``tuple`` field; a value of the wrong kind gets ``<path>: expected <type>, found <value>``.
@@ -32,6 +33,8 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from hydragnn.data.errors import did_you_mean
+
 Error = type[Exception]
 
 
@@ -46,16 +49,18 @@ def check_keys(values: Any, where: str, allowed: Iterable[str], error: Error) ->
     allowed = sorted(allowed)
     unknown = sorted(set(values) - set(allowed), key=str)
     if unknown:
-        raise error(f"{unknown_keys(where, unknown)}; allowed: {allowed}")
+        raise error(f"{unknown_keys(where, unknown, allowed)}; allowed: {allowed}")
     return dict(values)
 
 
-def unknown_keys(where: str, unknown: Iterable[Any]) -> str:
+def unknown_keys(where: str, unknown: Iterable[Any], allowed: Iterable[Any] = ()) -> str:
     """The start of every unknown-key message: each key's JSON path, then ``unknown key``
-    (``unknown keys`` for several), e.g. ``Training.Optimizer.lr: unknown key``."""
+    (``unknown keys`` for several) and the nearest ``allowed`` key
+    (:func:`~hydragnn.data.errors.did_you_mean`), e.g.
+    ``Training.Optimizer.LR: unknown key (did you mean 'lr'?)``."""
     unknown = list(unknown)
     paths = ", ".join(f"{where}.{k}" for k in unknown)
-    return f"{paths}: unknown key{'s' if len(unknown) > 1 else ''}"
+    return f"{paths}: unknown key{'s' if len(unknown) > 1 else ''}{did_you_mean(unknown, allowed)}"
 
 
 def json_key(f: dataclasses.Field) -> str:

@@ -25,16 +25,23 @@ def train_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="hydragnn-train",
         description="Train a HydraGNN model from a JSON config (structures from any file ASE reads, or a "
-        "prepared dataset). Writes model.hydra, config.json, metrics.json, plots and checkpoint.pt to the run folder.",
+        "prepared dataset). Writes model.hydra, config.json, metrics.json, train.log, plots and checkpoint.pt to the "
+        "run folder.",
     )
     parser.add_argument("config", type=Path, help="the JSON config file")
     parser.add_argument("--run-dir", type=Path, default=None, help="run folder (default runs/<Dataset.name>)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in the folder from its checkpoint.pt")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in the folder from its checkpoint.pt (appending to its train.log); "
+        "Training.max_time_s is the budget of the whole run, earlier segments included: a run that used it up "
+        "trains no more until you raise max_time_s",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace the run files of a previous run in the folder")
     parser.add_argument(
         "--init-from", type=Path, default=None, help="fine-tune a trained model artifact (overrides Training.init_from)"
     )
-    parser.add_argument("--verbosity", type=int, default=None, choices=range(5), help="override Verbosity.level")
+    parser.add_argument("--verbosity", type=int, default=None, choices=range(5), help="override Verbosity.level (also what train.log records)")
     parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
     from hydragnn.data import DataError

@@ -59,7 +59,8 @@ class TrainingConfig:
         max_skipped_fraction [0.1]: under ``nan_policy: "skip"``, training stops with an error
             (and writes no artifact) once more than this fraction of the training batches so far
             were skipped; a run with no finite validation loss fails the same way.
-        max_time_s [null]: wall-clock budget of the training loop; it stops at the epoch boundary
+        max_time_s [null]: wall-clock budget of the training loop over the whole run, resumed
+            segments included (the checkpoint keeps the time used); it stops at the epoch boundary
             where the next epoch would overrun it, keeps the best model and says so.
         clip_grad_norm [null]: clip the gradients' global 2-norm to this before each step.
         ema: :class:`EMAConfig` (``EMA``); second_stage: :class:`SecondStageConfig` (``SecondStage``).

@@ -17,6 +17,7 @@ from torch import nn
 from hydragnn.models.loss import atom_counts
 from hydragnn.models.loss import targets as batch_targets
 
+from .progress import Progress
 from .strategies.base import Strategy
 
 __all__ = ["evaluate_losses", "head_units", "mae_report", "test"]
@@ -152,8 +153,8 @@ def test(
     total, per_head, trues, preds, _ = evaluate_losses(
         strategy, loader, collect=bool(return_samples), reduce=bool(reduce_ranks)
     )
-    if verbosity >= 3 and strategy.is_main:
-        print(f"test loss {total:.6g} " + " ".join(f"{k}={v:.6g}" for k, v in per_head.items()), flush=True)
+    heads = " ".join(f"{k}={v:.6g}" for k, v in per_head.items())
+    Progress(verbosity, strategy.is_main).log(3, f"test loss {total:.6g} {heads}")
     return total, per_head, trues, preds
 
 

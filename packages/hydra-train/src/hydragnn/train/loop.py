@@ -11,7 +11,9 @@ model by validation loss (kept in memory and in the checkpoint), early stopping,
 (``max_time_s``: stop at the boundary where one more epoch would overrun it), TensorBoard scalars
 and an atomic checkpoint every ``Checkpoint.every`` epochs after ``Checkpoint.warmup``.
 ``resume=True`` continues from the checkpoint in ``run_dir`` and ends with the same parameters as
-an uninterrupted run. At the end the best state is restored and reported.
+an uninterrupted run; ``max_time_s`` bounds the whole run, resumed segments included (the
+checkpoint keeps the training time used, ``train_time_s``), so a resume whose budget is spent
+trains no further epoch. At the end the best state is restored and reported.
 
 Performer attention: the loop counts training batches (:class:`ProjectionRedraw`, outside the
 model's forward, so activation checkpointing, which repeats a forward, never double-counts) and
@@ -43,7 +45,7 @@ from .config import TrainingConfig, parse_training
 from .epoch import train_epoch as _train_epoch  # a module global: profilers and harnesses wrap it
 from .errors import CheckpointError, TrainingAborted
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
-from .progress import Progress, fmt_errors, fmt_losses
+from .progress import Progress, fmt_errors, fmt_losses, format_errors
 from .run_folder import check_fingerprint
 from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
 from .strategies.base import Strategy
@@ -141,9 +143,10 @@ def train_validate_test(
     Returns:
         ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "stop_reason",
         "second_stage_epoch", "skipped_batches", "train_batches", "projection_redraws",
-        "history": [per-epoch dicts], "test": {"loss", "heads", "mae"}}`` (``stop_reason``:
-        ``"num_epoch"``, ``"early_stopping"`` or ``"max_time_s"``; ``train_batches``: training
-        batches counted over the whole run, resumed ones included; ``projection_redraws``:
+        "train_time_s", "history": [per-epoch dicts], "test": {"loss", "heads", "mae"}}``
+        (``stop_reason``: ``"num_epoch"``, ``"early_stopping"`` or ``"max_time_s"``;
+        ``train_batches`` and ``train_time_s``: training batches and seconds of training loop
+        over the whole run, resumed segments included; ``projection_redraws``:
         performer redraws in this call; ``test.mae``: per head ``mae``, ``rmse``, ``unit``).
 
     Raises:
@@ -172,6 +175,7 @@ def train_validate_test(
     average = WeightAverage(module, cfg.ema.decay) if cfg.ema.enabled else None
     stage = SecondStage(cfg.second_stage, cfg.num_epoch, cfg.max_time_s)
     second_stage_epoch: int | None = None
+    used_s = 0.0  # training time of the run's earlier segments
     if resume:
         ckpt = load_checkpoint(ckpt_path)
         if not isinstance(ckpt, dict) or "model" not in ckpt or "epoch" not in ckpt:
@@ -202,7 +206,10 @@ def train_validate_test(
             stage.started = True
             stage.reweigh(module)
         set_rng_state(ckpt["rng"])
-        progress.log(1, f"resumed from {ckpt_path} after epoch {start_epoch - 1}")
+        # a checkpoint written before train_time_s was stored: the epochs' own seconds
+        used_s = float(ckpt.get("train_time_s", sum(h.get("seconds", 0.0) for h in history)))
+        left = "" if cfg.max_time_s is None else f"; {max(cfg.max_time_s - used_s, 0.0):.1f} s of max_time_s left"
+        progress.log(1, f"resumed from {ckpt_path} after epoch {start_epoch - 1} ({used_s:.1f} s trained{left})")
 
     threads = ThreadTuner(
         cfg.intra_op_threads,
@@ -212,10 +219,20 @@ def train_validate_test(
     strategy.begin_training()
     try:
         units = head_units(module)
-        budget = TimeBudget(cfg.max_time_s)
+        budget = TimeBudget(cfg.max_time_s, used_s)
         progress.log(1, f"training {log_name}: {cfg.num_epoch} epochs, {len(train_loader)} batches per epoch per rank")
-        stop_reason = "num_epoch"
-        for epoch in range(start_epoch, cfg.num_epoch):
+        stop_reason, end_epoch = "num_epoch", cfg.num_epoch
+        if resume and history and start_epoch < end_epoch:
+            elapsed, out_of_time = budget.check(history[-1].get("seconds", 0.0), strategy)
+            if out_of_time:
+                stop_reason, end_epoch = "max_time_s", start_epoch
+                progress.log(
+                    1,
+                    f"time budget spent: {elapsed:.1f} s of max_time_s={cfg.max_time_s:g} s used, too little left for another "
+                    f"epoch (the last took {history[-1].get('seconds', 0.0):.1f} s), so none is trained; raise "
+                    "NeuralNetwork.Training.max_time_s to train more",
+                )
+        for epoch in range(start_epoch, end_epoch):
             t0 = time.perf_counter()
             elapsed, _ = budget.check(0.0, strategy)
             if stage.due(epoch, elapsed):
@@ -315,6 +332,7 @@ def train_validate_test(
                     "warmup_done": warmup.done,
                     "second_stage_epoch": second_stage_epoch,
                     "history": history,
+                    "train_time_s": budget.elapsed,
                     "rng": get_rng_state(),
                     "fingerprint": dict(fingerprint) if fingerprint is not None else None,
                 }
@@ -329,8 +347,8 @@ def train_validate_test(
                 else:
                     progress.log(
                         1,
-                        f"time budget max_time_s={cfg.max_time_s:g} s: stopping after epoch {epoch} ({elapsed:.0f} s "
-                        f"elapsed, the last epoch took {record['seconds']:.1f} s); the best model is kept",
+                        f"time budget max_time_s={cfg.max_time_s:g} s: stopping after epoch {epoch} ({elapsed:.1f} s "
+                        f"used, the last epoch took {record['seconds']:.1f} s); the best model is kept",
                     )
                 break
 
@@ -355,6 +373,7 @@ def train_validate_test(
             "skipped_batches": skipped_total,
             "train_batches": redraw.batches,
             "projection_redraws": redraw.redraws,
+            "train_time_s": budget.elapsed,
             "history": history,
             "test": None,
         }
@@ -363,7 +382,9 @@ def train_validate_test(
             trues, preds, natoms = gather_rows(strategy, trues, preds, extras.get("natoms"))
             summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, natoms, units)}
             summary["test_targets"], summary["test_predictions"], summary["test_natoms"] = trues, preds, natoms
-            progress.log(1, f"test loss {loss:.6g} | MAE {fmt_errors(summary['test']['mae'])}")
+            progress.log(1, f"test loss {loss:.6g}; errors per head (energies per atom, vectors per component):")
+            for line in format_errors(summary["test"]["mae"]):
+                progress.log(1, line)
         return summary
     finally:
         strategy.end_training()

@@ -2,8 +2,9 @@
 
 Run folder contents: ``config.json`` (the completed config), ``checkpoint.pt`` (latest training
 state), ``model.hydra`` (the artifact of the best epoch), ``metrics.json`` (history, best epoch,
-test errors per head in physical units), ``parity_<head>.png``, ``tensorboard/`` and
-``test_set.pkl`` (the test split, so ``hydragnn-predict`` can reproduce the test errors).
+test errors per head in physical units), ``parity_<head>.png``, ``tensorboard/``,
+``test_set.pkl`` (the test split, so ``hydragnn-predict`` can reproduce the test errors) and
+``train.log`` (what the console showed, with the warnings; a resumed run appends to it).
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from .evaluate import mae_report
 from .finetune import initialise_from, load_base
 from .loop import CHECKPOINT_NAME, train_validate_test
 from .plots import parity_plots
-from .progress import Progress
+from .progress import LOG_NAME, Progress, format_errors, run_log
 from .references import resolve_reference_energies, resolve_scale_shift
 from .run_folder import check_fingerprint, fingerprint, prepare_run_folder
 from .strategies import build_optimizer_factory, make_strategy
+from .strategies.base import Strategy
 
 __all__ = [
     "build_scheduler",
@@ -45,6 +47,7 @@ __all__ = [
     "degree_histogram",
     "fill_data_statistics",
     "fill_degree_histogram",
+    "format_errors",
     "prepare_samples",
     "run_training",
     "split_indices",
@@ -111,16 +114,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def format_errors(errors: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The errors table: a header, then ``  energy   0.0041   0.0055  eV/atom`` per head (MAE, RMSE)."""
-    width = max([len(name) for name in errors] + [4])
-    lines = [f"  {'head':{width}s}  {'MAE':>10s}  {'RMSE':>10s}  unit"]
-    for name, r in errors.items():
-        rmse = r.get("rmse", float("nan"))
-        lines.append(f"  {name:{width}s}  {r['mae']:10.5g}  {rmse:10.5g}  {r['unit']}".rstrip())
-    return lines
-
-
 def run_training(
     config: str | os.PathLike | Mapping[str, Any] | RunConfig,
     run_dir: str | os.PathLike | None = None,
@@ -145,7 +138,7 @@ def run_training(
 
     Returns:
         The metrics dict also written to ``metrics.json``, with ``paths`` (artifact, config,
-        metrics, plots, tensorboard).
+        log, metrics, plots, tensorboard).
     """
     t_start = time.perf_counter()
     cfg = load_config(config, init_from=init_from) if not isinstance(config, RunConfig) else config
@@ -153,155 +146,159 @@ def run_training(
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.dataset.name
     strategy = make_strategy(cfg.training)  # may initialise the process group (before the loaders)
     progress = Progress(level, strategy.is_main)
-    progress.log(1, configure_threads())
     try:
         prepare_run_folder(run_dir, resume=resume, overwrite=overwrite, modify=strategy.is_main)
         strategy.barrier()
-        t0 = time.perf_counter()
-        data = load_run_data(
-            cfg, is_main=strategy.is_main, barrier=strategy.barrier, log=lambda line: progress.log(1, line)
-        )
-        if cfg.schema is None:
-            cfg = dataclasses.replace(cfg, schema=data.schema)
-        trainset, valset, testset = data.train, data.val, data.test
-        progress.log(
-            1,
-            f"dataset {cfg.dataset.name}: {len(trainset)} train, {len(valset or ())} val, {len(testset or ())} test "
-            f"samples ready in {time.perf_counter() - t0:.1f} s",
-        )
-        meaning = fingerprint(cfg.to_dict(), data.files)
-        if resume:
-            check_fingerprint(_stored_fingerprint(run_dir / CHECKPOINT_NAME), meaning, str(run_dir))
-        tr = cfg.training
-        train_loader, val_loader, test_loader = create_dataloaders(
-            trainset, valset, testset, tr.batch_size, batching=tr.batching, seed=tr.seed
-        )
-        base = load_base(tr.init_from, cfg.schema, tr.fine_tune, data.species) if tr.init_from is not None else None
-        model_config = fill_data_statistics(cfg.model_config, trainset)
-        model_config, references = resolve_reference_energies(
-            cfg, model_config, data, lambda line: progress.log(1, line)
-        )
-        model_config, scale_shift = resolve_scale_shift(cfg, model_config, data, lambda line: progress.log(1, line))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(tr.seed)
-            model = build_model(model_config, cfg.schema)
-        fine_tuned = None
-        if base is not None:
-            fine_tuned = initialise_from(model, base, tr.fine_tune, lambda m: progress.log(1, m))
-            fine_tuned["artifact"] = tr.init_from
-            del base
-        if data.heads:
-            model.head_weights = torch.tensor(data.head_weights, dtype=torch.float64)
-            progress.log(1, f"energy heads (loss weights): {dict(zip(data.heads, data.head_weights, strict=True))}")
-        n_params = sum(p.numel() for p in model.parameters())
-        progress.log(
-            1, f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}"
-        )
-        strategy.max_grad_norm = tr.clip_grad_norm
-        strategy.setup(model, build_optimizer_factory(tr.optimizer))
-        if strategy.is_main:
-            cfg.save(run_dir / "config.json")
-        scheduler = build_scheduler(cfg, strategy.optimizer)
-        writer = _writer(run_dir, strategy.is_main, progress)
-        try:
-            summary = train_validate_test(
-                model,
-                strategy.optimizer,
-                train_loader,
-                val_loader,
-                test_loader,
-                writer,
-                scheduler,
-                tr,
-                cfg.dataset.name,
-                level,
-                strategy=strategy,
-                run_dir=run_dir,
-                resume=resume,
-                fingerprint=meaning,
-            )
-        finally:
-            if writer is not None:
-                writer.close()
-        by_head = _test_by_head(strategy, data, tr.batch_size) if data.heads and testset is not None else None
-        trues = summary.pop("test_targets", None)
-        preds = summary.pop("test_predictions", None)
-        natoms = summary.pop("test_natoms", None)
-        metrics: dict[str, Any] = {
-            "dataset": cfg.dataset.name,
-            "best_epoch": summary["best_epoch"],
-            "best_val_loss": summary["best_val_loss"],
-            "epochs_run": summary["epochs_run"],
-            "stopped_early": summary["stopped_early"],
-            "stop_reason": summary["stop_reason"],
-            "second_stage_epoch": summary["second_stage_epoch"],
-            "skipped_batches": summary["skipped_batches"],
-            "test": summary["test"],
-            "test_by_head": by_head,
-            "history": summary["history"],
-            "num_parameters": n_params,
-            "world_size": strategy.world_size,
-            "reference_energies": references,
-            "energy_scale_shift": scale_shift,
-            "energy_heads": dict(zip(data.heads, data.head_weights, strict=True)) or None,
-            "init_from": fine_tuned,
-            "data_files": data.files,
-        }
-        paths: dict[str, Any] = {}
-        if strategy.is_main:
-            plain = strategy.unwrap()
-            paths["artifact"] = str(
-                save_artifact(
-                    plain,
-                    run_dir / "model.hydra",
-                    species=data.species,
-                    extra={
-                        "best_epoch": summary["best_epoch"],
-                        "best_val_loss": _jsonable(summary["best_val_loss"]),
-                        "dataset": cfg.dataset.name,
-                        "config": cfg.to_dict(),
-                        "reference_energies": references,
-                        "energy_scale_shift": scale_shift,
-                        "init_from": fine_tuned,
-                    },
-                )
-            )
-            paths["config"] = str(run_dir / "config.json")
-            paths["tensorboard"] = str(run_dir / "tensorboard") if writer is not None else None
-            if testset is not None:
-                paths["test_set"] = str(write_dataset(run_dir / "test_set.pkl", testset, "pickle", schema=cfg.schema))
-            if trues:
-                try:
-                    plots = parity_plots(trues, preds, run_dir, natoms=natoms, mae=summary["test"]["mae"])
-                except OSError as exc:
-                    raise TrainError(
-                        f"{run_dir}: cannot write the parity plots ({exc}); free some space and run again with --resume"
-                    ) from exc
-                paths["plots"] = [str(p) for p in plots]
-            metrics["wall_s"] = time.perf_counter() - t_start
-            metrics["paths"] = paths
-            try:
-                atomic_write(run_dir / "metrics.json", (json.dumps(_jsonable(metrics), indent=2) + "\n").encode())
-            except OSError as exc:
-                raise TrainError(
-                    f"{run_dir / 'metrics.json'}: cannot be written ({exc}); model.hydra and the training "
-                    "checkpoint are in place: free some space and run again with --resume to finish"
-                ) from exc
-            paths["metrics"] = str(run_dir / "metrics.json")
-            if summary["test"] is not None:
-                progress.log(1, "test errors per head (energies per atom, vectors per component):")
-                for line in format_errors(summary["test"]["mae"]):
-                    progress.log(1, line)
-            for name, errors in (by_head or {}).items():
-                progress.log(1, f"test errors of the structures of energy head {name!r}:")
-                for line in format_errors(errors):
-                    progress.log(1, line)
-            progress.log(1, f"best epoch {summary['best_epoch']}; artifact {paths['artifact']}")
-        strategy.barrier()
-        metrics["paths"] = paths
-        return metrics
+        with run_log(run_dir, level, is_main=strategy.is_main, append=resume):
+            progress.log(1, configure_threads())
+            return _run(cfg, run_dir, strategy, progress, level, resume, t_start)
     finally:
         strategy.teardown()
+
+
+def _run(
+    cfg: RunConfig, run_dir: Path, strategy: Strategy, progress: Progress, level: int, resume: bool, t_start: float
+) -> dict[str, Any]:
+    """:func:`run_training` once the run folder is ready and its log open."""
+    t0 = time.perf_counter()
+    data = load_run_data(
+        cfg, is_main=strategy.is_main, barrier=strategy.barrier, log=lambda line: progress.log(1, line)
+    )
+    if cfg.schema is None:
+        cfg = dataclasses.replace(cfg, schema=data.schema)
+    trainset, valset, testset = data.train, data.val, data.test
+    progress.log(
+        1,
+        f"dataset {cfg.dataset.name}: {len(trainset)} train, {len(valset or ())} val, {len(testset or ())} test "
+        f"samples ready in {time.perf_counter() - t0:.1f} s",
+    )
+    meaning = fingerprint(cfg.to_dict(), data.files)
+    if resume:
+        check_fingerprint(_stored_fingerprint(run_dir / CHECKPOINT_NAME), meaning, str(run_dir))
+    tr = cfg.training
+    train_loader, val_loader, test_loader = create_dataloaders(
+        trainset, valset, testset, tr.batch_size, batching=tr.batching, seed=tr.seed
+    )
+    base = load_base(tr.init_from, cfg.schema, tr.fine_tune, data.species) if tr.init_from is not None else None
+    model_config = fill_data_statistics(cfg.model_config, trainset)
+    model_config, references = resolve_reference_energies(cfg, model_config, data, lambda line: progress.log(1, line))
+    model_config, scale_shift = resolve_scale_shift(cfg, model_config, data, lambda line: progress.log(1, line))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(tr.seed)
+        model = build_model(model_config, cfg.schema)
+    fine_tuned = None
+    if base is not None:
+        fine_tuned = initialise_from(model, base, tr.fine_tune, lambda m: progress.log(1, m))
+        fine_tuned["artifact"] = tr.init_from
+        del base
+    if data.heads:
+        model.head_weights = torch.tensor(data.head_weights, dtype=torch.float64)
+        progress.log(1, f"energy heads (loss weights): {dict(zip(data.heads, data.head_weights, strict=True))}")
+    n_params = sum(p.numel() for p in model.parameters())
+    progress.log(
+        1, f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}"
+    )
+    strategy.max_grad_norm = tr.clip_grad_norm
+    strategy.setup(model, build_optimizer_factory(tr.optimizer))
+    if strategy.is_main:
+        cfg.save(run_dir / "config.json")
+    scheduler = build_scheduler(cfg, strategy.optimizer)
+    writer = _writer(run_dir, strategy.is_main, progress)
+    try:
+        summary = train_validate_test(
+            model,
+            strategy.optimizer,
+            train_loader,
+            val_loader,
+            test_loader,
+            writer,
+            scheduler,
+            tr,
+            cfg.dataset.name,
+            level,
+            strategy=strategy,
+            run_dir=run_dir,
+            resume=resume,
+            fingerprint=meaning,
+        )
+    finally:
+        if writer is not None:
+            writer.close()
+    by_head = _test_by_head(strategy, data, tr.batch_size) if data.heads and testset is not None else None
+    trues = summary.pop("test_targets", None)
+    preds = summary.pop("test_predictions", None)
+    natoms = summary.pop("test_natoms", None)
+    metrics: dict[str, Any] = {
+        "dataset": cfg.dataset.name,
+        "best_epoch": summary["best_epoch"],
+        "best_val_loss": summary["best_val_loss"],
+        "epochs_run": summary["epochs_run"],
+        "stopped_early": summary["stopped_early"],
+        "stop_reason": summary["stop_reason"],
+        "second_stage_epoch": summary["second_stage_epoch"],
+        "skipped_batches": summary["skipped_batches"],
+        "train_time_s": summary["train_time_s"],
+        "test": summary["test"],
+        "test_by_head": by_head,
+        "history": summary["history"],
+        "num_parameters": n_params,
+        "world_size": strategy.world_size,
+        "reference_energies": references,
+        "energy_scale_shift": scale_shift,
+        "energy_heads": dict(zip(data.heads, data.head_weights, strict=True)) or None,
+        "init_from": fine_tuned,
+        "data_files": data.files,
+    }
+    paths: dict[str, Any] = {}
+    if strategy.is_main:
+        plain = strategy.unwrap()
+        paths["artifact"] = str(
+            save_artifact(
+                plain,
+                run_dir / "model.hydra",
+                species=data.species,
+                extra={
+                    "best_epoch": summary["best_epoch"],
+                    "best_val_loss": _jsonable(summary["best_val_loss"]),
+                    "dataset": cfg.dataset.name,
+                    "config": cfg.to_dict(),
+                    "reference_energies": references,
+                    "energy_scale_shift": scale_shift,
+                    "init_from": fine_tuned,
+                },
+            )
+        )
+        paths["config"] = str(run_dir / "config.json")
+        paths["log"] = str(run_dir / LOG_NAME)
+        paths["tensorboard"] = str(run_dir / "tensorboard") if writer is not None else None
+        if testset is not None:
+            paths["test_set"] = str(write_dataset(run_dir / "test_set.pkl", testset, "pickle", schema=cfg.schema))
+        if trues:
+            try:
+                plots = parity_plots(trues, preds, run_dir, natoms=natoms, mae=summary["test"]["mae"])
+            except OSError as exc:
+                raise TrainError(
+                    f"{run_dir}: cannot write the parity plots ({exc}); free some space and run again with --resume"
+                ) from exc
+            paths["plots"] = [str(p) for p in plots]
+        metrics["wall_s"] = time.perf_counter() - t_start
+        metrics["paths"] = paths
+        try:
+            atomic_write(run_dir / "metrics.json", (json.dumps(_jsonable(metrics), indent=2) + "\n").encode())
+        except OSError as exc:
+            raise TrainError(
+                f"{run_dir / 'metrics.json'}: cannot be written ({exc}); model.hydra and the training "
+                "checkpoint are in place: free some space and run again with --resume to finish"
+            ) from exc
+        paths["metrics"] = str(run_dir / "metrics.json")
+        for name, errors in (by_head or {}).items():
+            progress.log(1, f"test errors of the structures of energy head {name!r}:")
+            for line in format_errors(errors):
+                progress.log(1, line)
+        progress.log(1, f"artifact {paths['artifact']}")
+    strategy.barrier()
+    metrics["paths"] = paths
+    return metrics
 
 
 def _test_by_head(strategy, data, batch_size: int) -> dict[str, Any]:

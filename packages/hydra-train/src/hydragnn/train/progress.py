@@ -4,18 +4,45 @@
 per head in physical units, learning rate, graphs/s), and on a terminal a live bar per epoch
 (tqdm: batches, ETA, running loss, graphs/s). 3: also batch progress about ten times per epoch.
 4: every batch. ``HYDRAGNN_PROGRESS=bar`` or ``plain`` forces the bar on or off.
+
+Every line printed is also a record of the ``hydragnn.train`` logger (level 1 at INFO, 2-4 at
+DEBUG). :func:`run_log` writes them to ``train.log`` in the run folder for the length of a run,
+with the Python warnings shown meanwhile; live bars stay on the console. Importing this module
+adds no handler and configures nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
+
+LOGGER = logging.getLogger("hydragnn.train")
+LOG_NAME = "train.log"
 
 
 def fmt_losses(losses: Mapping[str, float]) -> str:
     return " ".join(f"{k}={v:.4g}" for k, v in losses.items())
+
+
+def format_errors(errors: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The errors table: a header, then ``  energy   0.0041   0.0055  eV/atom`` per head (MAE, RMSE)."""
+    width = max([len(name) for name in errors] + [4])
+    lines = [f"  {'head':{width}s}  {'MAE':>10s}  {'RMSE':>10s}  unit"]
+    for name, r in errors.items():
+        rmse = r.get("rmse", float("nan"))
+        lines.append(f"  {name:{width}s}  {r['mae']:10.5g}  {rmse:10.5g}  {r['unit']}".rstrip())
+    return lines
+
+
+def record_level(level: int) -> int:
+    """The logging level of a line of verbosity ``level``: 1 is INFO, 2-4 DEBUG (0 and below WARNING)."""
+    return logging.WARNING if level <= 0 else logging.INFO if level == 1 else logging.DEBUG
 
 
 def fmt_errors(errors: Mapping[str, Mapping[str, Any]]) -> str:
@@ -43,6 +70,7 @@ class Progress:
     def log(self, level: int, message: str) -> None:
         if self.is_main and self.verbosity >= level:
             print(message, file=self.stream, flush=True)
+            LOGGER.log(record_level(level), message)
 
     def bar(self, iterable: Iterable, total: int, desc: str):
         """A tqdm bar over ``iterable`` (verbosity 2-3 on a terminal), else ``None``."""
@@ -66,3 +94,45 @@ class Progress:
                 3,
                 f"  epoch {epoch} batch {i + 1}/{n} loss={loss:.4g} {fmt_losses(heads)} {graphs_per_s:.1f} graphs/s",
             )
+
+
+@contextlib.contextmanager
+def run_log(
+    run_dir: str | os.PathLike, verbosity: int, *, is_main: bool = True, append: bool = False
+) -> Iterator[None]:
+    """Write the run's records to ``<run_dir>/train.log`` while the block runs (rank 0 only).
+
+    Attaches a file handler to the ``hydragnn`` logger at the level of ``verbosity`` (see
+    :func:`record_level`), lowers that logger's level to it if needed, logs the warnings
+    Python shows meanwhile (they still reach the console as before) and an exception that ends
+    the block; everything is restored on exit. ``append`` continues the file (a resumed run).
+    """
+    if not is_main:
+        yield
+        return
+    level = record_level(verbosity)
+    handler = logging.FileHandler(Path(run_dir) / LOG_NAME, mode="a" if append else "w", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.setLevel(level)
+    top = logging.getLogger("hydragnn")
+    saved_level = top.level
+    top.addHandler(handler)
+    top.setLevel(min(level, top.getEffectiveLevel()))
+    shown = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        shown(message, category, filename, lineno, file, line)
+        LOGGER.warning("%s", warnings.formatwarning(message, category, filename, lineno, line).rstrip())
+
+    warnings.showwarning = showwarning
+    try:
+        yield
+    except BaseException as exc:
+        LOGGER.error("stopped by %s: %s", type(exc).__name__, exc)
+        raise
+    finally:
+        if warnings.showwarning is showwarning:
+            warnings.showwarning = shown
+        top.setLevel(saved_level)
+        top.removeHandler(handler)
+        handler.close()

@@ -4,8 +4,8 @@ fingerprint of what a checkpoint means so that ``--resume`` refuses a config tha
 A folder that holds a run (``model.hydra``, ``metrics.json`` or ``checkpoint.pt``: something a
 run produced that would be lost) is reused only with ``resume`` (continue it) or ``overwrite``
 (its run files are removed first: only the files a run writes, never anything else in the
-folder). A run that failed before its first checkpoint leaves at most ``config.json``, which the
-next run replaces.
+folder). A run that failed before its first checkpoint leaves at most ``config.json`` and
+``train.log``, which the next run replaces.
 
 The fingerprint is the completed config flattened to JSON paths, without the keys that do not
 change what the trained weights mean (:data:`FREE_KEYS`: verbosity, the epoch count, the time
@@ -26,7 +26,7 @@ from .errors import CheckpointError, ConfigError
 
 __all__ = ["FREE_KEYS", "RUN_FILES", "check_fingerprint", "fingerprint", "prepare_run_folder"]
 
-RUN_FILES = ("model.hydra", "metrics.json", "checkpoint.pt", "config.json", "test_set.pkl")
+RUN_FILES = ("model.hydra", "metrics.json", "checkpoint.pt", "config.json", "test_set.pkl", "train.log")
 """Files a run writes (besides ``parity_*.png`` and ``tensorboard/``)."""
 FREE_KEYS = (
     "Verbosity",

@@ -9,7 +9,8 @@
 * :class:`ProjectionRedraw` counts training batches and redraws performer projections every
   ``global_attn_redraw_interval`` of them.
 * :class:`TimeBudget` says, at an epoch boundary, whether another epoch of the length of the
-  last one would overrun ``max_time_s``; under torch.distributed every rank gets rank 0's answer.
+  last one would overrun ``max_time_s`` (the whole run's, resumed segments included); under
+  torch.distributed every rank gets rank 0's answer.
 """
 
 from __future__ import annotations
@@ -115,15 +116,17 @@ class SecondStage:
 
 
 class TimeBudget:
-    """``Training.max_time_s`` measured from construction (this process's training loop)."""
+    """``Training.max_time_s`` against the run's training time: ``used_s`` of its earlier
+    (resumed) segments plus this segment's, measured from construction."""
 
-    def __init__(self, max_time_s: float | None) -> None:
-        self.max_time_s = max_time_s
+    def __init__(self, max_time_s: float | None, used_s: float = 0.0) -> None:
+        self.max_time_s, self.used_s = max_time_s, float(used_s)
         self.t0 = time.perf_counter()
 
     @property
     def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
+        """Seconds of training over the whole run so far."""
+        return self.used_s + time.perf_counter() - self.t0
 
     def check(self, last_epoch_s: float, strategy: Strategy) -> tuple[float, bool]:
         """Rank 0's elapsed time and whether one more epoch of ``last_epoch_s`` would overrun the
