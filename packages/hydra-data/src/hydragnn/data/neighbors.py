@@ -1,9 +1,12 @@
 """Radius graphs with nvalchemi-toolkit-ops: periodic (any triclinic cell), batched, float32/64.
 
 The candidate pairs come from nvalchemi's batched naive or cell-list kernels (Warp, on CPU or
-CUDA). nvalchemi fills a fixed-width neighbour matrix and *silently* truncates rows that do not
-fit, while its ``num_neighbors`` still reports the true counts: :func:`radius_graph` compares the
-two and reruns with a wider matrix, so no pair is ever dropped. Candidates are searched with a
+CUDA), called through its core Warp launchers on torch buffers (:mod:`.neighbors_warp`), so the
+first call of a process imports ``nvalchemiops.neighbors`` only, not the torch adapters' package
+with its optimiser and integrator kernels. nvalchemi fills a fixed-width neighbour matrix and
+*silently* truncates rows that do not fit, while its ``num_neighbors`` still reports the true
+counts: :func:`radius_graph` compares the two and reruns the search (not the cell-list build)
+with a wider matrix, so no pair is ever dropped. Candidates are searched with a
 slightly enlarged cutoff and then filtered with the exact distance in the dtype of ``pos`` by the
 same code as :func:`brute_force_radius_graph` (see :mod:`.neighbors_reference`), so both give the
 same edges, including float32 pairs right at the cutoff.
@@ -28,8 +31,8 @@ from torch_geometric.data import Data
 from .errors import NeighborListError
 from .neighbors_inputs import GraphInputs, check_inputs, check_max_neighbours, complete_cell
 from .neighbors_reference import brute_force_radius_graph, finalize_edges
+from .neighbors_warp import neighbour_search
 from .validation import DEFAULT_MAX_CELL_IMAGES, check_cell_size
-from .warp_import import nvalchemi_neighbors
 
 __all__ = ["add_edges", "brute_force_radius_graph", "radius_graph"]
 
@@ -94,9 +97,6 @@ def _initial_width(cell: torch.Tensor, pbc: torch.Tensor, counts: torch.Tensor, 
 def _nvalchemi_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Candidate edges ``(src, dst, S)`` from nvalchemi, a superset of the radius graph."""
     global _last_attempts
-    nv = nvalchemi_neighbors()  # slow import: lazy
-    batch_cell_list, batch_naive_neighbor_list = nv.batch_cell_list, nv.batch_naive_neighbor_list
-
     pos, dtype, device = inputs.pos, inputs.pos.dtype, inputs.pos.device
     counts = torch.bincount(inputs.batch, minlength=inputs.num_graphs)
     graphs = (counts > 0).nonzero().flatten()
@@ -111,20 +111,20 @@ def _nvalchemi_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tens
     width = _initial_width(cell, pbc, counts.to(torch.float64), search_cutoff)
     ptr = torch.zeros(graphs.numel() + 1, dtype=torch.int32, device=device)
     ptr[1:] = torch.cumsum(counts, 0)
-    kwargs = {
-        "cell": cell.to(dtype).contiguous(),
-        "pbc": pbc.contiguous(),
-        "batch_idx": batch.to(torch.int32).contiguous(),
-        "batch_ptr": ptr,
-    }
-    search_pos = search_pos.to(dtype).contiguous()
-    use_cell_list = int(counts.max()) >= CELL_LIST_MIN_ATOMS
+    max_atoms = int(counts.max())
+    search = neighbour_search(
+        search_pos.to(dtype).contiguous(),
+        cell.to(dtype).contiguous(),
+        pbc.contiguous(),
+        batch.to(torch.int32).contiguous(),
+        ptr,
+        search_cutoff,
+        max_atoms,
+        cell_list=max_atoms >= CELL_LIST_MIN_ATOMS,
+    )
     for attempt in range(1, 4):
         _last_attempts = attempt
-        if use_cell_list:
-            matrix, num, shifts = batch_cell_list(search_pos, search_cutoff, max_neighbors=width, **kwargs)
-        else:
-            matrix, num, shifts = batch_naive_neighbor_list(search_pos, search_cutoff, max_neighbors=width, **kwargs)
+        matrix, num, shifts = search(width)
         found = int(num.max())
         if found <= width:
             break

@@ -1,13 +1,21 @@
-"""Importing nvalchemi-toolkit-ops (and so Warp) without Warp's CUDA notice on CPU-only machines.
+"""Importing nvalchemi-toolkit-ops (and so Warp) lazily, once, without Warp's CUDA notice on CPU.
 
 ``import nvalchemiops`` initialises Warp, whose native library prints ``Warp CUDA warning: Could
 not find or load the NVIDIA CUDA driver...`` to the process's stderr when there is no driver: a
-line on every CPU run that tells a CPU user nothing. :func:`nvalchemi_neighbors` imports the
-neighbour-list module once, with file descriptor 2 sent to a temporary file while Warp starts
-when torch sees no CUDA device, then writes back everything else that was printed meanwhile
-(nothing is lost; only that one line is dropped). Warp's kernel cache is its default per-user
-folder (``~/.cache/warp``, or ``WARP_CACHE_PATH``), so a new process loads compiled kernels
-instead of compiling them again.
+line on every CPU run that tells a CPU user nothing. The importers here load a module on first
+use (``functools.cache``), with file descriptor 2 sent to a temporary file while Warp starts when
+torch sees no CUDA device, then write back everything else that was printed meanwhile (nothing
+is lost; only that one line is dropped):
+
+- :func:`nvalchemi_core_neighbors`: ``nvalchemiops.neighbors``, the Warp-level launchers that
+  :mod:`hydragnn.data.neighbors` calls on torch buffers (:mod:`.neighbors_warp`); about 1 s with
+  Warp itself.
+- :func:`nvalchemi_neighbors`: ``nvalchemiops.torch.neighbors``, the torch adapters, still used
+  by hydra-infer's CUDA-graph periodic engine. Its package import also defines nvalchemi's
+  optimiser and integrator kernels: about 2 s more.
+
+Warp's kernel cache is its default per-user folder (``~/.cache/warp``, or ``WARP_CACHE_PATH``), so
+a new process loads compiled kernels instead of compiling them again.
 """
 
 from __future__ import annotations
@@ -47,6 +55,12 @@ def import_without_cuda_notice(name: str) -> ModuleType:
 
 
 @functools.cache
+def nvalchemi_core_neighbors() -> ModuleType:
+    """The ``nvalchemiops.neighbors`` module, Warp-level launchers (imported on first use: about 1 s)."""
+    return import_without_cuda_notice("nvalchemiops.neighbors")
+
+
+@functools.cache
 def nvalchemi_neighbors() -> ModuleType:
-    """The ``nvalchemiops.torch.neighbors`` module (imported on first use: it takes seconds)."""
+    """The ``nvalchemiops.torch.neighbors`` module, torch adapters (imported on first use: seconds)."""
     return import_without_cuda_notice("nvalchemiops.torch.neighbors")
