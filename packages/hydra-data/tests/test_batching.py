@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -30,6 +32,18 @@ def test_config_defaults_and_round_trip():
     }
     assert BatchingConfig.from_dict(full).to_dict() == full
     assert BatchingConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_config_parses_without_torch():
+    import hydragnn.data
+
+    assert hydragnn.data.BatchingConfig is BatchingConfig  # one class, re-exported by batching
+    code = (
+        "import sys; from hydragnn.data import BatchingConfig; "
+        "BatchingConfig.from_dict({'mode': 'node_budget', 'max_nodes': 8}); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize(

@@ -92,7 +92,10 @@ def test_groups_read_the_flat_keys():
     ("arch", "pattern"),
     [
         ({"hidden_dim": 8}, r"NeuralNetwork\.Architecture\.mpnn_type: required"),
-        (_arch(mpnn_type="NoSuchNet"), r"mpnn_type: unknown encoder 'NoSuchNet'; known: \[.*'SchNet'"),
+        (
+            _arch(mpnn_type="NoSuchNet"),
+            r"mpnn_type: unknown encoder 'NoSuchNet' \(did you mean 'SchNet'\?\); known: \[.*'SchNet'",
+        ),
         (_arch(mpnn_type=3), r"mpnn_type: expected str"),
         (_arch(hidden_dim="64"), r"Architecture\.hidden_dim: expected int, found str '64'"),
         (_arch(hidden_dim=True), r"Architecture\.hidden_dim: expected int, found bool"),

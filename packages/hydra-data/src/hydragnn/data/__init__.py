@@ -25,7 +25,7 @@ _LAZY: dict[str, str] = {
     "atoms_to_sample": "ase_io",
     "sample_to_atoms": "ase_io",
     "AseSource": "ase_source",
-    "BatchingConfig": "batching",
+    "BatchingConfig": "batching_config",
     "CostAwareBatchSampler": "batching",
     "FixedBatchSampler": "batching",
     "sample_costs": "batching",

@@ -8,18 +8,23 @@ Three sources, all returning ``{atomic number: energy in eV}``:
   (``E_s ~ sum_Z n_sZ e0_Z``), MACE's ``E0s="average"``;
 * :func:`from_isolated_atoms`: the energies of ``IsolatedAtom`` frames;
 * :func:`parse_reference_energies`: values given by symbol (``"Cu"``) or atomic number (``"29"``).
+
+Importing this module loads no torch (the config parser reads given values with it); the fit
+imports torch when it runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from ase.data import atomic_numbers, chemical_symbols
 
 from .errors import DataError
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "ReferenceFit",
@@ -84,6 +89,8 @@ class ReferenceFit:
 
 
 def _composition(samples: Sequence[Any], energy: str) -> tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor]:
+    import torch
+
     species: set[int] = set()
     zs, es = [], []
     for i, s in enumerate(samples):
@@ -113,6 +120,8 @@ def fit_average(samples: Sequence[Any], energy: str = "energy") -> ReferenceFit:
     """
     if not samples:
         raise DataError("reference energies: no training structures to fit them on")
+    import torch
+
     order, counts, energies, natoms = _composition(samples, energy)
     solution = torch.linalg.lstsq(counts, energies.unsqueeze(1), driver="gelsd")
     e0 = solution.solution.squeeze(1)

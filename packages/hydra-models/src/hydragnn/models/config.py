@@ -3,7 +3,8 @@
 Common keys (every encoder) are fields of :class:`ModelConfig` or of its groups
 (:mod:`hydragnn.models.config_groups`: ``mlip``, ``attention``, ``conditioning``, ``loss``), whose
 keys stay flat in the JSON; every remaining key belongs to the chosen encoder and is validated by
-its ``Config.from_dict``. Errors are :class:`~hydragnn.models.errors.ModelConfigError` naming
+its config class (the encoder's ``Config``, registered in :mod:`hydragnn.models.encoder_configs`).
+Parsing imports no torch and no encoder. Errors are :class:`~hydragnn.models.errors.ModelConfigError` naming
 ``NeuralNetwork.Architecture.<key>``.
 
 Example::
@@ -22,9 +23,7 @@ import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from .config_groups import (
     CONDITIONING_MODES,
@@ -38,12 +37,14 @@ from .config_groups import (
     LossConfig,
     MLIPConfig,
 )
+from .config_names import ACTIVATION_NAMES, POOLING_NAMES, PRECISIONS
 from .config_parse import parse_fields, parse_value, section_keys, unknown_keys
-from .encoders import EncoderConfig, get_encoder
+from .encoder_configs import EncoderConfig, EncoderEntry, encoder_entry
 from .errors import ModelConfigError
 from .heads_config import HeadsConfig
-from .nn.activations import ACTIVATIONS
-from .nn.scatter import POOLINGS
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "COMMON_KEYS",
@@ -63,16 +64,6 @@ __all__ = [
 ]
 
 ROOT = "NeuralNetwork.Architecture"
-
-PRECISIONS: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "float32": torch.float32,
-    "fp64": torch.float64,
-    "float64": torch.float64,
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-}
-"""``precision`` names and their dtypes."""
 
 # A first node input named like one of hydra-data's SPECIES_INPUT_NAMES makes num_species default to 119.
 _ALIASES = {"activation_function": "activation"}
@@ -122,8 +113,8 @@ class ModelConfig:
     max_neighbours: int | None = field(default=None, metadata=_POSITIVE)
     num_radial: int = field(default=20, metadata=_POSITIVE)
     num_species: int | None = field(default=None, metadata=_NON_NEGATIVE)
-    activation: str = field(default="silu", metadata={"choices": ACTIVATIONS})
-    graph_pooling: str = field(default="mean", metadata={"choices": POOLINGS})
+    activation: str = field(default="silu", metadata={"choices": ACTIVATION_NAMES})
+    graph_pooling: str = field(default="mean", metadata={"choices": POOLING_NAMES})
     precision: str = field(default="fp32", metadata={"choices": PRECISIONS})
     conv_checkpointing: bool = False
     mlip: MLIPConfig = field(default_factory=MLIPConfig, metadata=_FLAT)
@@ -134,8 +125,10 @@ class ModelConfig:
 
     @property
     def dtype(self) -> torch.dtype:
-        """The torch dtype of ``precision``."""
-        return PRECISIONS[self.precision]
+        """The torch dtype of ``precision`` (imports torch: parsing a config does not)."""
+        import torch
+
+        return getattr(torch, PRECISIONS[self.precision])
 
     @classmethod
     def from_dict(cls, arch: Mapping[str, Any]) -> ModelConfig:
@@ -162,13 +155,13 @@ class ModelConfig:
                 'global_attn_engine "EquivariantTransformer")'
             )
         mpnn_type = None if standalone else parse_value(values["mpnn_type"], str, f"{ROOT}.mpnn_type", ModelConfigError)
-        encoder_cls = None if mpnn_type is None else get_encoder(mpnn_type)
+        entry = None if mpnn_type is None else encoder_entry(mpnn_type)
         hidden = kwargs.get("hidden_dim", cls.hidden_dim)
-        _check_groups(kwargs["mlip"], kwargs["attention"], kwargs["loss"], hidden, encoder_cls)
+        _check_groups(kwargs["mlip"], kwargs["attention"], kwargs["loss"], hidden, entry)
         heads = HeadsConfig.from_dict(values.get("output_heads"), hidden)
 
         rest = {k: v for k, v in values.items() if k not in COMMON_KEYS}
-        config_cls = EncoderConfig if encoder_cls is None else encoder_cls.Config
+        config_cls = EncoderConfig if entry is None else entry.config
         encoder_fields = {f.name for f in dataclasses.fields(config_cls)}
         unknown = sorted(set(rest) - encoder_fields)
         if unknown:
@@ -187,18 +180,18 @@ and of its flat groups)."""
 
 
 def _check_groups(
-    mlip: MLIPConfig, attention: GlobalAttentionConfig, loss: LossConfig, hidden: int, encoder_cls: type | None
+    mlip: MLIPConfig, attention: GlobalAttentionConfig, loss: LossConfig, hidden: int, entry: EncoderEntry | None
 ) -> None:
-    """Rules between the groups, ``hidden_dim`` and the encoder (errors name the key)."""
+    """Rules between the groups, ``hidden_dim`` and the encoder's capabilities (errors name the key)."""
     engine, heads = attention.engine, attention.heads
     if engine is not None and heads > 0 and hidden % heads:
         raise ModelConfigError(
             f"{ROOT}.global_attn_heads: hidden_dim ({hidden}) must be a multiple of global_attn_heads ({heads})"
         )
-    if engine == "GPS" and encoder_cls is not None and not encoder_cls.supports_layer_mixing:
+    if engine == "GPS" and entry is not None and not entry.supports_layer_mixing:
         raise ModelConfigError(
             f"{ROOT}.global_attn_engine: GPS mixes attention into every conv layer's node features; "
-            f"{encoder_cls.__name__} has no per-layer node state (use EquivariantTransformer instead)"
+            f"{entry.name} has no per-layer node state (use EquivariantTransformer instead)"
         )
     if attention.pe_dim and mlip.dynamic_graph:
         raise ModelConfigError(

@@ -19,8 +19,8 @@ def _version() -> str:
 def train_main(argv: list[str] | None = None) -> int:
     """``hydragnn-train config.json [--run-dir DIR] [--resume | --overwrite] [--init-from model.hydra] [--verbosity N]``.
 
-    Only argument parsing happens before training starts, so ``--help`` and ``--version``
-    answer without importing torch.
+    Arguments are parsed and the whole config is validated (:func:`~hydragnn.train.config.load_config`)
+    before torch is imported: ``--help``, ``--version`` and a config error answer at once.
     """
     parser = argparse.ArgumentParser(
         prog="hydragnn-train",
@@ -47,16 +47,22 @@ def train_main(argv: list[str] | None = None) -> int:
     from hydragnn.data import DataError
     from hydragnn.models import ModelError
 
+    from .config import load_config
+
+    try:
+        config = load_config(args.config, init_from=args.init_from)  # no torch unless Architecture comes from init_from
+    except (TrainError, DataError, ModelError) as exc:
+        print(f"hydragnn-train: error: {exc}", file=sys.stderr)
+        return 2
     from .pipeline import run_training
 
     try:
         metrics = run_training(
-            args.config,
+            config,
             args.run_dir,
             resume=args.resume,
             verbosity=args.verbosity,
             overwrite=args.overwrite,
-            init_from=args.init_from,
         )
     except (TrainError, DataError, ModelError) as exc:
         print(f"hydragnn-train: error: {exc}", file=sys.stderr)

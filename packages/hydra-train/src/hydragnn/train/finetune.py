@@ -22,14 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ase.data import chemical_symbols
-from torch import nn
 
 from hydragnn.models.config_parse import parse_dataclass
 
 from .errors import ConfigError
+
+if TYPE_CHECKING:  # FineTuneConfig is parsed with the config, before torch is imported
+    from torch import nn
 
 __all__ = ["FineTuneConfig", "TRUNK", "initialise_from", "load_base"]
 

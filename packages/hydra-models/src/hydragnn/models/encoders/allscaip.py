@@ -23,84 +23,20 @@ Capture safety: its layers and this module's neighbour layout have no host synch
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ..encoder_configs.fairchem import AllScAIPConfig
 from ..errors import ModelConfigError, ModelError
 from ..nn.geometry import pair_geometry
 from ..nn.scatter import rank_in_group
 from ._fairchem import ROOT, _call_in, _check_common, _import, _system_ints
-from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 
 BOND_ORDER_EPS = 1e-3
 """``q_l = sqrt(s_l + eps^2) - eps``: smooth where fairchem's ``sqrt(max(s_l, eps^2))`` has a kink."""
-
-
-@dataclass(frozen=True)
-class AllScAIPConfig(EncoderConfig):
-    """AllScAIP keys of ``NeuralNetwork.Architecture``.
-
-    ``hidden_dim`` is fairchem's ``hidden_size``, ``num_conv_layers`` its ``num_layers``,
-    ``radius`` its ``max_radius`` and ``num_radial`` its ``edge_distance_expansion_size``.
-
-    Attributes:
-        num_heads: attention heads (``hidden_dim`` must be divisible by it).
-        frequency_list: per-degree repeats of the frequency features of neighbourhood attention
-            (fairchem's ``freequency_list``); must sum to ``hidden_dim / num_heads``. None: half
-            of the head width for ``l = 0`` and a quarter each for ``l = 1, 2``.
-        max_neighbor_slots: neighbour slots per atom, its self-loop included (nearest kept; the
-            rest are dropped). ``max_neighbours`` + 1 when that common key is set.
-        node_direction_expansion_size / edge_direction_expansion_size: ``lmax + 1`` of the
-            bond-orientational and edge spherical-harmonic features. Edge harmonics beyond l = 0
-            (``edge_direction_expansion_size > 1``, fairchem's default 6) make the energy depend
-            on the orientation; 1 (the default here) keeps it rotation-invariant.
-        use_node_path: all-to-all node attention within each graph after every block.
-        use_freq_mask: frequency features in neighbourhood attention.
-        use_sincx_mask: fairchem's sinc distance kernel in node attention (needs ``use_node_path``):
-            a learned bias from ``sin(w r_ij) / (w r_ij)`` of every pairwise distance in the graph
-            (minimum image in periodic cells), 32 frequencies ``w`` log-spaced over
-            ``[pi / 120, pi / 0.25]`` 1/Å. Costs ``[N, N, 32]`` per batch.
-        activation: fairchem's activation name (``gelu``, ``squared_relu``, ...).
-        normalization: ``rmsnorm``, ``layernorm`` or ``skip``.
-        ffn_hidden_layer_multiplier: width multiplier of the feed-forward blocks.
-        charge_index / spin_index: columns of the graph inputs (None: 0), as for UMA.
-        max_num_elements: size of the element embedding.
-    """
-
-    num_heads: int = 2
-    frequency_list: tuple[int, ...] | None = None
-    max_neighbor_slots: int = 48
-    node_direction_expansion_size: int = 4
-    edge_direction_expansion_size: int = 1
-    use_node_path: bool = True
-    use_freq_mask: bool = True
-    use_sincx_mask: bool = False
-    activation: str = "gelu"
-    normalization: str = "rmsnorm"
-    ffn_hidden_layer_multiplier: int = 2
-    charge_index: int | None = None
-    spin_index: int | None = None
-    max_num_elements: int = 100
-
-    def __post_init__(self) -> None:
-        for key in ("num_heads", "max_neighbor_slots", "node_direction_expansion_size", "max_num_elements"):
-            if getattr(self, key) < 1:
-                raise ModelConfigError(f"{ROOT}.{key}: expected an int >= 1, found {getattr(self, key)}")
-        if self.edge_direction_expansion_size < 1:
-            raise ModelConfigError(
-                f"{ROOT}.edge_direction_expansion_size: expected an int >= 1, found {self.edge_direction_expansion_size}"
-            )
-        if self.use_sincx_mask and not self.use_node_path:
-            raise ModelConfigError(
-                f"{ROOT}.use_sincx_mask: the sinc kernel biases node attention; it needs use_node_path true"
-            )
-        if self.normalization not in ("rmsnorm", "layernorm", "skip"):
-            raise ModelConfigError(
-                f"{ROOT}.normalization: expected 'rmsnorm', 'layernorm' or 'skip', found {self.normalization!r}"
-            )
 
 
 def _frequency_list(config: AllScAIPConfig, head_dim: int) -> list[int]:

@@ -12,15 +12,14 @@ sizes (``num_nodes``, ``num_graphs``) taken from Python ints carried by :class:`
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from ..config_parse import parse_dataclass
-from ..errors import ModelConfigError
+from ..encoder_configs import ENCODER_CONFIGS, EncoderConfig, EncoderEntry, add_encoder_config, unknown_encoder
 
 
 @dataclass
@@ -96,27 +95,13 @@ class EncoderDims:
     EquivariantTransformer; no head does). An encoder may skip vectors nothing else needs."""
 
 
-@dataclass(frozen=True)
-class EncoderConfig:
-    """Base of the per-encoder config dataclasses (encoder-specific keys of ``Architecture``).
-
-    Subclasses declare typed fields with defaults; :meth:`from_dict` rejects unknown keys and
-    ill-typed values with a :class:`ModelConfigError` naming ``NeuralNetwork.Architecture.<key>``.
-    """
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any], where: str = "NeuralNetwork.Architecture") -> EncoderConfig:
-        """Parse the encoder keys with :func:`~hydragnn.models.config_parse.parse_dataclass`
-        (messages spell the expected type as the field's annotation, e.g. ``int|None``)."""
-        return parse_dataclass(cls, values, where, ModelConfigError, annotation_text=True)
-
-
 class Encoder(nn.Module):
     """Base class of message-passing stacks.
 
-    Subclasses set ``Config`` (their :class:`EncoderConfig` subclass), ``equivariant`` (True
-    when they return ``NodeEmbedding.vector``), ``needs_pos`` (True when they use geometry) and
-    implement ``__init__(dims, config)`` and :meth:`forward`.
+    Subclasses set ``Config`` (their :class:`EncoderConfig` subclass, defined and registered
+    torch-free in :mod:`hydragnn.models.encoder_configs` for the built-in encoders), ``equivariant``
+    (True when they return ``NodeEmbedding.vector``), ``needs_pos`` (True when they use geometry)
+    and implement ``__init__(dims, config)`` and :meth:`forward`.
     """
 
     Config: ClassVar[type[EncoderConfig]] = EncoderConfig
@@ -129,7 +114,8 @@ class Encoder(nn.Module):
     third-party backbone): hydra-infer then serves the model without CUDA-graph capture."""
     supports_layer_mixing: ClassVar[bool] = True
     """False when the per-layer state is not a node embedding (DimeNet's live on edges): a
-    global attention engine that mixes every layer (GPS) refuses such an encoder."""
+    global attention engine that mixes every layer (GPS) refuses such an encoder. The config
+    registry records it too (config checks read it without torch); registration checks they agree."""
 
     @classmethod
     def data_statistics(cls, config: EncoderConfig, trainset: Sequence[Any]) -> dict[str, Any]:
@@ -181,11 +167,24 @@ ENCODERS: dict[str, type[Encoder]] = {}
 
 
 def register_encoder(name: str):
-    """Class decorator adding an encoder to :data:`ENCODERS` under ``name``."""
+    """Class decorator adding an encoder to :data:`ENCODERS` under ``name``.
+
+    Its ``Config`` and capabilities must be those of the config registry's entry
+    (:data:`hydragnn.models.encoder_configs.ENCODER_CONFIGS`, torch-free) of the same name; an
+    encoder without an entry (one defined outside hydra-models) gets one from its class.
+    """
 
     def deco(cls: type[Encoder]) -> type[Encoder]:
         if name in ENCODERS:
             raise ValueError(f"encoder {name!r} registered twice ({ENCODERS[name].__name__}, {cls.__name__})")
+        entry = EncoderEntry(name, cls.Config, cls.supports_layer_mixing)
+        if name not in ENCODER_CONFIGS:
+            add_encoder_config(entry)
+        elif ENCODER_CONFIGS[name] != entry:
+            raise ValueError(
+                f"encoder {name!r}: {cls.__name__} (Config {cls.Config.__name__}, supports_layer_mixing "
+                f"{cls.supports_layer_mixing}) disagrees with its config registry entry {ENCODER_CONFIGS[name]}"
+            )
         ENCODERS[name] = cls
         return cls
 
@@ -197,6 +196,4 @@ def get_encoder(name: str) -> type[Encoder]:
     try:
         return ENCODERS[name]
     except KeyError:
-        raise ModelConfigError(
-            f"NeuralNetwork.Architecture.mpnn_type: unknown encoder {name!r}; known: {sorted(ENCODERS)}"
-        ) from None
+        raise unknown_encoder(name, ENCODERS) from None

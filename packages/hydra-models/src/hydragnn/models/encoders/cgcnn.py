@@ -24,16 +24,15 @@ float32 (the linear maps stay in the model's dtype).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.conv import CGConv
 
+from ..encoder_configs.invariant import CGCNNConfig
 from ..nn.scatter import accumulate_dtype
 from .base import EncoderDims, register_encoder
-from .invariant_utils import Float32Aggregation, InvariantConfig, InvariantEncoder
+from .invariant_utils import Float32Aggregation, InvariantEncoder
 
 
 def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
@@ -78,12 +77,7 @@ class CGCNNEncoder(InvariantEncoder):
     ``residual`` defaults to False here: the convolution already adds its input.
     """
 
-    @dataclass(frozen=True)
-    class Config(InvariantConfig):
-        """The common invariant keys; CGCNN's defaults: no extra residual, the Bessel radial basis."""
-
-        residual: bool = False
-        radial_basis: str = "bessel"
+    Config = CGCNNConfig
 
     def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
         return EnvelopeCGConv(dims.hidden_dim, edge_dim)

@@ -33,7 +33,6 @@ backtracking pairs of each other (weight 0), with finite bases and zero gradient
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -41,56 +40,15 @@ from torch.utils.checkpoint import checkpoint
 from torch_geometric.nn.models.dimenet import InteractionPPBlock, OutputPPBlock
 from torch_geometric.utils import scatter
 
-from ..errors import ModelConfigError, ModelError
+from ..encoder_configs.geometric import DimeNetConfig
+from ..errors import ModelError
 from ..nn.edges import distinct_values
 from ..nn.geometry import safe_norm
-from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .dimenet_basis import BesselEdgeBasis, SphericalBasis, _compute_dtype
 from .triplets import build_triplets, build_triplets_padded
 
 _EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class DimeNetConfig(EncoderConfig):
-    """DimeNet++ keys of ``NeuralNetwork.Architecture`` (hidden size, depth, radius and
-    ``num_radial`` come from :class:`EncoderDims`).
-
-    Attributes:
-        int_emb_size: width of the down-projected triplet interaction.
-        basis_emb_size: width of the basis projections.
-        out_emb_size: width of the output blocks' MLP.
-        num_spherical: number of Legendre orders ``l`` in the spherical basis.
-        envelope_exponent: DimeNet envelope exponent (polynomial cutoff of order ``+1``).
-        num_before_skip: residual layers before the skip connection in each interaction.
-        num_after_skip: residual layers after it.
-        num_output_layers: dense layers in each output block.
-        triplet_capacity: ``None`` for the exact (data-dependent) triplet list, or slots per
-            edge for the fixed, capture-safe layout (must be >= the largest in-degree).
-    """
-
-    int_emb_size: int = 64
-    basis_emb_size: int = 8
-    out_emb_size: int = 256
-    num_spherical: int = 7
-    envelope_exponent: int = 5
-    num_before_skip: int = 1
-    num_after_skip: int = 2
-    num_output_layers: int = 3
-    triplet_capacity: int | None = None
-
-    def __post_init__(self) -> None:
-        where = "NeuralNetwork.Architecture"
-        for name in ("int_emb_size", "basis_emb_size", "out_emb_size", "num_spherical", "envelope_exponent"):
-            if getattr(self, name) < 1:
-                raise ModelConfigError(f"{where}.{name}: expected an int >= 1, found {getattr(self, name)}")
-        for name in ("num_before_skip", "num_after_skip", "num_output_layers"):
-            if getattr(self, name) < 0:
-                raise ModelConfigError(f"{where}.{name}: expected an int >= 0, found {getattr(self, name)}")
-        if self.triplet_capacity is not None and self.triplet_capacity < 1:
-            raise ModelConfigError(
-                f"{where}.triplet_capacity: expected null or an int >= 1, found {self.triplet_capacity}"
-            )
 
 
 class _FactorizedInteractionPPBlock(InteractionPPBlock):

@@ -17,45 +17,20 @@ neighbour crosses the radius, and sums are divided by the constant ``avg_num_nei
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
+from ..encoder_configs.geometric import EGNNConfig
 from ..nn.radial import BesselRBF, CosineCutoff
 from ..nn.scatter import scatter_sum
-from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .equivariant_utils import (
     AtomEmbedding,
     call_layer,
     check_dims,
-    check_positive,
     edge_attributes,
     edge_geometry,
 )
-
-
-@dataclass(frozen=True)
-class EGNNConfig(EncoderConfig):
-    """EGNN-specific keys of ``NeuralNetwork.Architecture``.
-
-    Attributes:
-        num_vector_channels: channels C of the returned vectors ``[N, 3, C]`` (channel 0 is
-            the accumulated coordinate displacement); ``None`` means ``hidden_dim``.
-        update_coords: feed the displaced coordinates' distances to the next layer (the
-            paper's coordinate update); False keeps every layer on the input distances.
-        attention: gate each message with ``sigmoid(Linear(m_ij))`` (the paper's edge inference).
-        avg_num_neighbors: constant divisor of the message and displacement sums.
-    """
-
-    num_vector_channels: int | None = None
-    update_coords: bool = True
-    attention: bool = False
-    avg_num_neighbors: float = 10.0
-
-    def __post_init__(self) -> None:
-        check_positive(self.num_vector_channels, "num_vector_channels")
-        check_positive(self.avg_num_neighbors, "avg_num_neighbors", allow_none=False)
 
 
 class EGCL(nn.Module):

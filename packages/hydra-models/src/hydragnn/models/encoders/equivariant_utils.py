@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..encoder_configs.geometric import check_positive  # noqa: F401  (re-exported: configs use it torch-free)
 from ..errors import ModelConfigError, ModelError
 from ..nn.geometry import safe_norm, safe_unit_vectors
 from .base import EncoderDims, GraphInputs
@@ -89,14 +90,6 @@ class VectorReadout(nn.Module):
 
     def forward(self, v: torch.Tensor) -> torch.Tensor:
         return v if self.proj is None else self.proj(v)
-
-
-def check_positive(value: int | float | None, key: str, allow_none: bool = True) -> None:
-    """Raise :class:`ModelConfigError` naming ``NeuralNetwork.Architecture.<key>`` unless ``value > 0``."""
-    if value is None and allow_none:
-        return
-    if value is None or value <= 0:
-        raise ModelConfigError(f"NeuralNetwork.Architecture.{key}: expected a positive number, found {value!r}")
 
 
 def check_dims(dims: EncoderDims, encoder: str) -> None:

@@ -28,20 +28,18 @@ logit (clamped at 0, the null key's logit) for stability; it cancels exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn.conv import GATv2Conv
 from torch_geometric.utils import scatter
 
+from ..encoder_configs.invariant import GATConfig
 from ..errors import ModelConfigError
 from .base import EncoderDims, register_encoder
 from .invariant_utils import (
     WHERE,
     Float32Aggregation,
-    InvariantConfig,
     InvariantEncoder,
     accumulate_dtype,
     check_positive,
@@ -126,22 +124,7 @@ class EnvelopeGATv2Conv(Float32Aggregation, GATv2Conv):
 class GATEncoder(InvariantEncoder):
     """Stack of :class:`EnvelopeGATv2Conv` (see the module docstring)."""
 
-    @dataclass(frozen=True)
-    class Config(InvariantConfig):
-        """GAT keys.
-
-        Attributes:
-            heads: attention heads.
-            concat: concatenate heads of width ``hidden_dim // heads`` (needs ``hidden_dim``
-                divisible by ``heads``); else average heads of width ``hidden_dim``.
-            negative_slope: LeakyReLU slope inside the attention logits.
-            attention_dropout: dropout on the attention weights (training only).
-        """
-
-        heads: int = 4
-        concat: bool = False
-        negative_slope: float = 0.2
-        attention_dropout: float = 0.0
+    Config = GATConfig
 
     def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
         check_positive("heads", config.heads)

@@ -7,13 +7,12 @@ on PyG's :class:`~torch_geometric.nn.conv.GINConv`. Messages vanish smoothly at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor, nn
 from torch_geometric.nn.conv import GINConv
 
+from ..encoder_configs.invariant import GINConfig
 from .base import EncoderDims, register_encoder
-from .invariant_utils import Float32Aggregation, InvariantConfig, InvariantEncoder, make_activation
+from .invariant_utils import Float32Aggregation, InvariantEncoder, make_activation
 
 
 class GatedGINConv(Float32Aggregation, GINConv):
@@ -40,12 +39,7 @@ class GatedGINConv(Float32Aggregation, GINConv):
 class GINEncoder(InvariantEncoder):
     """Stack of :class:`GatedGINConv` (see the module docstring)."""
 
-    @dataclass(frozen=True)
-    class Config(InvariantConfig):
-        """GIN keys: ``eps`` (initial self weight offset), ``train_eps`` (learn it)."""
-
-        eps: float = 0.0
-        train_eps: bool = True
+    Config = GINConfig
 
     def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
         return GatedGINConv(dims.hidden_dim, edge_dim, config.activation, config.eps, config.train_eps)

@@ -20,7 +20,6 @@ no data-dependent shape.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -28,47 +27,19 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 from torch_geometric.utils import scatter
 
+from ..encoder_configs.invariant import (  # the keys and their checks live torch-free
+    CUTOFF_FUNCTIONS,
+    RADIAL_BASES,
+    WHERE,
+    InvariantConfig,
+    check_choice,
+    check_positive,
+)
 from ..errors import ModelConfigError, ModelError
 from ..nn.activations import make_activation
 from ..nn.radial import BesselRBF, CosineCutoff, GaussianRBF, PolynomialCutoff
 from ..nn.scatter import accumulate_dtype
 from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding
-
-WHERE = "NeuralNetwork.Architecture"
-
-RADIAL_BASES = ("gaussian", "bessel")
-CUTOFF_FUNCTIONS = ("cosine", "polynomial")
-
-
-@dataclass(frozen=True)
-class InvariantConfig(EncoderConfig):
-    """Keys common to the invariant encoders.
-
-    Attributes:
-        activation: nonlinearity after each convolution (a smooth one keeps forces smooth).
-        residual: add each convolution's activated output to its input.
-        radial_basis: ``"gaussian"`` or ``"bessel"`` expansion of the edge length.
-        cutoff_function: ``"cosine"`` or ``"polynomial"`` envelope, zero at ``radius``.
-        envelope_exponent: order p of the polynomial envelope.
-    """
-
-    activation: str = "silu"
-    residual: bool = True
-    radial_basis: str = "gaussian"
-    cutoff_function: str = "cosine"
-    envelope_exponent: int = 6
-
-
-def check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str] | set[str]) -> None:
-    """Raise a :class:`ModelConfigError` naming ``key`` if ``value`` is not in ``allowed``."""
-    if value not in allowed:
-        raise ModelConfigError(f"{WHERE}.{key}: expected one of {sorted(allowed)}, found {value!r}")
-
-
-def check_positive(key: str, value: int, minimum: int = 1) -> None:
-    """Raise a :class:`ModelConfigError` naming ``key`` if ``value < minimum``."""
-    if value < minimum:
-        raise ModelConfigError(f"{WHERE}.{key}: expected an integer >= {minimum}, found {value!r}")
 
 
 class Float32Aggregation:

@@ -33,58 +33,18 @@ float32 and cast to the module dtype.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from e3nn import o3
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..errors import ModelConfigError, ModelError
+from ..encoder_configs.geometric import MACEConfig
+from ..errors import ModelError
 from ..nn.geometry import safe_norm, safe_unit_vectors
 from ..nn.radial import BesselRBF, PolynomialCutoff
-from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .mace_blocks import E3nnResidual, Interaction, ProductBasis, natural_irreps
-
-
-@dataclass(frozen=True)
-class MACEConfig(EncoderConfig):
-    """MACE keys of ``NeuralNetwork.Architecture`` (hidden size, depth, radius, ``num_radial``
-    and ``num_species`` come from :class:`EncoderDims`).
-
-    Attributes:
-        max_ell: highest order of the edge spherical harmonics (and of ``A``).
-        node_max_ell: highest order of the node features (>= 1: the vector output is ``1o``).
-        correlation: body order of the product basis minus one (number of ``A`` factors).
-        avg_num_neighbors: constant dividing the neighbour sum (never computed from the data).
-        radial_mlp_dim: width of the radial MLP.
-        radial_mlp_layers: hidden layers of the radial MLP.
-        envelope_exponent: order ``p`` of the polynomial cutoff (MACE uses 5).
-    """
-
-    max_ell: int = 2
-    node_max_ell: int = 1
-    correlation: int = 3
-    avg_num_neighbors: float = 10.0
-    radial_mlp_dim: int = 64
-    radial_mlp_layers: int = 3
-    envelope_exponent: int = 5
-
-    def __post_init__(self) -> None:
-        where = "NeuralNetwork.Architecture"
-        if self.max_ell < 1:
-            raise ModelConfigError(f"{where}.max_ell: expected an int >= 1, found {self.max_ell}")
-        if not 1 <= self.node_max_ell <= self.max_ell:
-            raise ModelConfigError(
-                f"{where}.node_max_ell: expected an int in [1, max_ell={self.max_ell}], found {self.node_max_ell}"
-            )
-        if self.correlation < 1:
-            raise ModelConfigError(f"{where}.correlation: expected an int >= 1, found {self.correlation}")
-        if not self.avg_num_neighbors > 0:
-            raise ModelConfigError(f"{where}.avg_num_neighbors: expected a float > 0, found {self.avg_num_neighbors}")
-        for name in ("radial_mlp_dim", "radial_mlp_layers", "envelope_exponent"):
-            if getattr(self, name) < 1:
-                raise ModelConfigError(f"{where}.{name}: expected an int >= 1, found {getattr(self, name)}")
 
 
 def _geometry_dtype(dtype: torch.dtype) -> torch.dtype:

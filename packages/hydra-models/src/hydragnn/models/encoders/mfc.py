@@ -10,16 +10,14 @@ smoothly when a neighbour crosses the cutoff.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn.conv import MFConv
 
+from ..encoder_configs.invariant import MFCConfig
 from .base import EncoderDims, register_encoder
 from .invariant_utils import (
     Float32Aggregation,
-    InvariantConfig,
     InvariantEncoder,
     check_positive,
     smoothstep,
@@ -54,11 +52,7 @@ class SmoothMFConv(Float32Aggregation, MFConv):
 class MFCEncoder(InvariantEncoder):
     """Stack of :class:`SmoothMFConv` (see the module docstring)."""
 
-    @dataclass(frozen=True)
-    class Config(InvariantConfig):
-        """MFC keys: ``max_degree`` (number of degree-specific weight sets minus one)."""
-
-        max_degree: int = 10
+    Config = MFCConfig
 
     def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
         check_positive("max_degree", config.max_degree)

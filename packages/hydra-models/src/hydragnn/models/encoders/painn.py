@@ -9,45 +9,20 @@ and node permutations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
+from ..encoder_configs.geometric import PAINNConfig
 from ..nn import BesselRBF, CosineCutoff, EquivariantMessage, PaiNNUpdate, RadialEdges
-from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .equivariant_utils import (
     AtomEmbedding,
     VectorReadout,
     call_layer,
     check_dims,
-    check_positive,
     edge_attributes,
     edge_geometry,
 )
-
-
-@dataclass(frozen=True)
-class PAINNConfig(EncoderConfig):
-    """PAINN-specific keys of ``NeuralNetwork.Architecture``.
-
-    Attributes:
-        num_vector_channels: channels C of the returned vectors ``[N, 3, C]``; ``None`` keeps
-            ``hidden_dim`` (no projection), another value adds a bias-free channel projection.
-        trainable_rbf: learn the Bessel frequencies.
-        norm_eps: ``eps`` in the smooth vector norm ``sqrt(|V v|^2 + eps)`` of the update block.
-            Vectors vanish at inversion-symmetric sites (most crystal sites), where the norm is
-            a smoothed ``|x|`` of width ``sqrt(eps)``: PaiNN's 1e-8 puts a near-cusp in the
-            energy there (forces jump over ~1e-4 Å, huge Hessians); 1e-2 keeps it smooth.
-    """
-
-    num_vector_channels: int | None = None
-    trainable_rbf: bool = False
-    norm_eps: float = 1e-2
-
-    def __post_init__(self) -> None:
-        check_positive(self.num_vector_channels, "num_vector_channels")
-        check_positive(self.norm_eps, "norm_eps", allow_none=False)
 
 
 class PaiNNMessage(nn.Module):

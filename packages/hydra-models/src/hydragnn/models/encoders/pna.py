@@ -28,21 +28,22 @@ constructor (which also derives the degree-scaler averages from ``pna_deg``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn.aggr import Aggregation, SoftmaxAggregation
 
+from ..encoder_configs.invariant import (  # the keys live torch-free
+    DEFAULT_PNA_DEG,
+    PNA_AGGREGATORS,
+    PNA_SCALERS,
+    PNAConfig,
+)
 from ..errors import ModelConfigError
 from .base import EncoderDims, register_encoder
-from .invariant_utils import WHERE, InvariantConfig, InvariantEncoder, check_choice, check_positive
+from .invariant_utils import WHERE, InvariantEncoder, check_choice, check_positive
 
-PNA_AGGREGATORS = ("sum", "mean", "min", "max", "var", "std", "softmax", "softmin")
-PNA_SCALERS = ("identity", "amplification", "attenuation", "linear", "inverse_linear")
-DEFAULT_PNA_DEG: tuple[int, ...] = (0,) + (1,) * 32
-"""Default in-degree histogram: uniform over 1..32 neighbours (average 16.5)."""
 STD_EPS = 1e-2
 """``std = sqrt(var + STD_EPS**2) - STD_EPS``: smooth, 0 for equal messages."""
 
@@ -74,30 +75,6 @@ def pyg_aggregators(names: tuple[str, ...] | list[str]) -> list[str | Aggregatio
         "softmin": lambda: SoftmaxAggregation(t=-1.0),
     }
     return [special[name]() if name in special else name for name in names]
-
-
-@dataclass(frozen=True)
-class PNAConfig(InvariantConfig):
-    """PNA keys.
-
-    Attributes:
-        aggregators: PNA aggregators (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``,
-            ``softmax``, ``softmin``; see the module docstring).
-        scalers: degree scalers (``identity``, ``amplification``, ``attenuation``, ``linear``,
-            ``inverse_linear``).
-        pna_deg: in-degree histogram of the training set (``pna_deg[k]`` = number of nodes with
-            k neighbours); None: :data:`DEFAULT_PNA_DEG`.
-        towers: PNA towers (``hidden_dim`` must be divisible by it).
-        pre_layers: linear layers before aggregation.
-        post_layers: linear layers after aggregation.
-    """
-
-    aggregators: tuple[str, ...] = ("mean", "softmin", "softmax", "std")
-    scalers: tuple[str, ...] = ("identity", "amplification", "attenuation", "linear")
-    pna_deg: tuple[int, ...] | None = None
-    towers: int = 1
-    pre_layers: int = 1
-    post_layers: int = 1
 
 
 def degree_histogram(samples: Sequence[Any]) -> list[int]:

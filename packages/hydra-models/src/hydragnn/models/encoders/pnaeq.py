@@ -25,78 +25,25 @@ Differences from count-based PNA, chosen so that energies and forces are smooth:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from ..errors import ModelConfigError
+from ..encoder_configs.geometric import PNAEQ_AGGREGATORS as AGGREGATORS  # noqa: F401  (re-exported)
+from ..encoder_configs.geometric import PNAEQ_SCALERS as SCALERS  # noqa: F401  (re-exported)
+from ..encoder_configs.geometric import PNAEqConfig
 from ..nn.painn import PaiNNUpdate
 from ..nn.radial import BesselRBF, CosineCutoff
 from ..nn.scatter import scatter_sum
-from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .equivariant_utils import (
     AtomEmbedding,
     VectorReadout,
     call_layer,
     check_dims,
-    check_positive,
     edge_attributes,
     edge_geometry,
 )
-
-AGGREGATORS = ("mean", "min", "max", "std", "sum")
-SCALERS = ("identity", "amplification", "attenuation", "linear", "inverse_linear")
-
-
-@dataclass(frozen=True)
-class PNAEqConfig(EncoderConfig):
-    """PNAEq-specific keys of ``NeuralNetwork.Architecture``.
-
-    Attributes:
-        aggregators: scalar aggregators, any of ``mean, min, max, std, sum``.
-        scalers: degree scalers, any of ``identity, amplification, attenuation, linear,
-            inverse_linear``.
-        avg_deg_lin: average cutoff-weighted degree (``linear`` / ``inverse_linear`` scalers).
-            With the cosine cutoff a neighbour counts about 0.2 on average, so 8 suits
-            ~40 neighbours in the radius (dense solids at 5-6 Å).
-        avg_deg_log: average ``log(deg + 1)`` (``amplification`` / ``attenuation``).
-        num_vector_channels: channels C of the returned vectors ``[N, 3, C]``; ``None`` keeps
-            ``hidden_dim``.
-        trainable_rbf: learn the Bessel frequencies.
-        smooth_minmax: soft (cutoff-weighted softmax) min and max instead of hard ones.
-        minmax_beta: inverse temperature of the soft min / max (larger: closer to hard).
-        std_eps: ``eps`` in ``std = sqrt(var + eps)``. ``sqrt`` is a smoothed ``|x|`` of width
-            ``sqrt(eps)``, and the variance vanishes at every site whose neighbours are all
-            equivalent (fcc, bcc, ...): a tiny ``eps`` puts a near-cusp in the energy there
-            (force jumps over ~1e-3 Å, huge Hessians); 1e-2 keeps it smooth.
-        norm_eps: ``eps`` in the smooth vector norm ``sqrt(|V v|^2 + eps)`` of the update block
-            (vectors vanish at inversion-symmetric sites; same reasoning as ``std_eps``).
-    """
-
-    aggregators: tuple[str, ...] = ("mean", "min", "max", "std")
-    scalers: tuple[str, ...] = SCALERS
-    avg_deg_lin: float = 8.0
-    avg_deg_log: float = math.log(9.0)
-    num_vector_channels: int | None = None
-    trainable_rbf: bool = False
-    smooth_minmax: bool = True
-    minmax_beta: float = 2.0
-    std_eps: float = 1e-2
-    norm_eps: float = 1e-2
-
-    def __post_init__(self) -> None:
-        for key, allowed in (("aggregators", AGGREGATORS), ("scalers", SCALERS)):
-            values = tuple(getattr(self, key))
-            bad = [name for name in values if name not in allowed]
-            if not values or bad or len(set(values)) != len(values):
-                raise ModelConfigError(
-                    f"NeuralNetwork.Architecture.{key}: expected a non-empty list of distinct names "
-                    f"from {list(allowed)}, found {list(values)}"
-                )
-        for key in ("avg_deg_lin", "avg_deg_log", "minmax_beta", "std_eps", "norm_eps"):
-            check_positive(getattr(self, key), key, allow_none=False)
-        check_positive(self.num_vector_channels, "num_vector_channels")
 
 
 def soft_extreme(

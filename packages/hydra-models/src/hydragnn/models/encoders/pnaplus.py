@@ -26,17 +26,17 @@ Aggregation runs in float32 when the model runs in bfloat16.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn.conv import PNAConv
 
+from ..encoder_configs.invariant import PNAPlusConfig
 from ..nn.scatter import accumulate_dtype, scatter_sum
 from .base import EncoderDims, register_encoder
 from .invariant_utils import InvariantEncoder, smooth_count
-from .pna import STD_EPS, PNAConfig, degree_statistics, pna_kwargs
+from .pna import STD_EPS, degree_statistics, pna_kwargs
 
 
 class GatedPNAConv(PNAConv):
@@ -162,9 +162,7 @@ def _hard_extremes(m: Tensor, index: Tensor, dim_size: int) -> dict[str, Tensor]
 class PNAPlusEncoder(InvariantEncoder):
     """Stack of :class:`GatedPNAConv` (see the module docstring)."""
 
-    @dataclass(frozen=True)
-    class Config(PNAConfig):
-        """The PNA keys (HydraGNN's PNA+ used ``radial_basis="bessel"``, ``cutoff_function="polynomial"``)."""
+    Config = PNAPlusConfig
 
     @classmethod
     def data_statistics(cls, config: Config, trainset: Sequence[Any]) -> dict[str, Any]:

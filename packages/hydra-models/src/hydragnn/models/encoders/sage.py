@@ -7,13 +7,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor, nn
 from torch_geometric.nn.conv import SAGEConv
 
+from ..encoder_configs.invariant import SAGEConfig
 from .base import EncoderDims, register_encoder
-from .invariant_utils import Float32Aggregation, InvariantConfig, InvariantEncoder, smooth_count, soft_degree
+from .invariant_utils import Float32Aggregation, InvariantEncoder, smooth_count, soft_degree
 
 
 class GatedSAGEConv(Float32Aggregation, SAGEConv):
@@ -40,9 +39,7 @@ class GatedSAGEConv(Float32Aggregation, SAGEConv):
 class SAGEEncoder(InvariantEncoder):
     """Stack of :class:`GatedSAGEConv` (see the module docstring)."""
 
-    @dataclass(frozen=True)
-    class Config(InvariantConfig):
-        """SAGE has only the common invariant keys."""
+    Config = SAGEConfig
 
     def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
         return GatedSAGEConv(dims.hidden_dim, edge_dim)

@@ -9,15 +9,14 @@ accumulates in the input dtype; this version takes the precomputed edges of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..encoder_configs.geometric import SchNetConfig
 from ..nn import ContinuousFilterConv, CosineCutoff, GaussianRBF, RadialEdges, RadialFilter
 from ..nn.activations import ShiftedSoftplus
-from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 
 
 class Interaction(nn.Module):
@@ -51,17 +50,7 @@ class SchNet(Encoder):
     ``[0, radius]``.
     """
 
-    @dataclass(frozen=True)
-    class Config(EncoderConfig):
-        """SchNet keys of ``Architecture``.
-
-        Attributes:
-            num_filters: width of the continuous filters (default: ``hidden_dim``).
-            num_gaussians: number of Gaussians (default: ``num_radial``).
-        """
-
-        num_filters: int | None = None
-        num_gaussians: int | None = None
+    Config = SchNetConfig
 
     equivariant = False
     needs_pos = True

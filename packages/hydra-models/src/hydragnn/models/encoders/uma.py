@@ -20,77 +20,15 @@ system in batch order (as collated batches and the sink padding have them).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..encoder_configs.fairchem import UMAConfig
 from ..errors import ModelConfigError, ModelError
 from ._fairchem import ROOT, _call_in, _check_common, _compute_dtype, _import, _system_ints, _SystemDict
-from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-
-
-@dataclass(frozen=True)
-class UMAConfig(EncoderConfig):
-    """UMA keys of ``NeuralNetwork.Architecture``.
-
-    ``hidden_dim`` is fairchem's ``sphere_channels``, ``num_conv_layers`` its ``num_layers``,
-    ``radius`` its ``cutoff`` and ``num_radial`` its ``num_distance_basis``.
-
-    Attributes:
-        lmax: highest degree of the node features (>= 1: the vector output is ``l = 1``).
-        mmax: highest order kept in the SO(2) convolutions (1 <= mmax <= lmax).
-        ffn_hidden_channels: ``hidden_channels`` of the blocks' feed-forward (None: hidden_dim).
-        edge_channels: width of the radial embeddings (None: hidden_dim).
-        num_experts: > 0 uses ``eSCNMDMoeBackbone`` with this many linear experts per SO(2) layer,
-            mixed per system by a routing MLP on the charge/spin (and composition) embedding.
-        use_composition_embedding: MoLE routing also sees the mean element embedding of each system.
-        norm_type / act_type / ff_type: fairchem's choices (``rms_norm_sh``, ``gate``, ``grid``).
-        grid_resolution: S2 grid resolution (None: fairchem's default for lmax).
-        chg_spin_emb_type: ``rand_emb`` (lookup table; capture-safe), ``pos_emb`` or ``lin_emb``.
-        charge_index / spin_index: column of the graph inputs holding the total charge / spin
-            multiplicity of each system (None: 0).
-        max_num_elements: size of the element embeddings (atomic numbers must be smaller).
-        random_roll: in training, rotate each edge frame by a random roll about the edge axis
-            (fairchem's default; draws from torch's RNG). False: roll 0 always, so outputs are
-            bitwise reproducible.
-    """
-
-    lmax: int = 2
-    mmax: int = 2
-    ffn_hidden_channels: int | None = None
-    edge_channels: int | None = None
-    num_experts: int = 0
-    use_composition_embedding: bool = False
-    norm_type: str = "rms_norm_sh"
-    act_type: str = "gate"
-    ff_type: str = "grid"
-    grid_resolution: int | None = None
-    chg_spin_emb_type: str = "rand_emb"
-    charge_index: int | None = None
-    spin_index: int | None = None
-    max_num_elements: int = 100
-    random_roll: bool = False
-
-    def __post_init__(self) -> None:
-        if self.lmax < 1:
-            raise ModelConfigError(f"{ROOT}.lmax: expected an int >= 1, found {self.lmax}")
-        if not 1 <= self.mmax <= self.lmax:
-            raise ModelConfigError(f"{ROOT}.mmax: expected an int in [1, lmax={self.lmax}], found {self.mmax}")
-        if self.num_experts < 0:
-            raise ModelConfigError(f"{ROOT}.num_experts: expected an int >= 0, found {self.num_experts}")
-        if self.chg_spin_emb_type not in ("rand_emb", "pos_emb", "lin_emb"):
-            raise ModelConfigError(
-                f"{ROOT}.chg_spin_emb_type: expected 'rand_emb', 'pos_emb' or 'lin_emb', found {self.chg_spin_emb_type!r}"
-            )
-        for key in ("ffn_hidden_channels", "edge_channels", "grid_resolution"):
-            value = getattr(self, key)
-            if value is not None and value < 1:
-                raise ModelConfigError(f"{ROOT}.{key}: expected an int >= 1 or null, found {value}")
-        if self.max_num_elements < 1:
-            raise ModelConfigError(f"{ROOT}.max_num_elements: expected an int >= 1, found {self.max_num_elements}")
-
+from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 
 _UMA_CLASSES: dict[type, type] = {}
 

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..config_names import ACTIVATION_NAMES
 from ..errors import ModelConfigError
 
 
@@ -32,6 +33,7 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "shifted_softplus": ShiftedSoftplus,
 }
 """Activation by name (``Architecture.activation``)."""
+assert tuple(ACTIVATIONS) == ACTIVATION_NAMES, "config_names.ACTIVATION_NAMES must name ACTIVATIONS"
 
 
 def make_activation(name: str) -> nn.Module:

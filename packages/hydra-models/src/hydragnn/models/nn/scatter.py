@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import torch
 
+from ..config_names import POOLING_NAMES
+
 
 def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype sums are accumulated in: float32 for 16-bit floats, ``dtype`` otherwise."""
@@ -58,6 +60,7 @@ POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] =
     "max": scatter_max,
 }
 """Graph pooling by name (``Architecture.graph_pooling``)."""
+assert tuple(POOLINGS) == POOLING_NAMES, "config_names.POOLING_NAMES must name POOLINGS"
 
 
 def rank_in_group(group: torch.Tensor, key: torch.Tensor, num_groups: int) -> torch.Tensor:
