@@ -129,3 +129,22 @@ def test_predict_json_is_valid_json_when_errors_are_nan(monkeypatch, capsys, tmp
     assert "NaN" not in text and "Infinity" not in text
     parsed = json_module.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
     assert parsed["loss"] is None and parsed["mae"]["energy"] == {"mae": None, "rmse": None, "unit": "eV/atom"}
+
+
+def test_predict_prints_errors_in_physical_units_not_the_loss(monkeypatch, capsys, tmp_path):
+    """The human output is the MAE / RMSE table with units; the unitless training objective stays in --json."""
+    import hydragnn.train.pipeline as pipeline
+    from hydragnn.train.cli import predict_main
+
+    result = {
+        "loss": 0.123,
+        "mae": {
+            "energy": {"mae": 0.0041, "rmse": 0.0055, "unit": "eV/atom"},
+            "forces": {"mae": 0.045, "rmse": 0.06, "unit": "eV/Å"},
+        },
+    }
+    monkeypatch.setattr(pipeline, "predict", lambda *a, **k: (result, {}, {}))
+    assert predict_main([str(tmp_path / "m.hydra"), str(tmp_path / "d.xyz")]) == 0
+    text = capsys.readouterr().out
+    assert "loss" not in text and "0.123" not in text
+    assert "eV/atom" in text and "eV/Å" in text and "0.0041" in text and "0.045" in text

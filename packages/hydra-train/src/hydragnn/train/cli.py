@@ -91,7 +91,9 @@ def predict_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head", default=None, help="the energy head of a model trained on several sources")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--output", type=Path, default=None, help="write targets and predictions (torch .pt of tensors)")
-    parser.add_argument("--json", action="store_true", help="print the errors as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print the errors as JSON (with the model's loss on the data, unitless)"
+    )
     parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
     import torch
@@ -117,7 +119,9 @@ def predict_main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(_jsonable(result), allow_nan=False))
     else:
-        print(f"{args.dataset}: loss {result['loss']:.6g}")
+        # errors in physical units only: the loss is a weighted objective of the training config
+        # (stage weights, normalisation), not comparable between runs; --json still carries it
+        print(f"{args.dataset}: errors per head")
         print("\n".join(format_errors(result["mae"])))
     if args.output is not None:
         torch.save({"targets": trues, "predictions": preds}, args.output)
