@@ -16,6 +16,9 @@ release_mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(release_mod)
 
 
+UNRELEASED_NOTES = "## Unreleased\n\n### Added\n- Something a user can now do.\n"
+
+
 @pytest.fixture
 def repo(tmp_path):
     for dist in release_mod.distributions(ROOT):
@@ -23,7 +26,10 @@ def repo(tmp_path):
         dst = tmp_path / "packages" / dist
         dst.mkdir(parents=True)
         shutil.copy(src / "pyproject.toml", dst / "pyproject.toml")
-        shutil.copy(src / "CHANGELOG.md", dst / "CHANGELOG.md")
+        # the repository's Unreleased section may be empty right after a release: give the copy notes
+        text = (src / "CHANGELOG.md").read_text()
+        assert "## Unreleased\n" in text, f"{dist}: its CHANGELOG lost its Unreleased section"
+        (dst / "CHANGELOG.md").write_text(text.replace("## Unreleased\n", UNRELEASED_NOTES, 1))
         about = release_mod._about_path(ROOT, dist)
         target = release_mod._about_path(tmp_path, dist)
         target.parent.mkdir(parents=True)

@@ -1,3 +1,3 @@
 """Version of the hydra-train distribution (bumped by tools/release.py)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
