@@ -263,3 +263,17 @@ def test_compute_loss_errors():
     del bare.node_output
     with pytest.raises(ModelError, match="no 'node_output' targets"):
         compute_loss(out, bare, SCHEMA)
+
+
+def test_cached_test_graphs_do_not_depend_on_the_first_callers_default_dtype():
+    """The shared test graphs are cached: built under a float64 default they must still be float32."""
+    from hydragnn.models.testing.graphs import cluster_samples, default_dtype, periodic_samples
+
+    periodic_samples.cache_clear()
+    cluster_samples.cache_clear()
+    with default_dtype(torch.float64):
+        built = [*periodic_samples(CUTOFF), *cluster_samples(CUTOFF)]
+    for sample in built:
+        for key, value in sample:
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                assert value.dtype == torch.float32, key

@@ -99,15 +99,20 @@ def periodic_atoms(count: int = 12, seed: int = 0) -> tuple[Atoms, ...]:
 
 @functools.cache
 def periodic_samples(cutoff: float, count: int = 12) -> tuple[Data, ...]:
-    """Prepared periodic samples (schema :data:`SCHEMA`) with edges within ``cutoff``."""
-    return tuple(
-        with_edges(prepare(_label(a.copy()), SCHEMA, index=i), cutoff) for i, a in enumerate(periodic_atoms(count))
-    )
+    """Prepared periodic samples (schema :data:`SCHEMA`) with edges within ``cutoff``.
+
+    Built in float32 whatever the caller's default dtype: the result is cached for every later caller.
+    """
+    with default_dtype(torch.float32):
+        return tuple(
+            with_edges(prepare(_label(a.copy()), SCHEMA, index=i), cutoff) for i, a in enumerate(periodic_atoms(count))
+        )
 
 
 @functools.cache
 def cluster_samples(cutoff: float, count: int = 3) -> tuple[Data, ...]:
-    """Prepared non-periodic Cu-Au clusters of 5-7 atoms (schema :data:`CLUSTER_SCHEMA`)."""
+    """Prepared non-periodic Cu-Au clusters of 5-7 atoms (schema :data:`CLUSTER_SCHEMA`), in float32
+    whatever the caller's default dtype (the result is cached)."""
     rng = np.random.default_rng(1)
     out = []
     for index in range(count):
@@ -116,7 +121,8 @@ def cluster_samples(cutoff: float, count: int = 3) -> tuple[Data, ...]:
         atoms.pbc = False
         atoms.cell = np.zeros((3, 3))
         atoms.positions += rng.normal(0.0, 0.05, (len(atoms), 3))
-        out.append(with_edges(prepare(_label(atoms), CLUSTER_SCHEMA, index=index), cutoff))
+        with default_dtype(torch.float32):
+            out.append(with_edges(prepare(_label(atoms), CLUSTER_SCHEMA, index=index), cutoff))
     return tuple(out)
 
 
