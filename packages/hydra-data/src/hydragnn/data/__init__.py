@@ -12,13 +12,13 @@ still. Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` when unset and tor
 yet (:mod:`.threads`).
 """
 
-import importlib
 import sys as _sys
 import types
 from typing import Any
 
 from . import threads  # noqa: F401  (first: OpenMP's wait policy must be in the environment before torch loads)
 from .__about__ import __version__
+from .lazy import lazy_names
 
 # public name -> submodule defining it
 _LAZY: dict[str, str] = {
@@ -66,17 +66,7 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *sorted(_LAZY)]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 class _Package(types.ModuleType):

@@ -12,10 +12,8 @@ and torch-sim only when ``HydraTorchSimModel`` is asked for.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
+from hydragnn.data.lazy import lazy_names
 
 from .__about__ import __version__
 
@@ -32,14 +30,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *sorted(_LAZY)]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

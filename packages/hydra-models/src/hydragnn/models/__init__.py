@@ -9,10 +9,9 @@ per-atom energies with forces ``-dE/dpos`` and stress by autograd. ``save_artifa
 Every public name is imported on first use (PEP 562): ``import hydragnn.models`` loads no torch.
 """
 
-import importlib
-from typing import Any
 
 import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
+from hydragnn.data.lazy import lazy_names
 
 from .__about__ import __version__
 
@@ -46,14 +45,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *sorted(_LAZY)]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

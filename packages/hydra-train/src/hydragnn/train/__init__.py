@@ -11,8 +11,8 @@ Names are imported on first use (PEP 562), so ``import hydragnn.train.cli`` (and
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
+from hydragnn.data.lazy import lazy_names
 
 from .__about__ import __version__
 from .errors import CheckpointError, ConfigError, TrainError, TrainingAborted
@@ -45,15 +45,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hydragnn.train' has no attribute {name!r}")
-    importlib.import_module("hydragnn.data")  # before torch: it sets OpenMP's wait policy (hydragnn.data.threads)
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
