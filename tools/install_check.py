@@ -36,6 +36,9 @@ import textwrap
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BEGIN, END = "<!-- install-lines:begin -->", "<!-- install-lines:end -->"
 
+# public names that need an optional extra (importing them without it is a clear ImportError)
+OPTIONAL = {"hydra-infer": ("HydraTorchSimModel",)}
+
 # what an environment holding this distribution (and what it needs) must NOT hold
 FORBIDDEN = {
     "hydra-data": ("hydra-models", "hydra-train", "hydra-infer", "adios2", "deepspeed"),
@@ -50,7 +53,10 @@ dist, forbidden = {dist!r}, {forbidden!r}
 m = importlib.import_module("hydragnn." + dist.removeprefix("hydra-"))
 assert m.__version__ == md.version(dist), (m.__version__, md.version(dist))
 for name in m.__all__:  # every public name, so that every submodule behind it imports
-    getattr(m, name)
+    try:
+        getattr(m, name)
+    except ImportError as exc:  # a name of an optional extra: the error must say how to install it
+        assert name in {optional!r} and "pip install" in str(exc), (name, exc)
 import hydragnn
 assert getattr(hydragnn, "__file__", None) is None, "hydragnn must be a namespace package"
 def installed(name):
@@ -144,7 +150,7 @@ class Venv:
 
 
 def check_layer(venv: Venv, dist: str) -> None:
-    venv.python_code(CHECK_LAYER.format(dist=dist, forbidden=FORBIDDEN[dist]))
+    venv.python_code(CHECK_LAYER.format(dist=dist, forbidden=FORBIDDEN[dist], optional=OPTIONAL.get(dist, ())))
 
 
 def user_line(venv: Venv, line: str, dist_dir: pathlib.Path, constraints: list[str]) -> None:
