@@ -134,12 +134,16 @@ def main(argv: list[str] | None = None) -> int:
     metrics = run_training(config, args.out / "mlip_run", verbosity=args.verbosity, overwrite=True)
     wall = time.perf_counter() - t0
     mae = metrics["test"]["mae"]
-    print(f"      trained in {wall:.0f} s; best epoch {metrics['best_epoch']} (val loss {metrics['best_val_loss']:.4g})")
-    print("      test errors per head (held-out structures):")
-    for name, r in mae.items():
-        print(f"        {name:14s} MAE {r['mae']:.4f} {r['unit']}")
+    print(f"      trained in {wall:.0f} s")
+    if args.verbosity < 1:  # the run itself printed nothing: the best epoch and the test errors here
+        print(f"      best epoch {metrics['best_epoch']} (val loss {metrics['best_val_loss']:.4g})")
+        print("      test errors per head (held-out structures):")
+        for name, r in mae.items():
+            print(f"        {name:14s} MAE {r['mae']:.4f} {r['unit']}")
     paths = metrics["paths"]
     print(f"      artifact:    {paths['artifact']}")
+    if paths.get("log"):
+        print(f"      log:         {paths['log']}")
     print(f"      config:      {paths['config']}")
     print(f"      metrics:     {paths['metrics']}")
     print(f"      tensorboard: {paths['tensorboard']}")
