@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -40,6 +42,42 @@ def _on_torch_stream(wp, device: torch.device):
     if wp.get_stream(str(device)).cuda_stream == stream.cuda_stream:
         return contextlib.nullcontext()
     return wp.ScopedStream(wp.stream_from_torch(stream), sync_enter=False)
+
+
+@dataclass
+class _Launch:
+    """What every launch of one search shares: the modules, the device and the common arguments."""
+
+    nv: Any
+    wp: Any
+    pos: torch.Tensor
+    cell: torch.Tensor
+    common: dict[str, Any]
+
+    @property
+    def device(self) -> torch.device:
+        return self.pos.device
+
+    def ints(self, *shape: int) -> torch.Tensor:
+        return torch.zeros(shape, dtype=torch.int32, device=self.device)
+
+    def view(self, tensor: torch.Tensor, dtype):
+        return self.wp.from_torch(tensor, dtype=dtype, requires_grad=False)
+
+    def stream(self):
+        return _on_torch_stream(self.wp, self.device)
+
+    def outputs(self, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """The neighbour matrix (padded with ``N``), counts and shifts, and their Warp views."""
+        n = self.pos.shape[0]
+        matrix = torch.full((n, width), n, dtype=torch.int32, device=self.device)
+        num, shifts = self.ints(n), self.ints(n, width, 3)
+        views = {
+            "neighbor_matrix": self.view(matrix, self.wp.int32),
+            "neighbor_matrix_shifts": self.view(shifts, self.wp.vec3i),
+            "num_neighbors": self.view(num, self.wp.int32),
+        }
+        return matrix, num, shifts, views
 
 
 def neighbour_search(
@@ -77,78 +115,69 @@ def neighbour_search(
         torch.float32: (wp.float32, wp.vec3f, wp.mat33f),
         torch.float64: (wp.float64, wp.vec3d, wp.mat33d),
     }[pos.dtype]
-    device, wp_device = pos.device, str(pos.device)
-    n, b = pos.shape[0], cell.shape[0]
+    launch = _Launch(nv, wp, pos, cell, {})
+    launch.common.update(
+        positions=launch.view(pos, vec),
+        cell=launch.view(cell, mat),
+        pbc=launch.view(pbc, wp.bool),
+        cutoff=cutoff,
+        batch_idx=launch.view(batch_idx, wp.int32),
+        wp_dtype=scalar,
+        device=str(pos.device),
+    )
+    if cell_list:
+        return _cell_list_search(launch, scalar, vec)
+    return _naive_search(launch, batch_ptr, max_atoms, scalar, vec, mat)
 
-    def ints(*shape: int) -> torch.Tensor:
-        return torch.zeros(shape, dtype=torch.int32, device=device)
 
-    def view(tensor: torch.Tensor, dtype):
-        return wp.from_torch(tensor, dtype=dtype, requires_grad=False)
-
-    common = {
-        "positions": view(pos, vec),
-        "cell": view(cell, mat),
-        "pbc": view(pbc, wp.bool),
-        "cutoff": cutoff,
-        "batch_idx": view(batch_idx, wp.int32),
-        "wp_dtype": scalar,
-        "device": wp_device,
-    }
-
-    def outputs(width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict]:
-        matrix = torch.full((n, width), n, dtype=torch.int32, device=device)
-        num, shifts = ints(n), ints(n, width, 3)
-        return (
-            matrix,
-            num,
-            shifts,
-            {
-                "neighbor_matrix": view(matrix, wp.int32),
-                "neighbor_matrix_shifts": view(shifts, wp.vec3i),
-                "num_neighbors": view(num, wp.int32),
-            },
+def _naive_search(launch: _Launch, batch_ptr: torch.Tensor, max_atoms: int, scalar, vec, mat) -> Search:
+    """The naive O(N^2) search over the periodic images each graph's cell needs."""
+    nv, wp, common, view = launch.nv, launch.wp, launch.common, launch.view
+    b, n = launch.cell.shape[0], launch.pos.shape[0]
+    shift_range, num_shifts = launch.ints(b, 3), launch.ints(b)
+    with launch.stream():
+        nv.compute_naive_num_shifts(
+            cell=common["cell"],
+            cutoff=common["cutoff"],
+            pbc=common["pbc"],
+            num_shifts=view(num_shifts, wp.int32),
+            shift_range=view(shift_range, wp.vec3i),
+            wp_dtype=scalar,
+            device=common["device"],
         )
+    images = {
+        "batch_ptr": view(batch_ptr, wp.int32),
+        "shift_range": view(shift_range, wp.vec3i),
+        "num_shifts_arr": view(num_shifts, wp.int32),
+        "max_shifts_per_system": int(num_shifts.max()),
+        "max_atoms_per_system": int(max_atoms),
+    }
+    scratch = (torch.empty_like(launch.pos), launch.ints(n, 3), torch.empty_like(launch.cell))
 
-    if not cell_list:
-        shift_range, num_shifts = ints(b, 3), ints(b)
-        with _on_torch_stream(wp, device):
-            nv.compute_naive_num_shifts(
-                cell=common["cell"],
-                cutoff=cutoff,
-                pbc=common["pbc"],
-                num_shifts=view(num_shifts, wp.int32),
-                shift_range=view(shift_range, wp.vec3i),
-                wp_dtype=scalar,
-                device=wp_device,
+    def naive(width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        matrix, num, shifts, out = launch.outputs(width)
+        with launch.stream():
+            nv.batch_naive_neighbor_matrix_pbc(
+                **common,
+                **images,
+                **out,
+                positions_wrapped_buffer=view(scratch[0], vec),
+                per_atom_cell_offsets_buffer=view(scratch[1], wp.vec3i),
+                inv_cell_buffer=view(scratch[2], mat),
             )
-        images = {
-            "batch_ptr": view(batch_ptr, wp.int32),
-            "shift_range": view(shift_range, wp.vec3i),
-            "num_shifts_arr": view(num_shifts, wp.int32),
-            "max_shifts_per_system": int(num_shifts.max()),
-            "max_atoms_per_system": int(max_atoms),
-        }
-        scratch = (torch.empty_like(pos), ints(n, 3), torch.empty_like(cell))
+        return matrix, num, shifts
 
-        def naive(width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            matrix, num, shifts, out = outputs(width)
-            with _on_torch_stream(wp, device):
-                nv.batch_naive_neighbor_matrix_pbc(
-                    **common,
-                    **images,
-                    **out,
-                    positions_wrapped_buffer=view(scratch[0], vec),
-                    per_atom_cell_offsets_buffer=view(scratch[1], wp.vec3i),
-                    inv_cell_buffer=view(scratch[2], mat),
-                )
-            return matrix, num, shifts
+    return naive
 
-        return naive
 
+def _cell_list_search(launch: _Launch, scalar, vec) -> Search:
+    """The cell list: built once here (grid sized per graph), queried for each width."""
+    nv, wp, common, view, ints = launch.nv, launch.wp, launch.common, launch.view, launch.ints
+    b, n, device, wp_device = launch.cell.shape[0], launch.pos.shape[0], launch.device, common["device"]
+    cutoff = common["cutoff"]
     cl, sentinel = nv.cell_list, nv.neighbor_utils.empty_sentinel
     cells, radius = ints(b), ints(b, 3)  # cells per graph (upper bound), cells searched around each
-    with _on_torch_stream(wp, device):
+    with launch.stream():
         wp.launch(
             cl.get_build_cell_list_kernel(
                 "estimate_sizes", scalar, batched=True, min_cells_per_dimension=MIN_CELLS_PER_DIMENSION
@@ -177,7 +206,7 @@ def neighbour_search(
         "cell_atom_start_indices": view(ints(total_cells), wp.int32),
         "cell_atom_list": view(ints(n), wp.int32),
     }
-    with _on_torch_stream(wp, device):
+    with launch.stream():
         nv.batch_build_cell_list(
             **common,
             **grid,
@@ -199,15 +228,15 @@ def neighbour_search(
             }
 
     def cell_list_search(width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        matrix, num, shifts, out = outputs(width)
+        matrix, num, shifts, out = launch.outputs(width)
         extra = {}
         if query["strategy"] == "pair_centric":
             extra = {
                 "cell_to_system": view(ints(max(query["total_cells"], 1)), wp.int32),
-                "sorted_positions": view(torch.empty_like(pos), vec),
+                "sorted_positions": view(torch.empty_like(launch.pos), vec),
                 "sorted_atom_periodic_shifts": view(torch.empty(n, 3, dtype=torch.int32, device=device), wp.vec3i),
             }
-        with _on_torch_stream(wp, device):
+        with launch.stream():
             nv.batch_query_cell_list(
                 **common, **grid, neighbor_search_radius=view(radius, wp.vec3i), **out, **query, **extra
             )
