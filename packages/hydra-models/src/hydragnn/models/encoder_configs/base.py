@@ -81,6 +81,21 @@ def unknown_encoder(name: object, known: Mapping[str, Any]) -> ModelConfigError:
     )
 
 
+def check_at_least(key: str, value: int, minimum: int = 1) -> None:
+    """Raise :class:`ModelConfigError` naming ``NeuralNetwork.Architecture.<key>`` if ``value < minimum``."""
+    if value < minimum:
+        raise ModelConfigError(f"{ROOT}.{key}: expected an int >= {minimum}, found {value!r}")
+
+
+def check_positive(key: str, value: int | float | None, allow_none: bool = True) -> None:
+    """Raise :class:`ModelConfigError` naming ``NeuralNetwork.Architecture.<key>`` unless ``value > 0``
+    (or ``None`` where ``allow_none``)."""
+    if value is None and allow_none:
+        return
+    if value is None or value <= 0:
+        raise ModelConfigError(f"{ROOT}.{key}: expected a positive number, found {value!r}")
+
+
 def encoder_entry(name: str) -> EncoderEntry:
     """Look up ``mpnn_type``; unknown names give a :class:`ModelConfigError` listing the known ones."""
     try:

@@ -11,24 +11,10 @@ import math
 from dataclasses import dataclass
 
 from ..errors import ModelConfigError
-from .base import ROOT, EncoderConfig, register_encoder_config
+from .base import ROOT, EncoderConfig, check_at_least, check_positive, register_encoder_config
 
 PNAEQ_AGGREGATORS = ("mean", "min", "max", "std", "sum")
 PNAEQ_SCALERS = ("identity", "amplification", "attenuation", "linear", "inverse_linear")
-
-
-def check_positive(value: int | float | None, key: str, allow_none: bool = True) -> None:
-    """Raise :class:`ModelConfigError` naming ``NeuralNetwork.Architecture.<key>`` unless ``value > 0``."""
-    if value is None and allow_none:
-        return
-    if value is None or value <= 0:
-        raise ModelConfigError(f"{ROOT}.{key}: expected a positive number, found {value!r}")
-
-
-def _check_at_least(config: object, names: tuple[str, ...], minimum: int) -> None:
-    for name in names:
-        if getattr(config, name) < minimum:
-            raise ModelConfigError(f"{ROOT}.{name}: expected an int >= {minimum}, found {getattr(config, name)}")
 
 
 @register_encoder_config("SchNet")
@@ -75,8 +61,10 @@ class DimeNetConfig(EncoderConfig):
     triplet_capacity: int | None = None
 
     def __post_init__(self) -> None:
-        _check_at_least(self, ("int_emb_size", "basis_emb_size", "out_emb_size", "num_spherical", "envelope_exponent"), 1)
-        _check_at_least(self, ("num_before_skip", "num_after_skip", "num_output_layers"), 0)
+        for key in ("int_emb_size", "basis_emb_size", "out_emb_size", "num_spherical", "envelope_exponent"):
+            check_at_least(key, getattr(self, key), 1)
+        for key in ("num_before_skip", "num_after_skip", "num_output_layers"):
+            check_at_least(key, getattr(self, key), 0)
         if self.triplet_capacity is not None and self.triplet_capacity < 1:
             raise ModelConfigError(
                 f"{ROOT}.triplet_capacity: expected null or an int >= 1, found {self.triplet_capacity}"
@@ -103,8 +91,8 @@ class PAINNConfig(EncoderConfig):
     norm_eps: float = 1e-2
 
     def __post_init__(self) -> None:
-        check_positive(self.num_vector_channels, "num_vector_channels")
-        check_positive(self.norm_eps, "norm_eps", allow_none=False)
+        check_positive("num_vector_channels", self.num_vector_channels)
+        check_positive("norm_eps", self.norm_eps, allow_none=False)
 
 
 @register_encoder_config("EGNN")
@@ -127,8 +115,8 @@ class EGNNConfig(EncoderConfig):
     avg_num_neighbors: float = 10.0
 
     def __post_init__(self) -> None:
-        check_positive(self.num_vector_channels, "num_vector_channels")
-        check_positive(self.avg_num_neighbors, "avg_num_neighbors", allow_none=False)
+        check_positive("num_vector_channels", self.num_vector_channels)
+        check_positive("avg_num_neighbors", self.avg_num_neighbors, allow_none=False)
 
 
 @register_encoder_config("PNAEq")
@@ -177,8 +165,8 @@ class PNAEqConfig(EncoderConfig):
                     f"{ROOT}.{key}: expected a non-empty list of distinct names from {list(allowed)}, found {list(values)}"
                 )
         for key in ("avg_deg_lin", "avg_deg_log", "minmax_beta", "std_eps", "norm_eps"):
-            check_positive(getattr(self, key), key, allow_none=False)
-        check_positive(self.num_vector_channels, "num_vector_channels")
+            check_positive(key, getattr(self, key), allow_none=False)
+        check_positive("num_vector_channels", self.num_vector_channels)
 
 
 @register_encoder_config("MACE")
@@ -206,12 +194,13 @@ class MACEConfig(EncoderConfig):
     envelope_exponent: int = 5
 
     def __post_init__(self) -> None:
-        _check_at_least(self, ("max_ell",), 1)
+        check_at_least("max_ell", self.max_ell)
         if not 1 <= self.node_max_ell <= self.max_ell:
             raise ModelConfigError(
                 f"{ROOT}.node_max_ell: expected an int in [1, max_ell={self.max_ell}], found {self.node_max_ell}"
             )
-        _check_at_least(self, ("correlation",), 1)
+        check_at_least("correlation", self.correlation)
         if not self.avg_num_neighbors > 0:
             raise ModelConfigError(f"{ROOT}.avg_num_neighbors: expected a float > 0, found {self.avg_num_neighbors}")
-        _check_at_least(self, ("radial_mlp_dim", "radial_mlp_layers", "envelope_exponent"), 1)
+        for key in ("radial_mlp_dim", "radial_mlp_layers", "envelope_exponent"):
+            check_at_least(key, getattr(self, key), 1)

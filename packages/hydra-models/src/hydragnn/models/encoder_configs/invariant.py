@@ -27,12 +27,6 @@ def check_choice(key: str, value: str, allowed: tuple[str, ...] | list[str] | se
         raise ModelConfigError(f"{WHERE}.{key}: expected one of {sorted(allowed)}, found {value!r}")
 
 
-def check_positive(key: str, value: int, minimum: int = 1) -> None:
-    """Raise a :class:`ModelConfigError` naming ``key`` if ``value < minimum``."""
-    if value < minimum:
-        raise ModelConfigError(f"{WHERE}.{key}: expected an integer >= {minimum}, found {value!r}")
-
-
 @dataclass(frozen=True)
 class InvariantConfig(EncoderConfig):
     """Keys common to the invariant encoders.

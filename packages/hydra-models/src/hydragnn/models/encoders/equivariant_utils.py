@@ -13,7 +13,6 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..encoder_configs.geometric import check_positive  # noqa: F401  (re-exported: configs use it torch-free)
 from ..errors import ModelConfigError, ModelError
 from ..nn.geometry import safe_norm, safe_unit_vectors
 from .base import EncoderDims, GraphInputs

@@ -42,7 +42,7 @@ from .invariant_utils import (
     Float32Aggregation,
     InvariantEncoder,
     accumulate_dtype,
-    check_positive,
+    check_at_least,
 )
 
 
@@ -127,7 +127,7 @@ class GATEncoder(InvariantEncoder):
     Config = GATConfig
 
     def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
-        check_positive("heads", config.heads)
+        check_at_least("heads", config.heads)
         if config.concat and dims.hidden_dim % config.heads:
             raise ModelConfigError(
                 f"{WHERE}.heads: with concat=true hidden_dim ({dims.hidden_dim}) must be divisible by heads ({config.heads})"

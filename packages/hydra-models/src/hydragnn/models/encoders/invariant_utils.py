@@ -27,13 +27,13 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 from torch_geometric.utils import scatter
 
+from ..encoder_configs.base import check_at_least
 from ..encoder_configs.invariant import (  # the keys and their checks live torch-free
     CUTOFF_FUNCTIONS,
     RADIAL_BASES,
     WHERE,
     InvariantConfig,
     check_choice,
-    check_positive,
 )
 from ..errors import ModelConfigError, ModelError
 from ..nn.activations import make_activation
@@ -121,7 +121,7 @@ class RadialEdgeFeatures(nn.Module):
         super().__init__()
         check_choice("radial_basis", config.radial_basis, RADIAL_BASES)
         check_choice("cutoff_function", config.cutoff_function, CUTOFF_FUNCTIONS)
-        check_positive("envelope_exponent", config.envelope_exponent)
+        check_at_least("envelope_exponent", config.envelope_exponent)
         self.geometric = dims.radius > 0 and dims.num_radial > 0
         self.num_radial = int(dims.num_radial) if self.geometric else 0
         self.edge_in = int(dims.edge_in)
@@ -177,8 +177,8 @@ class InvariantEncoder(Encoder):
 
     def __init__(self, dims: EncoderDims, config: InvariantConfig) -> None:
         super().__init__(dims, config)
-        check_positive("hidden_dim", dims.hidden_dim)
-        check_positive("num_conv_layers", dims.num_conv_layers)
+        check_at_least("hidden_dim", dims.hidden_dim)
+        check_at_least("num_conv_layers", dims.num_conv_layers)
         self.embedding = NodeInputEmbedding(dims)
         self.edges = RadialEdgeFeatures(dims, config)
         self.act = make_activation(config.activation)

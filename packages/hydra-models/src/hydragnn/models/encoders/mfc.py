@@ -19,7 +19,7 @@ from .base import EncoderDims, register_encoder
 from .invariant_utils import (
     Float32Aggregation,
     InvariantEncoder,
-    check_positive,
+    check_at_least,
     smoothstep,
     soft_degree,
 )
@@ -55,5 +55,5 @@ class MFCEncoder(InvariantEncoder):
     Config = MFCConfig
 
     def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
-        check_positive("max_degree", config.max_degree)
+        check_at_least("max_degree", config.max_degree)
         return SmoothMFConv(dims.hidden_dim, edge_dim, config.max_degree)

@@ -42,7 +42,7 @@ from ..encoder_configs.invariant import (  # the keys live torch-free
 )
 from ..errors import ModelConfigError
 from .base import EncoderDims, register_encoder
-from .invariant_utils import WHERE, InvariantEncoder, check_choice, check_positive
+from .invariant_utils import WHERE, InvariantEncoder, check_at_least, check_choice
 
 STD_EPS = 1e-2
 """``std = sqrt(var + STD_EPS**2) - STD_EPS``: smooth, 0 for equal messages."""
@@ -113,9 +113,9 @@ def pna_kwargs(dims: EncoderDims, config: PNAConfig) -> dict:
         raise ModelConfigError(
             f"{WHERE}.pna_deg: expected a histogram of non-negative counts with some node of degree >= 1, found {list(deg)}"
         )
-    check_positive("towers", config.towers)
-    check_positive("pre_layers", config.pre_layers)
-    check_positive("post_layers", config.post_layers)
+    check_at_least("towers", config.towers)
+    check_at_least("pre_layers", config.pre_layers)
+    check_at_least("post_layers", config.post_layers)
     if dims.hidden_dim % config.towers:
         raise ModelConfigError(
             f"{WHERE}.towers: hidden_dim ({dims.hidden_dim}) must be divisible by towers ({config.towers})"
