@@ -8,10 +8,24 @@ the full ``[B, 3, 3]`` tensor (eV/Å³). Every tensor is a detached copy the cal
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
-from .inputs import CallInputs
 from .model_info import ModelInfo, energy_scale
+
+
+class CallLayout(Protocol):
+    """What :func:`convert` reads of a call (:class:`~.inputs.CallInputs` has it; so does an
+    exported model's one-structure layout, whose ``counts`` is built without ``bincount``)."""
+
+    @property
+    def counts(self) -> torch.Tensor: ...  # [B] atoms per structure
+
+    batch: torch.Tensor  # [N] structure of each atom
+    layout: str  # "single", "dense" or "flat"
+    mask: torch.Tensor | None  # [B, Nmax] real-atom mask of the dense layout
+
 
 VOIGT_TO_FULL = (0, 5, 4, 5, 1, 3, 4, 3, 2)
 """Index into Voigt ``(xx, yy, zz, yz, xz, xy)`` for each entry of the row-major 3x3 tensor."""
@@ -21,7 +35,7 @@ def _squeeze(t: torch.Tensor) -> torch.Tensor:
     return t.squeeze(-1) if t.dim() >= 2 and t.shape[-1] == 1 else t
 
 
-def _per_atom_layout(t: torch.Tensor, call: CallInputs) -> torch.Tensor:
+def _per_atom_layout(t: torch.Tensor, call: CallLayout) -> torch.Tensor:
     if call.layout != "dense":
         return t
     out = t.new_zeros((*call.mask.shape, *t.shape[1:]))
@@ -36,13 +50,17 @@ def full_stress(stress: torch.Tensor) -> torch.Tensor:
     return stress.reshape(-1, 3, 3)
 
 
-def convert(raw: dict[str, torch.Tensor], call: CallInputs, info: ModelInfo) -> dict[str, torch.Tensor]:
+def convert(
+    raw: dict[str, torch.Tensor], call: CallLayout, info: ModelInfo, *, detach: bool = True
+) -> dict[str, torch.Tensor]:
     """Results in eV / Å units and the call's layout (see the module docstring).
 
     Args:
         raw: the model's outputs on the flattened batch of ``call``.
-        call: the validated call.
+        call: the validated call (or any :class:`CallLayout`).
         info: the model's facts (output roles, normalization).
+        detach: return detached copies (the calculator); ``False`` keeps the graph to the inputs
+            (an exported energy that engines differentiate).
 
     Returns:
         ``{name: tensor}``: ``energy``, ``forces`` and ``stress`` under those names whatever the
@@ -53,7 +71,7 @@ def convert(raw: dict[str, torch.Tensor], call: CallInputs, info: ModelInfo) -> 
     norm = info.normalizer
     results: dict[str, torch.Tensor] = {}
     for name, value in raw.items():
-        value = value.detach()
+        value = value.detach() if detach else value
         dtype = value.dtype
         if name == info.energy:
             if norm is not None and name in norm:

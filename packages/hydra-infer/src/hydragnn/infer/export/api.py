@@ -1,0 +1,363 @@
+"""``export_model``: a HydraGNN potential as a file that MD engines load without hydragnn.
+
+Steps: the model (an artifact or a ``HydraModel``, copied) in the export dtype and device, the
+reasons it cannot be exported (:func:`.graph.export_problems`, refused before any work), the
+traced graph (:mod:`.graph`), the file written beside its destination under a temporary name
+(:mod:`.formats`, :mod:`.metatomic`), then the check: the written file, loaded as its users load
+it, against :class:`~hydragnn.infer.HydraCalculator` on a molecule and a triclinic periodic cell
+of other sizes than the trace's. Only a file that passes replaces ``path``; nothing is left
+behind otherwise, so an export either gives a file that computes what the calculator computes
+or an :class:`~.graph.ExportError` saying why.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hydragnn.models import HydraModel, load_artifact
+
+from ..calculator import HydraCalculator
+from ..errors import InferenceError
+from ..model_info import ModelInfo, model_info
+from .formats import FORMATS, metadata, write_aoti, write_torchscript
+from .graph import ExportError, check_species, example_inputs, export_problems, potential_function, trace
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-4}
+"""Largest accepted difference from the calculator, relative to the largest magnitude of each
+output (at least 1): float64 exports agree to rounding, float32 ones to a few ulps of a sum."""
+
+
+@dataclass
+class ExportReport:
+    """What an export produced and measured.
+
+    Attributes:
+        path: the written file; format: its format; dtype / device: the export's.
+        size_bytes: the file's size.
+        seconds: ``{"trace", "write", "check"}`` wall times (``write`` includes the AOTInductor compile).
+        errors: ``{output: largest absolute difference from the calculator}`` over the check structures.
+        tolerance: the relative tolerance the check applied.
+    """
+
+    path: Path
+    format: str
+    dtype: str
+    device: str
+    size_bytes: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, float] = field(default_factory=dict)
+    tolerance: float = 0.0
+
+    def summary(self) -> str:
+        """Two lines for a terminal: where, how big, how long; and the check's largest differences."""
+        times = ", ".join(f"{k} {v:.1f} s" for k, v in self.seconds.items())
+        checks = ", ".join(f"{k} {v:.1e}" for k, v in self.errors.items())
+        return (
+            f"{self.path} ({self.format}, {self.dtype}, {self.device}): {self.size_bytes / 1e6:.2f} MB; {times}\n"
+            f"checked against HydraCalculator (molecule + triclinic cell), largest differences: {checks}"
+        )
+
+
+def format_for(path: str | os.PathLike, fmt: str | None) -> str:
+    """``fmt``, or the format a path's suffix implies (``.pt2``: AOTInductor, ``.pt``: TorchScript)."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ExportError(f"format: expected one of {sorted(FORMATS)}, found {fmt!r}")
+        return fmt
+    suffix = Path(path).suffix
+    by_suffix = {".pt2": "aoti", ".pt": "torchscript"}
+    if suffix not in by_suffix:
+        raise ExportError(f"{path}: give --format (one of {sorted(FORMATS)}); the suffix {suffix!r} does not say")
+    return by_suffix[suffix]
+
+
+def export_model(
+    model_or_artifact: HydraModel | str | os.PathLike,
+    path: str | os.PathLike,
+    *,
+    format: str | None = None,  # noqa: A002 (the CLI's --format)
+    dtype: str | None = None,
+    device: str = "cpu",
+    head: str | None = None,
+    charge: float | None = None,
+    spin: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ExportReport:
+    """Export an interatomic potential to ``path`` and check the file against the calculator.
+
+    Args:
+        model_or_artifact: a ``.hydra`` artifact path or a :class:`~hydragnn.models.HydraModel`
+            (not modified: a copy is exported).
+        path: destination; replaced only by a file that passed the check.
+        format: ``"aoti"`` (AOTInductor ``.pt2``), ``"torchscript"`` or ``"metatomic"``; default
+            from the suffix (``.pt2`` / ``.pt``).
+        dtype: ``"float32"`` or ``"float64"`` (default: the model's).
+        device: ``"cpu"`` or ``"cuda"``: where the file runs (the trace fixes it).
+        head: the energy head to export, for a model with several.
+        charge, spin: fixed values of the model's total-charge / spin inputs (engines pass none).
+        progress: called with a line per step (the CLI prints them).
+
+    Raises:
+        ExportError: the model cannot be exported (every reason listed), a format's dependency
+            is missing, or the written file does not compute what the calculator computes.
+    """
+    fmt = format_for(path, format)
+    say = progress or (lambda line: None)
+    model = _prepared(model_or_artifact, dtype, device, head)
+    try:
+        info = model_info(model)
+    except InferenceError as exc:
+        raise ExportError(f"cannot export this model: {exc}") from None
+    fixed = {k: float(v) for k, v in (("charge", charge), ("spin", spin)) if v is not None}
+    problems = export_problems(model, info, fixed)
+    if problems:
+        raise ExportError("cannot export this model:\n  - " + "\n  - ".join(problems))
+    spec = FORMATS[fmt]
+    meta = _metadata(model, info, fmt, fixed, head, model_or_artifact)
+    if fmt == "metatomic":
+        from .metatomic import metatomic_torch
+
+        metatomic_torch()  # a missing extra fails before the trace
+    seconds: dict[str, float] = {}
+    start = time.perf_counter()
+    graph_attr = _graph_attr(info, fixed, model)
+    example = example_inputs(info, model.geometry_dtype, torch.device(device))
+    if not spec["gradients"]:
+        # the engine differentiates the energy: trace the path a gradient flows through (an
+        # energy-only path may share work between equal edge lengths, which autograd cannot)
+        example[0].requires_grad_(True)
+    gm = trace(potential_function(model, info, graph_attr, gradients=spec["gradients"]), example)
+    seconds["trace"] = time.perf_counter() - start
+    say(
+        f"traced in {seconds['trace']:.1f} s; writing {fmt}"
+        + (" (AOTInductor compile, about a minute)" if fmt == "aoti" else "")
+    )
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # AOTInductor wants its suffix
+    try:
+        start = time.perf_counter()
+        if fmt == "aoti":
+            write_aoti(gm, example, tmp, meta)
+        elif fmt == "torchscript":
+            write_torchscript(gm, tmp, meta)
+        else:
+            from .metatomic import write_metatomic
+
+            write_metatomic(gm, tmp, meta)
+        seconds["write"] = time.perf_counter() - start
+        start = time.perf_counter()
+        tolerance = TOLERANCE[model.geometry_dtype]
+        errors = check_file(tmp, fmt, model, info, graph_attr_values=fixed, tolerance=tolerance)
+        seconds["check"] = time.perf_counter() - start
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return ExportReport(
+        path=path,
+        format=fmt,
+        dtype=meta["dtype"],
+        device=meta["device"],
+        size_bytes=path.stat().st_size,
+        seconds=seconds,
+        errors=errors,
+        tolerance=tolerance,
+    )
+
+
+def _prepared(model_or_artifact: Any, dtype: str | None, device: str, head: str | None) -> HydraModel:
+    """A frozen eval-mode copy of the model in the export dtype, on the export device, serving ``head``."""
+    if isinstance(model_or_artifact, HydraModel):
+        model = copy.deepcopy(model_or_artifact)
+    else:
+        model = load_artifact(Path(model_or_artifact), device="cpu")
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise ExportError(f"dtype: expected one of {sorted(DTYPES)}, found {dtype!r}")
+        model = model.to(DTYPES[dtype])
+    try:
+        model = model.to(torch.device(device))
+    except (RuntimeError, AssertionError) as exc:
+        raise ExportError(f"device: {device!r} is not usable here ({exc})") from None
+    if head is not None:
+        try:
+            model.select_head(head)
+        except Exception as exc:  # ModelError for an unknown head, AttributeError without energy heads
+            raise ExportError(f"head: {exc}") from None
+    return model.eval().requires_grad_(False)
+
+
+def _graph_attr(info: ModelInfo, fixed: Mapping[str, float], model: HydraModel) -> torch.Tensor | None:
+    if not info.graph_inputs:
+        return None
+    values = [fixed[role] for role in info.graph_inputs]
+    return torch.tensor([values], dtype=model.dtype, device=next(model.parameters()).device)
+
+
+def _metadata(
+    model: HydraModel, info: ModelInfo, fmt: str, fixed: Mapping[str, float], head: str | None, source: Any
+) -> dict[str, Any]:
+    from hydragnn.infer import __version__
+
+    manifest = getattr(model, "manifest", None) or {}
+    species = sorted(info.species) if info.species else list(range(1, info.max_species or 119))
+    outputs = {"energy": "structure", "forces": "atom", "stress": "structure", "virial": "structure"}
+    if info.atomic_energy:
+        outputs[info.atomic_energy] = "atom"
+    outputs.update({n: "atom" for n in info.node_outputs})
+    outputs.update({n: "structure" for n in info.graph_outputs})
+    if FORMATS[fmt]["gradients"] is False:
+        outputs = {"energy": "structure"} | ({"atomic_energy": "atom"} if info.atomic_energy else {})
+    heads = model.energy_head_names
+    attention = model.config.attention.engine
+    return metadata(
+        format=fmt,
+        hydra_infer_version=__version__,
+        source=str(source) if not isinstance(source, HydraModel) else None,
+        weights_sha256=manifest.get("weights_sha256"),
+        architecture=model.config.mpnn_type,
+        cutoff=info.cutoff,
+        interaction_range=float("inf") if attention else info.cutoff * model.config.num_conv_layers,
+        species=species,
+        dtype=str(model.geometry_dtype).removeprefix("torch."),
+        device=next(model.parameters()).device.type,
+        energy_head=head or (heads[model.energy_head.default_head] if len(heads) > 1 else None),
+        fixed_inputs=dict(fixed),
+        outputs=outputs,
+        per_atom_energy=info.atomic_energy is not None,
+        atomic_energy_name=info.atomic_energy,
+        name=f"HydraGNN {model.config.mpnn_type}",
+    )
+
+
+def check_structures(info: ModelInfo) -> list[Any]:
+    """A 7-atom molecule and a 12-atom triclinic periodic cell (the trace used a 32-atom cubic one)."""
+    from ase import Atoms
+    from ase.build import bulk
+
+    first, second = check_species(info)
+    rng = np.random.default_rng(7)
+    molecule = Atoms(
+        numbers=[first, second, first, first, second, first, second],
+        positions=rng.normal(scale=1.2, size=(7, 3)) + np.array([0.0, 0.0, 0.0]),
+    )
+    periodic = bulk("Cu", "fcc", a=3.6) * (2, 2, 3)  # the primitive fcc cell: triclinic
+    periodic.numbers[::3] = second
+    periodic.numbers[1::3] = first
+    periodic.rattle(0.08, seed=3)
+    return [molecule, periodic]
+
+
+def _reference(model: HydraModel, info: ModelInfo, atoms: Any, fixed: Mapping[str, float]) -> dict[str, np.ndarray]:
+    calc = HydraCalculator(model, skin=0.0)
+    periodic = bool(atoms.pbc.any())
+    out = calc(
+        atoms.positions,
+        atoms.numbers,
+        cell=atoms.cell.array if periodic else None,
+        pbc=atoms.pbc if periodic else None,
+        forces=True,
+        stress=periodic,
+        charge=fixed.get("charge"),
+        spin=fixed.get("spin"),
+    )
+    result = {k: v.detach().cpu().double().numpy() for k, v in out.items()}
+    for name in ("energy", *info.graph_outputs, *(["stress"] if periodic else [])):
+        result[name] = result[name][0]  # one structure: drop the batch dimension, as the file does
+    return result
+
+
+def _exported(path: Path, fmt: str, atoms: Any, info: ModelInfo) -> dict[str, np.ndarray]:
+    """The written file's outputs for ``atoms``, loaded as its users load it."""
+    if fmt == "metatomic":
+        from .metatomic import pyg_index_select_restored
+
+        with pyg_index_select_restored():
+            from metatomic_ase import MetatomicCalculator
+
+            calc = MetatomicCalculator(str(path), device="cpu" if not torch.cuda.is_available() else None)
+            atoms = atoms.copy()
+            atoms.calc = calc
+            out = {"energy": np.array(atoms.get_potential_energy()), "forces": atoms.get_forces()}
+            if atoms.pbc.any():
+                from ase.stress import voigt_6_to_full_3x3_stress
+
+                out["stress"] = voigt_6_to_full_3x3_stress(atoms.get_stress())
+            return out
+    from .runtime import ExportedModel, structure_inputs
+
+    exported = ExportedModel(path)
+    raw = exported.run(*structure_inputs(atoms, info.cutoff, exported.dtype, exported.device))
+    out = {k: v.detach().cpu().double().numpy() for k, v in raw.items()}
+    if not atoms.pbc.any():
+        out.pop("stress", None)
+    out.pop("virial", None)
+    return out
+
+
+def check_file(
+    path: Path,
+    fmt: str,
+    model: HydraModel,
+    info: ModelInfo,
+    *,
+    graph_attr_values: Mapping[str, float],
+    tolerance: float,
+) -> dict[str, float]:
+    """Largest differences between the file and the calculator over :func:`check_structures`.
+
+    Raises:
+        ExportError: an output missing from the file, or differing by more than ``tolerance``
+            (relative to the output's largest magnitude, at least 1).
+    """
+    worst: dict[str, float] = {}
+    for atoms in check_structures(info):
+        kind = "periodic cell" if atoms.pbc.any() else "molecule"
+        ref = _reference(model, info, atoms, graph_attr_values)
+        got = _exported(path, fmt, atoms, info)
+        for name, value in got.items():
+            if name not in ref:
+                continue
+            expected = ref[name]
+            if value.shape != expected.shape:
+                raise ExportError(
+                    f"export check ({kind}): {name} has shape {value.shape}, the calculator's {expected.shape}"
+                )
+            diff = float(np.abs(value - expected).max()) if value.size else 0.0
+            scale = max(1.0, float(np.abs(expected).max()) if expected.size else 0.0)
+            if not diff <= tolerance * scale:
+                raise ExportError(
+                    f"export check ({kind}): {name} differs from the calculator's by {diff:.3g} "
+                    f"(tolerance {tolerance * scale:.3g}); the file was not written"
+                )
+            worst[name] = max(worst.get(name, 0.0), diff)
+        for name in ("energy", "forces"):
+            if name not in got:
+                raise ExportError(f"export check ({kind}): the file gives no {name}")
+    return worst
+
+
+def describe(path: str | os.PathLike) -> dict[str, Any]:
+    """The metadata of an exported file (any format), as a dict."""
+    from .runtime import file_format
+
+    fmt = file_format(path)
+    if fmt == "metatomic":
+        from .metatomic import metatomic_torch
+
+        mta = metatomic_torch()
+        return json.loads(mta.read_model_metadata(str(path)).extra["hydragnn"])
+    from .runtime import ExportedModel
+
+    return ExportedModel(path).metadata

@@ -1,0 +1,85 @@
+"""The metatomic format: the scripted energy graph inside a metatomic ``AtomisticModel``.
+
+One file for every engine metatomic serves (ASE through ``metatomic_ase``, i-PI's
+``-m metatomic`` driver, LAMMPS's ``pair_style metatomic``, torch-sim). The engine passes a full
+neighbour list (``requested_neighbor_lists``) with integer cell shifts, exactly the exported
+graph's inputs, and computes forces and stress itself by autograd through the energy (engines
+strain positions and cell, so the graph computes the pair shifts from the cell). Output:
+``energy`` per structure and, for a model with per-atom energies, per atom (``sample_kind``
+``"atom"``, also what ``selected_atoms`` needs). The model's other heads are not offered here
+(metatomic has no standard names for them); the AOTInductor and TorchScript files carry them.
+
+PyG replaces ``torch.index_select`` at import with a Python function that TorchScript cannot
+compile, and metatensor scripts functions calling it when ``metatomic.torch`` is imported and
+when a model is saved; :func:`pyg_index_select_restored` puts torch's own back for that time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .formats import METADATA_KEY, scriptable
+
+
+@contextlib.contextmanager
+def pyg_index_select_restored() -> Iterator[None]:
+    """``torch.index_select`` as torch defines it for the duration (undoing PyG's patch, then redoing it)."""
+    hash_tensor = sys.modules.get("torch_geometric.hash_tensor")
+    original = getattr(hash_tensor, "_old_index_select", None)
+    patched = torch.index_select
+    if original is None or patched is original:
+        yield
+        return
+    torch.index_select = original
+    try:
+        yield
+    finally:
+        torch.index_select = patched
+
+
+def metatomic_torch() -> Any:
+    """``metatomic.torch`` (imported with :func:`pyg_index_select_restored`), or an ImportError saying how to get it."""
+    try:
+        with pyg_index_select_restored():
+            import metatomic.torch as mta
+    except ImportError as exc:
+        raise ImportError(
+            f'the metatomic format needs metatomic-torch ({exc}); pip install "hydra-infer[metatomic]"'
+        ) from exc
+    return mta
+
+
+def write_metatomic(gm: torch.fx.GraphModule, path: Path, meta: dict[str, Any]) -> None:
+    """The metatomic file of an energy-only graph (``gradients=False``) and its metadata.
+
+    ``meta`` must hold ``cutoff``, ``species``, ``dtype``, ``device``, ``interaction_range`` and
+    ``per_atom_energy`` (see :func:`hydragnn.infer.export.export_model`).
+    """
+    mta = metatomic_torch()
+    per_atom = bool(meta["per_atom_energy"])
+    with pyg_index_select_restored():
+        from .metatomic_module import HydraGNNMetatomic
+
+        module = HydraGNNMetatomic(scriptable(gm), float(meta["cutoff"]), per_atom).eval()
+        energy = mta.ModelOutput(unit="eV", sample_kind="atom" if per_atom else "system")
+        capabilities = mta.ModelCapabilities(
+            outputs={"energy": energy},
+            atomic_types=[int(z) for z in meta["species"]],
+            interaction_range=float(meta["interaction_range"]),
+            length_unit="angstrom",
+            supported_devices=[meta["device"]],
+            dtype=meta["dtype"],
+        )
+        info = mta.ModelMetadata(
+            name=str(meta.get("name") or "HydraGNN potential"),
+            description="exported by hydragnn-export",
+            extra={METADATA_KEY: json.dumps(meta)},
+        )
+        mta.AtomisticModel(module, info, capabilities).save(str(path))
