@@ -13,7 +13,9 @@ first):
 2. each README line in order (inference only, then, after uninstalling ``hydra-infer`` so
    that the environment is hydra-models' closure again, training, then everything), each
    followed by the checks for what that line promises (imports, the command-line tools on the
-   venv's PATH, a calculator answering on a real model artifact for the inference line).
+   venv's PATH: ``hydragnn-evaluate`` for the inference line, ``hydragnn-train`` and
+   ``hydragnn-predict`` for the training line; a calculator answering on a real model artifact
+   for the inference line).
 
 ``dist`` replaces the README's ``dist`` (where ``nox -s wheels`` writes). The layering proof of
 DESIGN.md is part of it: a line that brought a forbidden distribution fails. Incremental installs
@@ -175,6 +177,8 @@ def run(dist_dir: pathlib.Path, venv_dir: pathlib.Path, readme: pathlib.Path, co
     user_line(venv, lines[0], dist_dir, constraints)
     check_layer(venv, "hydra-infer")
     venv.python_code(CHECK_SERVE)
+    for tool in ("hydragnn-evaluate",):
+        venv.run(tool, "--version")
     venv.run(venv.python, "-m", "pip", "uninstall", "-y", "-q", "hydra-infer")
     print(f"README: {lines[1]}", flush=True)
     user_line(venv, lines[1], dist_dir, constraints)

@@ -115,9 +115,9 @@ def predict_main(argv: list[str] | None = None) -> int:
         print(f"hydragnn-predict: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        from .pipeline import _jsonable
+        from hydragnn.models.metrics import jsonable
 
-        print(json.dumps(_jsonable(result), allow_nan=False))
+        print(json.dumps(jsonable(result), allow_nan=False))
     else:
         # errors in physical units only: the loss is a weighted objective of the training config
         # (stage weights, normalisation), not comparable between runs; --json still carries it

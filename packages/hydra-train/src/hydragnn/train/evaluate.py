@@ -16,6 +16,7 @@ from torch import nn
 
 from hydragnn.models.loss import atom_counts
 from hydragnn.models.loss import targets as batch_targets
+from hydragnn.models.metrics import error_report, head_units  # noqa: F401  (head_units: loop, pipeline, tests)
 
 from .progress import Progress
 from .strategies.base import Strategy
@@ -25,18 +26,6 @@ __all__ = ["evaluate_losses", "head_units", "mae_report", "test"]
 
 def _num_graphs(batch: Any) -> int:
     return int(getattr(batch, "num_graphs", 1))
-
-
-def head_units(model: nn.Module) -> dict[str, tuple[str, bool]]:
-    """``{output: (unit of its errors, per atom)}``: an interatomic potential's roles by role
-    (energy in eV/atom, forces eV/Å, stress eV/Å³), other outputs by name (:data:`UNITS`)."""
-    roles = {"energy": ("eV/atom", True), "atomic_energy": ("eV/atom", False), "forces": ("eV/Å", False),
-             "stress": ("eV/Å³", False)}
-    special = {name: role for role, name in (getattr(model, "special", None) or {}).items()}
-    out = {}
-    for var in model.schema.outputs:
-        out[var.name] = roles[special[var.name]] if var.name in special else UNITS.get(var.name, ("", False))
-    return out
 
 
 def evaluate_losses(
@@ -183,17 +172,6 @@ def gather_rows(strategy: Strategy, *parts: Any) -> tuple[Any, ...]:
             out.append(torch.cat(items))
     return tuple(out)
 
-UNITS = {
-    "energy": ("eV/atom", True),
-    "atomic_energy": ("eV/atom", False),
-    "energy_per_atom": ("eV/atom", False),
-    "forces": ("eV/Å", False),
-    "stress": ("eV/Å³", False),
-    "pressure": ("eV/Å³", False),
-    "volume_per_atom": ("Å³", False),
-}
-"""Output name -> (unit of the reported MAE, divide by the number of atoms)."""
-
 
 def mae_report(
     trues: Mapping[str, torch.Tensor],
@@ -205,23 +183,10 @@ def mae_report(
 
     ``units`` (default: :data:`UNITS` by name; :func:`head_units` for a model) gives each head's
     unit and whether it is reported per atom: an energy total is then compared as
-    ``(pred - true) / natoms``. All components of a vector head count together.
+    ``(pred - true) / natoms``. All components of a vector head count together. Computed by
+    :func:`hydragnn.models.metrics.error_report`, which ``hydragnn-evaluate`` (hydra-infer) uses too.
 
     Returns:
         ``{head: {"mae", "rmse", "unit", "count"}}`` (``count``: rows, graphs or atoms).
     """
-    report: dict[str, dict[str, Any]] = {}
-    for name, t in trues.items():
-        p = preds[name]
-        unit, per_atom = (units or UNITS).get(name, UNITS.get(name, ("", False)))
-        diff = p.double() - t.double()
-        if per_atom and natoms is not None and natoms.numel() == diff.shape[0]:
-            diff = diff / natoms.double().reshape(-1, *([1] * (diff.dim() - 1)))
-        empty = not diff.numel()
-        report[name] = {
-            "mae": float("nan") if empty else float(diff.abs().mean()),
-            "rmse": float("nan") if empty else float(diff.pow(2).mean().sqrt()),
-            "unit": unit,
-            "count": int(diff.shape[0]),
-        }
-    return report
+    return error_report(trues, preds, natoms, units)

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from hydragnn.data.loaders import set_epoch
+from hydragnn.models.metrics import format_errors
 
 from .averaging import WeightAverage
 from .checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
@@ -45,7 +46,7 @@ from .config import TrainingConfig, parse_training
 from .epoch import train_epoch as _train_epoch  # a module global: profilers and harnesses wrap it
 from .errors import CheckpointError, TrainingAborted
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
-from .progress import Progress, fmt_errors, fmt_losses, format_errors
+from .progress import Progress, fmt_errors, fmt_losses
 from .run_folder import check_fingerprint
 from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
 from .strategies.base import Strategy

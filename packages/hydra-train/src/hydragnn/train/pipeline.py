@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +25,7 @@ from hydragnn.data.threads import configure_threads
 from hydragnn.models import ModelConfig, build_model, save_artifact
 from hydragnn.models.encoders import get_encoder
 from hydragnn.models.encoders.pna import degree_histogram
+from hydragnn.models.metrics import format_errors, jsonable, training_label_keys
 
 from .checkpoint import load_checkpoint
 from .config import RunConfig, load_config
@@ -35,7 +35,7 @@ from .evaluate import mae_report
 from .finetune import initialise_from, load_base
 from .loop import CHECKPOINT_NAME, train_validate_test
 from .plots import parity_plots
-from .progress import LOG_NAME, Progress, format_errors, run_log
+from .progress import LOG_NAME, Progress, run_log
 from .references import resolve_reference_energies, resolve_scale_shift
 from .run_folder import check_fingerprint, fingerprint, prepare_run_folder
 from .strategies import build_optimizer_factory, make_strategy
@@ -102,16 +102,6 @@ def _writer(run_dir: Path, is_main: bool, progress: Progress):
         progress.log(1, "tensorboard is not installed: no TensorBoard logs (pip install tensorboard)")
         return None
     return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 def run_training(
@@ -259,7 +249,7 @@ def _run(
                 species=data.species,
                 extra={
                     "best_epoch": summary["best_epoch"],
-                    "best_val_loss": _jsonable(summary["best_val_loss"]),
+                    "best_val_loss": jsonable(summary["best_val_loss"]),
                     "dataset": cfg.dataset.name,
                     "config": cfg.to_dict(),
                     "reference_energies": references,
@@ -284,7 +274,7 @@ def _run(
         metrics["wall_s"] = time.perf_counter() - t_start
         metrics["paths"] = paths
         try:
-            atomic_write(run_dir / "metrics.json", (json.dumps(_jsonable(metrics), indent=2) + "\n").encode())
+            atomic_write(run_dir / "metrics.json", (json.dumps(jsonable(metrics), indent=2) + "\n").encode())
         except OSError as exc:
             raise TrainError(
                 f"{run_dir / 'metrics.json'}: cannot be written ({exc}); model.hydra and the training "
@@ -351,15 +341,7 @@ def predict(
     model = load_artifact(artifact)
     if head is not None:
         model.select_head(head)
-    trained = ((model.manifest.get("extra") or {}).get("config") or {}).get("Dataset") or {}
-    if trained.get("sources"):  # several sources: the keys of the one whose head is served
-        served = model.energy_head_names[model.energy_head.default_head]
-        trained = next((s for s in trained["sources"] if s.get("name") == served), trained["sources"][0])
-    options: dict[str, Any] = {
-        k: trained[k] for k in ("energy_key", "forces_key", "stress_key", "config_type_key") if k in trained
-    }
-    if trained.get("keys"):
-        options["extra_keys"] = tuple(trained["keys"].items())
+    options: dict[str, Any] = training_label_keys(model)  # the served head's source, with several
     options.update(labels or {})
     samples = evaluation_samples(dataset, model.schema, model.cutoff, model.config.attention.pe_dim, options)
     _, _, loader = create_dataloaders(None, None, samples, batch_size)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .evaluate import UNITS
+from hydragnn.models.metrics import UNITS
 
 
 def parity_plots(

@@ -30,16 +30,6 @@ def fmt_losses(losses: Mapping[str, float]) -> str:
     return " ".join(f"{k}={v:.4g}" for k, v in losses.items())
 
 
-def format_errors(errors: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The errors table: a header, then ``  energy   0.0041   0.0055  eV/atom`` per head (MAE, RMSE)."""
-    width = max([len(name) for name in errors] + [4])
-    lines = [f"  {'head':{width}s}  {'MAE':>10s}  {'RMSE':>10s}  unit"]
-    for name, r in errors.items():
-        rmse = r.get("rmse", float("nan"))
-        lines.append(f"  {name:{width}s}  {r['mae']:10.5g}  {rmse:10.5g}  {r['unit']}".rstrip())
-    return lines
-
-
 def record_level(level: int) -> int:
     """The logging level of a line of verbosity ``level``: 1 is INFO, 2-4 DEBUG (0 and below WARNING)."""
     return logging.WARNING if level <= 0 else logging.INFO if level == 1 else logging.DEBUG

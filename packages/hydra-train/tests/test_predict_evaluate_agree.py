@@ -1,0 +1,68 @@
+"""``hydragnn-predict`` (hydra-train) and ``hydragnn-evaluate`` (hydra-infer) report the same errors,
+in the same table, for the same model and file (both compute them with ``hydragnn.models.metrics``)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import ase.io
+import pytest
+import torch
+from train_helpers import MLIP_ARCH
+
+from hydragnn.data import Schema
+from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau_atoms
+from hydragnn.models import build_model, save_artifact
+from hydragnn.train.cli import predict_main
+
+pytest.importorskip("hydragnn.infer", reason="hydra-infer is not installed")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """An fp64 SchNet MLIP with reference energies (energy, atomic_energy, forces, stress) and 5
+    EMT Cu-Au cells, every label in the extxyz file (``atomic_energy`` as an array)."""
+    root = tmp_path_factory.mktemp("agree")
+    variables = copy.deepcopy(CUAU_VARIABLES)
+    variables["outputs"].append({"name": "stress", "level": "graph", "dim": 6})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build_model({**MLIP_ARCH, "precision": "fp64", "task_weights": [1.0] * 4}, Schema.from_dict(variables))
+    save_artifact(model, root / "model.hydra", species=[29, 79])
+    structures = generate_cuau_atoms(5, seed=2)
+    for atoms in structures:
+        atoms.arrays["atomic_energy"] = atoms.calc.results["energies"]
+    ase.io.write(root / "data.extxyz", structures)
+    return root
+
+
+def test_predict_and_evaluate_agree(files, capsys):
+    from hydragnn.infer.evaluate import main as evaluate_main
+
+    args = [str(files / "model.hydra"), str(files / "data.extxyz")]
+    assert predict_main([*args, "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["mae"]
+    assert evaluate_main([*args, "--json", "--batch-size", "2"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)["mae"]
+    assert set(predicted) == {"energy", "atomic_energy", "forces", "stress"}
+    assert set(evaluated) == {*predicted, "energy_total"}
+    for head, row in predicted.items():  # predict collects float32 copies of the outputs: 1e-5
+        assert math.isclose(evaluated[head]["mae"], row["mae"], rel_tol=1e-5), head
+        assert math.isclose(evaluated[head]["rmse"], row["rmse"], rel_tol=1e-5), head
+        assert evaluated[head]["unit"] == row["unit"] and evaluated[head]["count"] == row["count"], head
+    # the tables: the same header and rows (the words of each line: the name column is as wide as the
+    # longest head name), evaluate adding the total energy in eV after the energy
+    assert predict_main(args) == 0
+    table = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert evaluate_main(args) == 0
+    other = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [words[0] for words in other] == [*[w[0] for w in table[:3]], "energy_total", *[w[0] for w in table[3:]]]
+    assert other[3][-1] == "eV"
+    other.pop(3)
+    assert table[:2] == other[:2] == [[f"{args[1]}:", "errors", "per", "head"], ["head", "MAE", "RMSE", "unit"]]
+    for mine, theirs in zip(other[2:], table[2:], strict=True):
+        assert mine[0] == theirs[0] and mine[3:] == theirs[3:]
+        for a, b in zip(mine[1:3], theirs[1:3], strict=True):
+            assert math.isclose(float(a), float(b), rel_tol=1e-4), (mine, theirs)
