@@ -13,7 +13,7 @@ first):
 2. each README line in order (inference only, then, after uninstalling ``hydra-infer`` so
    that the environment is hydra-models' closure again, training, then everything), each
    followed by the checks for what that line promises (imports, the command-line tools on the
-   venv's PATH: ``hydragnn-evaluate`` for the inference line, ``hydragnn-train`` and
+   venv's PATH: ``hydragnn-evaluate`` and ``hydragnn-export`` for the inference line, ``hydragnn-train`` and
    ``hydragnn-predict`` for the training line; a calculator answering on a real model artifact
    for the inference line).
 
@@ -177,7 +177,7 @@ def run(dist_dir: pathlib.Path, venv_dir: pathlib.Path, readme: pathlib.Path, co
     user_line(venv, lines[0], dist_dir, constraints)
     check_layer(venv, "hydra-infer")
     venv.python_code(CHECK_SERVE)
-    for tool in ("hydragnn-evaluate",):
+    for tool in ("hydragnn-evaluate", "hydragnn-export"):
         venv.run(tool, "--version")
     venv.run(venv.python, "-m", "pip", "uninstall", "-y", "-q", "hydra-infer")
     print(f"README: {lines[1]}", flush=True)

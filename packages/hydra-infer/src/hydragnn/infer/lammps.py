@@ -182,17 +182,19 @@ class ExportedPotential:
     """A file written by ``hydragnn-export`` (AOTInductor ``.pt2`` or TorchScript) as a :class:`LammpsPotential`.
 
     The file computes energy, forces and virial in one call (see :mod:`.export.graph`); the
-    neighbour list is ASE's (:class:`~.export.ExportedModel`). Without a periodic direction the
-    virial is zero, as the protocol says.
+    neighbour list is hydra-data's, kept with a Verlet skin (:class:`~.export.ExportedModel`).
+    Without a periodic direction the virial is zero, as the protocol says.
 
     Args:
         path: the exported file (a metatomic file runs through ``pair_style metatomic`` instead).
+        skin: Verlet skin (Å) of the neighbour list (default 0.5, as the other MD adapters).
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, skin: float | None = None) -> None:
         from .export import ExportedModel
+        from .neighbors import MD_SKIN
 
-        self.model = ExportedModel(path)
+        self.model = ExportedModel(path, skin=MD_SKIN if skin is None else skin)
         if "virial" not in self.model.metadata["outputs"]:
             raise InferenceError(f"potential: {path} gives no virial (re-export it with hydragnn-export)")
 

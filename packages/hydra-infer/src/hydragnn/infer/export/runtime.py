@@ -1,8 +1,12 @@
 """Load and run an exported AOTInductor (``.pt2``) or TorchScript file.
 
-:class:`ExportedModel` needs torch only (the neighbour list comes from ASE, so the class works
-where hydragnn's own search is absent too); it is what the export check, the LAMMPS driver and
-the benchmarks call. A user without hydragnn writes the same few lines (README: "Exported models").
+:class:`ExportedModel` is what the LAMMPS driver and the benchmarks call: validated inputs
+(:func:`~hydragnn.infer.inputs.check_call`) and hydra-data's neighbour search, kept with a Verlet
+skin (:class:`~hydragnn.infer.neighbors.NeighborCache`), converted to the file's inputs.
+:func:`structure_inputs` builds the same inputs with ASE's ``neighbor_list`` instead, an
+independent search the export check uses; a user without hydragnn writes those few lines
+(``docs/export.md``). ASE's search costs more than the model on CPU (18 ms at 108 atoms, 90 ms
+at 1008 for ``tools/bench/engines.py``'s model, whose TorchScript file takes 13 and 68 ms).
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class ExportedModel:
 
     Args:
         path: the file.
+        skin: Verlet skin (Å) of the neighbour list kept between calls (0: a search per call;
+            same edges either way, see :mod:`hydragnn.infer.neighbors`).
 
     Attributes:
         metadata: what the export recorded (cutoff, species, dtype, device, outputs, ...).
@@ -66,7 +72,10 @@ class ExportedModel:
         ExportError: a metatomic file (load it with metatomic) or not an exported model.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, skin: float = 0.0) -> None:
+        from ..neighbors import NeighborCache, check_skin
+
+        self._neighbors = NeighborCache(check_skin(skin))
         self.path = Path(path)
         self.format = file_format(self.path)
         if self.format == "aoti":
@@ -89,16 +98,42 @@ class ExportedModel:
         return dict(self._fn(*inputs))
 
     def __call__(self, positions: Any, numbers: Any, cell: Any = None, pbc: Any = None) -> dict[str, torch.Tensor]:
-        """One structure: positions ``[N, 3]`` Å, numbers ``[N]``, cell ``[3, 3]`` rows (default none), pbc ``[3]``.
+        """One structure: positions ``[N, 3]`` Å, numbers ``[N]``, cell ``[3, 3]`` rows and pbc ``[3]``
+        (default: none; a cell without pbc is periodic everywhere, as for the calculator).
 
-        The neighbour list is ASE's ``neighbor_list("ijS")`` (full, within the cutoff).
+        Raises:
+            InferenceError: invalid input (shapes, species outside the file's, a cell too small).
         """
-        from ase import Atoms
+        from ..inputs import DEFAULT_MAX_CELL_IMAGES, check_call
 
-        cell = np.zeros((3, 3)) if cell is None else np.asarray(cell, dtype=float)
-        pbc = np.zeros(3, dtype=bool) if pbc is None else np.broadcast_to(np.asarray(pbc, dtype=bool), (3,))
-        atoms = Atoms(numbers=np.asarray(numbers), positions=np.asarray(positions, dtype=float), cell=cell, pbc=pbc)
-        return self.run(*structure_inputs(atoms, self.cutoff, self.dtype, self.device))
+        periodic = cell is not None and (pbc is None or bool(np.any(np.asarray(pbc))))
+        species = self.metadata.get("species")
+        call = check_call(
+            positions,
+            numbers,
+            charge=None,
+            cell=cell if periodic else None,
+            pbc=pbc if periodic else None,
+            mol_idx=None,
+            cutoff=self.cutoff,
+            max_cell_images=DEFAULT_MAX_CELL_IMAGES,
+            species=frozenset(species) if species else None,
+            max_species=None,
+            dtype=self.dtype,
+            device=self.device,
+        )
+        edge_index, edge_shift = self._neighbors.edges(call, self.cutoff, None)
+        if call.cell is None:
+            cell_t = torch.zeros(3, 3, dtype=self.dtype, device=self.device)
+            pbc_t = torch.zeros(3, dtype=torch.bool, device=self.device)
+            shifts = torch.zeros(edge_shift.shape, dtype=self.dtype, device=self.device)
+        else:
+            cell_t, pbc_t = call.cell[0], call.pbc[0]
+            # Cartesian image offsets -> integer multiples of the lattice vectors (pinv: a
+            # non-periodic direction may have a zero row, and never carries an offset)
+            shifts = (edge_shift.double() @ torch.linalg.pinv(cell_t.double())).round().to(self.dtype)
+        # hydra-data's (source j, target i) -> the file's (i, j)
+        return self.run(call.pos, call.numbers, cell_t, pbc_t, edge_index.flip(0).contiguous(), shifts)
 
 
 def structure_inputs(atoms: Any, cutoff: float, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
