@@ -252,6 +252,35 @@ def test_what_cannot_be_exported_is_refused(tmp_path, overrides, reason):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("mpnn_type", "overrides"),
+    [("PAINN", {}), ("MACE", {"max_ell": 1, "node_max_ell": 1, "correlation": 2}), ("AllScAIP", {})],
+)
+def test_other_architectures_export(tmp_path, mpnn_type, overrides):
+    """Equivariant (PAINN), e3nn tensor products (MACE: its dense path branches on the row count
+    and must not be traced) and fairchem's all-pairs encoder (AllScAIP): the export's own check
+    against the calculator passes, on sizes other than the trace's."""
+    report = export_model(tiny_model(mpnn_type=mpnn_type, **overrides), tmp_path / "m.pt")
+    assert set(report.errors) >= {"energy", "forces", "stress"}
+    assert max(report.errors.values()) <= report.tolerance
+
+
+def test_a_branch_on_the_atom_count_is_refused(tmp_path):
+    """A forward that takes another path above some size would be traced for the example's side
+    only: the export names the branch instead of writing a file that is wrong for other sizes."""
+    model = tiny_model()
+    encode = model.encode
+
+    def branching(inputs):
+        emb = encode(inputs)
+        return emb if inputs.x.shape[0] > 20 else emb  # a Python branch on the atom count
+
+    model.encode = branching
+    with pytest.raises(ExportError, match="branch on a size.*atoms"):
+        export_model(model, tmp_path / "b.pt")
+    assert not list(tmp_path.iterdir())
+
+
 def test_cli(tmp_path, artifact, capsys):
     out = tmp_path / "cli.pt"
     assert export_main([str(artifact), str(out)]) == 0

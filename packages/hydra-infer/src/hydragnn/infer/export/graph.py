@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -189,7 +190,44 @@ def trace(fn: Callable, example: tuple[torch.Tensor, ...]) -> torch.fx.GraphModu
     """
     try:
         with torch.enable_grad():
-            return make_fx(fn, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*example)
+            gm = make_fx(fn, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*example)
     except Exception as exc:  # the tracer raises many types; the reason is in the message
         first = " ".join(str(exc).split())[:400]
         raise ExportError(f"the model could not be traced ({type(exc).__name__}: {first})") from exc
+    check_sizes_stay_symbolic(gm)
+    return gm
+
+
+def check_sizes_stay_symbolic(gm: torch.fx.GraphModule) -> None:
+    """Refuse a trace that holds only for the example's atom or edge count.
+
+    A Python branch on a size (``if rows * channels <= limit``) makes the tracer record a guard
+    on it, or fix it to the example's value, and follow one side; the graph is then wrong for
+    other sizes, with nothing at run time to say so. Any guard on the atom or edge count is
+    such a branch.
+
+    Raises:
+        ExportError: the guards, as the tracer wrote them (``s0``: atoms, ``s1``: edges).
+    """
+    inputs = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    sizes = {"atoms": inputs[0].shape[0], "edges": inputs[4].shape[1]}
+    problems = [f"the {name} count was fixed" for name, size in sizes.items() if not isinstance(size, torch.SymInt)]
+    symbolic = {name: size.node for name, size in sizes.items() if isinstance(size, torch.SymInt)}
+    watched: dict[Any, str] = {}
+    for name, node in symbolic.items():
+        now = node.shape_env.replace(node._expr)  # the symbol, or what the tracer fixed it to
+        if now.is_number:
+            problems.append(f"the {name} count was fixed to {now} (the example's)")
+        watched.update({symbol: name for symbol in node._expr.free_symbols})
+    if symbolic:
+        for guard in next(iter(symbolic.values())).shape_env.guards:
+            if guard.expr.free_symbols & set(watched):
+                text = str(guard.expr)
+                for symbol, name in watched.items():
+                    text = text.replace(str(symbol), name)
+                problems.append(f"a branch on a size: {text}")
+    if problems:
+        raise ExportError(
+            "the model's forward depends on the example's sizes, so a traced graph would be wrong for other "
+            "structures: " + "; ".join(dict.fromkeys(problems))
+        )

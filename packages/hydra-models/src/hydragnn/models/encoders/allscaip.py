@@ -61,6 +61,20 @@ class AllScAIPEncoder(Encoder):
     supports_layer_mixing = False
     optional_dependency = "fairchem"
 
+    # fairchem's helper modules, looked up on use (a module attribute would make the model
+    # impossible to deepcopy or pickle: EMA copies, exports)
+    @property
+    def _prep(self) -> Any:
+        return _import("fairchem.core.models.allscaip.utils.data_preprocess", "AllScAIP")
+
+    @property
+    def _types(self) -> Any:
+        return _import("fairchem.core.models.allscaip.custom_types", "AllScAIP")
+
+    @property
+    def _graph(self) -> Any:
+        return _import("fairchem.core.models.escaip.utils.radius_graph", "AllScAIP")
+
     def __init__(self, dims: EncoderDims, config: AllScAIPConfig) -> None:
         super().__init__(dims, config)
         _check_common(config, dims, "AllScAIP")
@@ -72,9 +86,6 @@ class AllScAIPEncoder(Encoder):
             )
         frequencies = _frequency_list(config, hidden // config.num_heads)
         allscaip = _import("fairchem.core.models.allscaip.AllScAIP", "AllScAIP")
-        self._prep = _import("fairchem.core.models.allscaip.utils.data_preprocess", "AllScAIP")
-        self._types = _import("fairchem.core.models.allscaip.custom_types", "AllScAIP")
-        self._graph = _import("fairchem.core.models.escaip.utils.radius_graph", "AllScAIP")
         self.slots = dims.max_neighbours + 1 if dims.max_neighbours is not None else config.max_neighbor_slots
         try:
             self.backbone = allscaip.AllScAIPBackbone(

@@ -26,7 +26,8 @@ class E3nnProduct(o3.TensorProduct):
     """``o3.TensorProduct`` (same state-dict keys) executed as a few dense ops where it is a
     channel-wise product with per-sample weights (:func:`.channel_tp.channel_tp`) and the call
     has at most :data:`.channel_tp.DENSE_TP_MAX_WORK` rows x channels; e3nn's own forward
-    otherwise."""
+    otherwise, and when the row count is symbolic (a trace for export, which must hold for any
+    size: a branch on it would fix the graph to the example's)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -34,7 +35,8 @@ class E3nnProduct(o3.TensorProduct):
         self.dense = channel_tp(self)
 
     def forward(self, x, y, weight=None):  # noqa: D102  (e3nn's signature)
-        if self.dense is None or weight is None or x.shape[:-1].numel() * self.dense.mul > DENSE_TP_MAX_WORK:
+        rows = math.prod(x.shape[:-1])  # (Size.numel() would fix a symbolic size)
+        if self.dense is None or weight is None or not isinstance(rows, int) or rows * self.dense.mul > DENSE_TP_MAX_WORK:
             return super().forward(x, y, weight)
         return self.dense(x, y, weight)
 
