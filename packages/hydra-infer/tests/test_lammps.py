@@ -159,9 +159,16 @@ class OutsideRecorder:
         return result
 
 
-def test_nve_conserves_energy_with_atoms_outside_the_box(model64, lmp_factory, tmp_path):
+@pytest.mark.parametrize("source", ["calculator", "exported"])
+def test_nve_conserves_energy_with_atoms_outside_the_box(model64, lmp_factory, tmp_path, source):
+    """NVE with the calculator or a TorchScript file hydragnn-export wrote (both keep a 0.5 Å skin)."""
     lmp = lmp_factory(cuau())
-    potential = CalculatorPotential(HydraCalculator(model64, skin=0.5))
+    if source == "exported":
+        from hydragnn.infer.export import export_model
+
+        potential = ExportedPotential(export_model(model64, tmp_path / "m.pt").path)
+    else:
+        potential = CalculatorPotential(HydraCalculator(model64, skin=0.5))
     recorder = OutsideRecorder(potential)
     fix = attach_potential(lmp, recorder, elements=["Cu", "Au"])
     log = tmp_path / "energy.txt"
@@ -181,7 +188,7 @@ def test_nve_conserves_energy_with_atoms_outside_the_box(model64, lmp_factory, t
     drift = np.abs(etot - etot[0]).max()
     assert drift < 1e-5, drift  # measured 7e-7 eV; a 0.1 % force error gives ~5e-5
     assert np.ptp(pe) > 1e-2  # energy flows between kinetic and potential: the bound is 1000x tighter
-    assert potential.calc.neighbor_stats["reuses"] > 50
+    assert (potential.model if source == "exported" else potential.calc).neighbor_stats["reuses"] > 50
     # atoms left the box between re-neighbourings; the model saw the same structure as wrapped
     assert recorder.outside is not None
     positions, numbers, cell, (energy, forces, _) = recorder.outside

@@ -93,6 +93,11 @@ class ExportedModel:
         self.device = torch.device(self.metadata["device"])
         self.cutoff = float(self.metadata["cutoff"])
 
+    @property
+    def neighbor_stats(self) -> dict[str, int]:
+        """``{"builds": int, "reuses": int}``: neighbour lists searched and reused by :meth:`__call__`."""
+        return self._neighbors.stats()
+
     def run(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
         """The exported function on its six inputs (see :mod:`.graph`)."""
         return dict(self._fn(*inputs))
