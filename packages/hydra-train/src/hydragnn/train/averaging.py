@@ -1,27 +1,34 @@
 """An exponential moving average of the weights (``Training.EMA``), kept beside the live model.
 
-The averaging itself is torch's :class:`torch.optim.swa_utils.AveragedModel` with
-:func:`~torch.optim.swa_utils.get_ema_multi_avg_fn` (the first update copies, then
-``avg <- decay * avg + (1 - decay) * param``). :meth:`WeightAverage.applied` swaps the averaged
-parameters into the live module for evaluation or saving and puts the live ones back after;
-buffers always stay the live model's. The average needs the full parameters on every rank
-(strategies none, ddp, localsgd, deepspeed ZeRO 1-2), where every rank's average is the same.
+The first update copies the parameters, every later one folds them in as
+``avg <- decay * avg + (1 - decay) * param`` (``torch._foreach_lerp_``, as torch's
+``get_ema_multi_avg_fn``). :meth:`WeightAverage.applied` swaps the averaged parameters into the
+live module for evaluation or saving and puts the live ones back after; buffers always stay the
+live model's. The average needs the full parameters on every rank (strategies none, ddp,
+localsgd, deepspeed ZeRO 1-2), where every rank's average is the same.
+
+Parameters are matched by name, never by position: torch's ``AveragedModel`` keeps a deep copy
+and pairs its parameters with the live ones in order, and a deep copy of an e3nn module
+re-registers its generated submodules after the others (its ``__setstate__`` rebuilds them), so
+MACE's averaged and live parameters were paired across shapes and training crashed at the first
+update. The checkpoint format stays ``AveragedModel``'s (``n_averaged`` and ``module.<name>``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import nn
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 __all__ = ["WeightAverage"]
 
+PREFIX = "module."
+
 
 class WeightAverage:
-    """EMA of a module's parameters.
+    """EMA of a module's parameters, by name.
 
     Args:
         module: the plain model whose parameters are averaged (not a DDP wrapper).
@@ -30,17 +37,38 @@ class WeightAverage:
 
     def __init__(self, module: nn.Module, decay: float) -> None:
         self.decay = decay
-        self.average = AveragedModel(module, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=False)
+        self.names = [name for name, _ in module.named_parameters()]
+        self.average: dict[str, torch.Tensor] = {}
+        self._updates = 0
+
+    def _live(self, module: nn.Module) -> list[torch.Tensor]:
+        """The module's parameters in :attr:`names` order; the average moved to their device
+        (a checkpoint's average loads on the CPU)."""
+        params = dict(module.named_parameters())
+        missing = [name for name in self.names if name not in params]
+        if missing or len(params) != len(self.names):
+            raise RuntimeError(f"EMA: the module's parameters changed since the average began (missing {missing[:5]})")
+        live = [params[name].detach() for name in self.names]
+        for name, p in zip(self.names, live, strict=True):
+            if name in self.average and self.average[name].device != p.device:
+                self.average[name] = self.average[name].to(p.device)
+        return live
 
     @torch.no_grad()
     def update(self, module: nn.Module) -> None:
         """Fold the current parameters of ``module`` into the average (after an optimizer step)."""
-        self.average.update_parameters(module)
+        live = self._live(module)
+        if not self.average:
+            self.average = {name: p.clone() for name, p in zip(self.names, live, strict=True)}
+        else:
+            averaged = [self.average[name] for name in self.names]
+            torch._foreach_lerp_(averaged, live, 1.0 - self.decay)
+        self._updates += 1
 
     @property
     def updates(self) -> int:
         """Updates folded in so far."""
-        return int(self.average.n_averaged)
+        return self._updates
 
     @contextlib.contextmanager
     def applied(self, module: nn.Module) -> Iterator[None]:
@@ -48,20 +76,36 @@ class WeightAverage:
         if self.updates == 0:
             yield
             return
-        live = [p.detach().clone() for p in module.parameters()]
+        live = self._live(module)
+        saved = [p.clone() for p in live]
         with torch.no_grad():
-            for p, avg in zip(module.parameters(), self.average.module.parameters(), strict=True):
-                p.copy_(avg)
+            for name, p in zip(self.names, live, strict=True):
+                p.copy_(self.average[name])
         try:
             yield
         finally:
             with torch.no_grad():
-                for p, saved in zip(module.parameters(), live, strict=True):
-                    p.copy_(saved)
+                for p, kept in zip(live, saved, strict=True):
+                    p.copy_(kept)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Tensors only (loads with ``weights_only=True``)."""
-        return {k: v.detach().cpu().clone() for k, v in self.average.state_dict().items()}
+        """Tensors only (loads with ``weights_only=True``), keyed as ``AveragedModel`` keys them."""
+        state = {PREFIX + name: t.detach().cpu().clone() for name, t in self.average.items()}
+        state["n_averaged"] = torch.tensor(self._updates, dtype=torch.long)
+        return state
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.average.load_state_dict(state)
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Restore :meth:`state_dict` (or an ``AveragedModel`` state: its buffers are ignored).
+
+        Raises:
+            RuntimeError: a checkpoint without the average of one of the module's parameters.
+        """
+        updates = int(state["n_averaged"])
+        if updates == 0:
+            self.average, self._updates = {}, 0
+            return
+        missing = [name for name in self.names if PREFIX + name not in state]
+        if missing:
+            raise RuntimeError(f"EMA checkpoint: no average for parameters {missing[:5]}")
+        self.average = {name: state[PREFIX + name].detach().clone() for name in self.names}
+        self._updates = updates
