@@ -4,7 +4,10 @@
 (eV/Å³) and every other head from raw coordinates, in regular or ``torch.compile`` mode, with
 CUDA-graph and inference-kernel modes that fall back (one warning per reason) where they do
 not apply. ``HydraASECalculator`` adapts it to ASE; ``HydraTorchSimModel`` (imported lazily,
-extra ``hydra-infer[torchsim]``) to torch-sim.
+extra ``hydra-infer[torchsim]``) to torch-sim. Beyond Python: :mod:`hydragnn.infer.export`
+(``hydragnn-export``: AOTInductor, TorchScript and metatomic files that run without hydragnn),
+:mod:`hydragnn.infer.lammps` (LAMMPS through ``fix external``) and :mod:`hydragnn.infer.evaluate`
+(``hydragnn-evaluate``: errors on labelled structures).
 
 Every public name is imported on first use (PEP 562): ``import hydragnn.infer`` loads no torch,
 and torch-sim only when ``HydraTorchSimModel`` is asked for.
