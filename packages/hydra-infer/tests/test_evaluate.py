@@ -21,7 +21,8 @@ from infer_helpers import cluster, tiny_model
 from hydragnn.data import SchemaError
 from hydragnn.data.reference import generate_cuau_atoms, write_extxyz
 from hydragnn.infer import HydraCalculator, InferenceError
-from hydragnn.infer.evaluate import PREFIX, evaluate, main
+from hydragnn.infer.evaluate import PREFIX, evaluate
+from hydragnn.infer.evaluate_cli import main
 from hydragnn.models import save_artifact
 from hydragnn.models.metrics import format_errors
 
@@ -294,7 +295,7 @@ def test_runs_without_hydra_train(files):
     """hydra-infer alone: the module imports and scores with ``hydragnn.train`` unimportable."""
     code = (
         "import sys; sys.modules['hydragnn.train'] = None\n"
-        "from hydragnn.infer.evaluate import main\n"
+        "from hydragnn.infer.evaluate_cli import main\n"
         "code = main(sys.argv[1:])\n"
         "assert not any(m.startswith('hydragnn.train') and sys.modules[m] is not None for m in sys.modules)\n"
         "sys.exit(code)\n"

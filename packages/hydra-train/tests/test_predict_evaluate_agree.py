@@ -39,7 +39,7 @@ def files(tmp_path_factory):
 
 
 def test_predict_and_evaluate_agree(files, capsys):
-    from hydragnn.infer.evaluate import main as evaluate_main
+    from hydragnn.infer.evaluate_cli import main as evaluate_main
 
     args = [str(files / "model.hydra"), str(files / "data.extxyz")]
     assert predict_main([*args, "--json"]) == 0
