@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mace-epochs", type=int, default=None, help="MACE epochs (default: fit --budget-s)")
     parser.add_argument("--frames", type=int, default=None, help="training frames per molecule (data default)")
     args = parser.parse_args(argv)
+    args.workdir = args.workdir.resolve()  # the config names files, read relative to the config's folder
 
     try:
         made = organic.make_organic_data(args.workdir / "data", frames=args.frames)
