@@ -282,7 +282,7 @@ def _reference(model: HydraModel, info: ModelInfo, atoms: Any, fixed: Mapping[st
     return result
 
 
-def _exported(path: Path, fmt: str, atoms: Any, info: ModelInfo) -> dict[str, np.ndarray]:
+def _exported(path: Path, fmt: str, atoms: Any, info: ModelInfo, device: str) -> dict[str, np.ndarray]:
     """The written file's outputs for ``atoms``, loaded as its users load it."""
     if fmt == "metatomic":
         from .metatomic import pyg_index_select_restored
@@ -290,7 +290,7 @@ def _exported(path: Path, fmt: str, atoms: Any, info: ModelInfo) -> dict[str, np
         with pyg_index_select_restored():
             from metatomic_ase import MetatomicCalculator
 
-            calc = MetatomicCalculator(str(path), device="cpu" if not torch.cuda.is_available() else None)
+            calc = MetatomicCalculator(str(path), device=device)  # the device the file was exported for
             atoms = atoms.copy()
             atoms.calc = calc
             out = {"energy": np.array(atoms.get_potential_energy()), "forces": atoms.get_forces()}
@@ -330,7 +330,7 @@ def check_file(
         kind = "periodic cell" if atoms.pbc.any() else "molecule"
         ref = _reference(model, info, atoms, graph_attr_values)
         try:
-            got = _exported(path, fmt, atoms, info)
+            got = _exported(path, fmt, atoms, info, next(model.parameters()).device.type)
         except Exception as exc:  # the file's runtime raises its own types; the message says what
             first = " ".join(str(exc).split())[-400:]
             raise ExportError(
