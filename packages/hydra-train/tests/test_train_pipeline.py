@@ -66,6 +66,35 @@ def test_pna_degree_histogram_filled_from_the_training_split(tmp_path):
     assert fill_degree_histogram(schnet, prepared) is schnet
 
 
+def test_mace_avg_num_neighbors_is_the_training_mean_in_degree():
+    """MACE without ``avg_num_neighbors`` gets the training split's edges per atom (mace-torch's
+    statistic); a configured value is kept; a model built outside the trainer uses the default."""
+    from train_helpers import samples
+
+    from hydragnn.models.encoder_configs.geometric import MACE_DEFAULT_AVG_NUM_NEIGHBORS
+    from hydragnn.models.encoders.mace import MACEEncoder
+    from hydragnn.train.pipeline import fill_data_statistics, load_config
+
+    prepared = samples("mlip", n=6)
+    edges = sum(d.edge_index.shape[1] for d in prepared)
+    atoms = sum(d.num_nodes for d in prepared)
+    cfg = config("mlip")
+    cfg["NeuralNetwork"]["Architecture"].update(mpnn_type="MACE", max_ell=1, correlation=2)
+    given = load_config(cfg).model_config
+    assert given.encoder.avg_num_neighbors is None
+    filled = fill_data_statistics(given, prepared)
+    assert filled.encoder.avg_num_neighbors == pytest.approx(edges / atoms, rel=1e-6) and edges / atoms != 10.0
+    fixed = type(given).from_dict({**given.raw, "avg_num_neighbors": 7.5})
+    assert fill_data_statistics(fixed, prepared).encoder.avg_num_neighbors == 7.5
+    assert MACEEncoder.data_statistics(given.encoder, []) == {}
+    from hydragnn.models import build_model
+
+    run = load_config(cfg)
+    for model_config, expected in ((given, MACE_DEFAULT_AVG_NUM_NEIGHBORS), (filled, edges / atoms)):
+        encoder = build_model(model_config, run.schema).encoder
+        assert encoder.interactions[0].inv_avg == pytest.approx(1.0 / expected, rel=1e-6)
+
+
 @pytest.mark.parametrize(
     "fraction, message",
     [(None, "more than max_skipped_fraction=0.1"), (1.0, "no epoch of 2 reached a finite validation loss")],

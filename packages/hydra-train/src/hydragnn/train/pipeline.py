@@ -30,6 +30,7 @@ from hydragnn.models.metrics import format_errors, jsonable, training_label_keys
 from .checkpoint import load_checkpoint
 from .config import RunConfig, load_config
 from .data import cuau_samples, load_run_data, prepare_samples, split_indices
+from .energy_check import composition_baseline, energy_warnings
 from .errors import CheckpointError, TrainError
 from .evaluate import mae_report
 from .finetune import initialise_from, load_base
@@ -214,6 +215,14 @@ def _run(
     finally:
         if writer is not None:
             writer.close()
+    baseline = None
+    if model_config.mlip.enabled and not data.heads:
+        baseline = composition_baseline(trainset, valset, model_config.mlip.energy_name)
+        warnings = energy_warnings(
+            summary["history"], summary["best_epoch"], summary["second_stage_epoch"], baseline, model_config.mlip.energy_name
+        )
+        for line in warnings:
+            progress.log(1, f"warning: {line}")
     by_head = _test_by_head(strategy, data, tr.batch_size) if data.heads and testset is not None else None
     trues = summary.pop("test_targets", None)
     preds = summary.pop("test_predictions", None)
@@ -235,6 +244,7 @@ def _run(
         "world_size": strategy.world_size,
         "reference_energies": references,
         "energy_scale_shift": scale_shift,
+        "composition_baseline_energy_mae": baseline,
         "energy_heads": dict(zip(data.heads, data.head_weights, strict=True)) or None,
         "init_from": fine_tuned,
         "data_files": data.files,

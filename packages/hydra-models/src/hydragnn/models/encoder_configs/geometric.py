@@ -169,6 +169,10 @@ class PNAEqConfig(EncoderConfig):
         check_positive("num_vector_channels", self.num_vector_channels)
 
 
+MACE_DEFAULT_AVG_NUM_NEIGHBORS = 10.0
+"""MACE's neighbour-sum divisor when neither the config nor the training data gave one."""
+
+
 @register_encoder_config("MACE")
 @dataclass(frozen=True)
 class MACEConfig(EncoderConfig):
@@ -179,7 +183,9 @@ class MACEConfig(EncoderConfig):
         max_ell: highest order of the edge spherical harmonics (and of ``A``).
         node_max_ell: highest order of the node features (>= 1: the vector output is ``1o``).
         correlation: body order of the product basis minus one (number of ``A`` factors).
-        avg_num_neighbors: constant dividing the neighbour sum (never computed from the data).
+        avg_num_neighbors: constant dividing the neighbour sum; unset, hydra-train fills in the
+            training set's mean in-degree (as mace-torch does), and a model built without one
+            uses :data:`MACE_DEFAULT_AVG_NUM_NEIGHBORS`.
         radial_mlp_dim: width of the radial MLP.
         radial_mlp_layers: hidden layers of the radial MLP.
         envelope_exponent: order ``p`` of the polynomial cutoff (MACE uses 5).
@@ -188,7 +194,7 @@ class MACEConfig(EncoderConfig):
     max_ell: int = 2
     node_max_ell: int = 1
     correlation: int = 3
-    avg_num_neighbors: float = 10.0
+    avg_num_neighbors: float | None = None
     radial_mlp_dim: int = 64
     radial_mlp_layers: int = 3
     envelope_exponent: int = 5
@@ -200,7 +206,7 @@ class MACEConfig(EncoderConfig):
                 f"{ROOT}.node_max_ell: expected an int in [1, max_ell={self.max_ell}], found {self.node_max_ell}"
             )
         check_at_least("correlation", self.correlation)
-        if not self.avg_num_neighbors > 0:
+        if self.avg_num_neighbors is not None and not self.avg_num_neighbors > 0:
             raise ModelConfigError(f"{ROOT}.avg_num_neighbors: expected a float > 0, found {self.avg_num_neighbors}")
         for key in ("radial_mlp_dim", "radial_mlp_layers", "envelope_exponent"):
             check_at_least(key, getattr(self, key), 1)

@@ -3,7 +3,8 @@
 Each layer: an equivariant convolution builds the atomic basis ``A_i`` (node features
 ``Linear(h_j)`` times the edge spherical harmonics ``Y(r_ij)`` up to ``max_ell``, weighted
 per path and channel by a radial MLP on a Bessel basis with a polynomial cutoff, summed over
-neighbours and divided by the constant ``avg_num_neighbors``); a many-body product of ``A``
+neighbours and divided by the constant ``avg_num_neighbors``, the training set's mean in-degree
+unless the config sets it); a many-body product of ``A``
 up to ``correlation`` copies with element-dependent weights (:class:`.mace_blocks.ProductBasis`,
 a compact symmetric contraction: see its docstring for how it differs from MACE's U-matrix
 version); an element-dependent residual (``FullyConnectedTensorProduct(h, one-hot species)``,
@@ -39,12 +40,13 @@ from e3nn import o3
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..encoder_configs.geometric import MACEConfig
+from ..encoder_configs.geometric import MACE_DEFAULT_AVG_NUM_NEIGHBORS, MACEConfig
 from ..errors import ModelError
 from ..nn.geometry import safe_norm, safe_unit_vectors
 from ..nn.radial import BesselRBF, PolynomialCutoff
 from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .mace_blocks import E3nnResidual, Interaction, ProductBasis, natural_irreps
+from .pna import degree_histogram
 
 
 def _geometry_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -59,8 +61,20 @@ class MACEEncoder(Encoder):
     equivariant = True
     needs_pos = True
 
+    @classmethod
+    def data_statistics(cls, config: MACEConfig, trainset) -> dict:
+        """``avg_num_neighbors``: the mean in-degree of the training graphs (edges per atom), when
+        the config leaves it unset and the samples carry their edges (else ``{}``: the default)."""
+        if config.avg_num_neighbors is not None or not trainset or getattr(trainset[0], "edge_index", None) is None:
+            return {}
+        hist = degree_histogram(trainset)
+        nodes = sum(hist)
+        mean = sum(k * count for k, count in enumerate(hist)) / nodes if nodes else 0.0
+        return {"avg_num_neighbors": round(mean, 6)} if mean > 0 else {}
+
     def __init__(self, dims: EncoderDims, config: MACEConfig) -> None:
         super().__init__(dims, config)
+        avg_num_neighbors = config.avg_num_neighbors or MACE_DEFAULT_AVG_NUM_NEIGHBORS
         hidden = dims.hidden_dim
         num_attrs = dims.num_species if dims.num_species > 0 else 1
         if dims.num_species > 0:
@@ -97,7 +111,7 @@ class MACEEncoder(Encoder):
                     dims.num_radial,
                     config.radial_mlp_dim,
                     config.radial_mlp_layers,
-                    config.avg_num_neighbors,
+                    avg_num_neighbors,
                 )
             )
             self.products.append(ProductBasis(target_irreps, self.hidden_irreps, config.correlation, num_attrs))

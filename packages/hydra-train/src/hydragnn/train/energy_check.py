@@ -1,0 +1,81 @@
+"""Did the potential learn energies? The validation energy error against a composition-only fit.
+
+A per-element least-squares fit of the training energies (one energy per element, nothing
+about structure) predicts every validation energy to within some error: the composition
+baseline. A potential whose validation energy error is not below it has learned nothing about
+energies beyond the atom counts; with forces weighted far above energies this happens quietly
+(the loss falls, the forces improve, the energy error sits at the baseline). The trainer
+computes the baseline once the data is loaded and, after training, says so when the first
+stage or the final model did not beat it, naming the keys that change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hydragnn.data import DataError
+from hydragnn.data.atomic_references import fit_average
+
+__all__ = ["composition_baseline", "energy_warnings"]
+
+
+def composition_baseline(train: Sequence[Any], val: Sequence[Any] | None, energy: str) -> float | None:
+    """MAE in eV/atom on ``val`` of per-element energies fitted by least squares on ``train``.
+
+    ``None`` without a validation split, or when a sample lacks atomic numbers or ``energy``, or
+    a validation sample has an element the training split lacks (no baseline to compare with).
+    """
+    if not train or not val:
+        return None
+    try:
+        e0 = fit_average(train, energy).energies
+    except DataError:
+        return None
+    errors = []
+    for sample in val:
+        value = getattr(sample, energy, None)
+        z = getattr(sample, "atomic_number", None)
+        if value is None or z is None:
+            return None
+        numbers = z.reshape(-1).long().tolist()
+        if any(n not in e0 for n in numbers):
+            return None
+        errors.append(abs(float(value.reshape(-1)[0]) - sum(e0[n] for n in numbers)) / len(numbers))
+    return sum(errors) / len(errors)
+
+
+def _energy_mae(record: Mapping[str, Any], name: str) -> float | None:
+    err = (record.get("val_errors") or {}).get(name)
+    return None if err is None else float(err["mae"])
+
+
+def energy_warnings(
+    history: Sequence[Mapping[str, Any]],
+    best_epoch: int,
+    second_stage_epoch: int | None,
+    baseline: float | None,
+    name: str = "energy",
+) -> list[str]:
+    """Warnings when the validation energy MAE (``history[k]["val_errors"][name]["mae"]``, eV/atom)
+    of the last first-stage epoch or of the best epoch is not below ``baseline``."""
+    if baseline is None or not history:
+        return []
+    by_epoch = {int(r["epoch"]): r for r in history}
+    out = []
+    last_first = by_epoch.get(second_stage_epoch - 1) if second_stage_epoch else None
+    first = _energy_mae(last_first, name) if last_first is not None else None
+    if first is not None and first >= baseline:
+        out.append(
+            f"the first stage ended (epoch {second_stage_epoch - 1}) with a validation energy error of {first:.4g} "
+            f"eV/atom, no better than composition alone ({baseline:.4g} eV/atom): it did not learn energies. Raise "
+            "Architecture.energy_weight (the energy term is then too weak against the forces)"
+        )
+    best = _energy_mae(by_epoch[best_epoch], name) if best_epoch in by_epoch else None
+    if best is not None and best >= baseline:
+        out.append(
+            f"the model's validation energy error ({best:.4g} eV/atom, epoch {best_epoch}) is no better than composition "
+            f"alone ({baseline:.4g} eV/atom): its energies are not learned. Raise Architecture.energy_weight, enable "
+            "Training.SecondStage or train longer (num_epoch / max_time_s)"
+        )
+    return out
