@@ -47,6 +47,11 @@ CONFIGS = {
         MACEEncoder,
         MACEConfig(max_ell=2, node_max_ell=2, correlation=3, avg_num_neighbors=4.0, radial_mlp_dim=8),
     ),
+    # mace-torch's max_L=0 (scalar node features) with per-species tables for four elements only
+    "mace_l0": (
+        MACEEncoder,
+        MACEConfig(max_ell=2, node_max_ell=0, correlation=2, avg_num_neighbors=4.0, radial_mlp_dim=8, elements=(1, 3, 5, 7)),
+    ),
 }
 BASIC = ["dimenet", "dimenet_padded", "mace"]  # the configs of the slower tests
 
@@ -165,6 +170,7 @@ def test_registry_and_config():
         MACEConfig.from_dict({"max_ell": "3"})
     with pytest.raises(ModelConfigError, match="node_max_ell"):
         MACEConfig.from_dict({"max_ell": 1, "node_max_ell": 2})
+    assert MACEConfig.from_dict({"node_max_ell": 0}).node_max_ell == 0
     with pytest.raises(ModelConfigError, match="unknown"):
         DimeNetConfig.from_dict({"num_radial_typo": 3})
     with pytest.raises(ModelConfigError, match="triplet_capacity"):
@@ -239,7 +245,7 @@ def test_invariance_and_equivariance(name):
     scale = float(ref.scalar.detach().abs().max())
     assert scale > 1e-3
     torch.testing.assert_close(out.scalar[inv], ref.scalar, atol=1e-6 * scale, rtol=1e-6)
-    if enc.equivariant:
+    if enc.vector_channels:
         assert ref.vector.shape == (pos.shape[0], 3, DIMS.hidden_dim)
         expected = torch.einsum("ab,nbc->nac", rot, ref.vector)  # xyz components rotate with R
         torch.testing.assert_close(
@@ -408,6 +414,25 @@ def test_default_parameter_counts():
     )
     # MACE at this size (2,309,120 parameters with the default max_ell 2) takes seconds to build: only DimeNet here
     assert sum(p.numel() for p in DimeNetEncoder(dims, DimeNetConfig()).parameters()) == 1_087_568
+
+
+def test_mace_elements_size_the_per_species_tables():
+    """``elements`` gives the per-species tables one row per listed element (mace-torch's z
+    table): the parameter count is linear in their number, far below one row per atomic number."""
+
+    def count(elements):
+        cfg = MACEConfig(max_ell=2, node_max_ell=1, correlation=2, radial_mlp_dim=8, elements=elements)
+        return sum(p.numel() for p in MACEEncoder(DIMS, cfg).parameters())
+
+    two, four, every = count((1, 2)), count((1, 3, 5, 7)), count(None)
+    assert four - two > 0 and every - four == 3 * (four - two)  # num_species = 10 rows without elements
+    cfg = MACEConfig.from_dict({"elements": ["O", "H", 6, "N"]})
+    assert cfg.elements == (1, 6, 7, 8)
+    for bad, message in ((["H", "H"], "listed twice"), (["Xx"], r"elements\[0\]"), ([], "non-empty"), ([0], "1..118")):
+        with pytest.raises(ModelConfigError, match=message):
+            MACEConfig.from_dict({"elements": bad})
+    with pytest.raises(ModelConfigError, match="not below num_species"):
+        MACEEncoder(DIMS, MACEConfig(elements=(1, 29)))
 
 
 def test_mace_defaults_are_the_small_published_model():

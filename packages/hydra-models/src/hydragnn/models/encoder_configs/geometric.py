@@ -8,7 +8,8 @@ that need the model's sizes are checked when the encoder is built.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ModelConfigError
 from .base import ROOT, EncoderConfig, check_at_least, check_positive, register_encoder_config
@@ -169,6 +170,25 @@ class PNAEqConfig(EncoderConfig):
         check_positive("num_vector_channels", self.num_vector_channels)
 
 
+def parse_elements(values: Any, where: str, error: type[Exception] = ModelConfigError) -> tuple[int, ...] | None:
+    """``elements``: chemical symbols or atomic numbers, distinct, as sorted atomic numbers."""
+    from ase.data import atomic_numbers
+
+    if values is None:
+        return None
+    if not isinstance(values, (list, tuple)) or not values:
+        raise error(f"{where}: expected a non-empty list of chemical symbols or atomic numbers, found {values!r}")
+    out = []
+    for k, value in enumerate(values):
+        z = atomic_numbers.get(value) if isinstance(value, str) else value
+        if isinstance(z, bool) or not isinstance(z, int) or not 1 <= z <= 118:
+            raise error(f"{where}[{k}]: expected a chemical symbol or an atomic number in 1..118, found {value!r}")
+        out.append(z)
+    if len(set(out)) != len(out):
+        raise error(f"{where}: an element is listed twice in {list(values)}")
+    return tuple(sorted(out))
+
+
 MACE_DEFAULT_AVG_NUM_NEIGHBORS = 10.0
 """MACE's neighbour-sum divisor when neither the config nor the training data gave one."""
 
@@ -181,7 +201,9 @@ class MACEConfig(EncoderConfig):
 
     Attributes:
         max_ell: highest order of the edge spherical harmonics (and of ``A``).
-        node_max_ell: highest order of the node features (>= 1: the vector output is ``1o``).
+        node_max_ell: highest order of the node features; 0 is mace-torch's ``max_L=0`` (scalar
+            node features only: the encoder then returns no vectors), >= 1 returns the ``1o``
+            channels as vectors.
         correlation: body order of the product basis minus one (number of ``A`` factors).
         avg_num_neighbors: constant dividing the neighbour sum; unset, hydra-train fills in the
             training set's mean in-degree (as mace-torch does), and a model built without one
@@ -189,6 +211,12 @@ class MACEConfig(EncoderConfig):
         radial_mlp_dim: width of the radial MLP.
         radial_mlp_layers: hidden layers of the radial MLP.
         envelope_exponent: order ``p`` of the polynomial cutoff (MACE uses 5).
+        elements: chemical symbols (or atomic numbers) that get their own per-species weights
+            (mace-torch's ``atomic_numbers`` / z table): the element-dependent residual and
+            product weights then have one row per listed element instead of one per atomic
+            number below ``num_species`` (at 32 channels, 4 elements instead of 119 make the
+            model about 7x smaller). An atom of another element gets no per-species weights;
+            hydra-infer refuses elements the model was not trained on. Unset: every atomic number.
     """
 
     max_ell: int = 2
@@ -198,12 +226,13 @@ class MACEConfig(EncoderConfig):
     radial_mlp_dim: int = 64
     radial_mlp_layers: int = 3
     envelope_exponent: int = 5
+    elements: tuple[int, ...] | None = field(default=None, metadata={"parse": parse_elements})
 
     def __post_init__(self) -> None:
         check_at_least("max_ell", self.max_ell)
-        if not 1 <= self.node_max_ell <= self.max_ell:
+        if not 0 <= self.node_max_ell <= self.max_ell:
             raise ModelConfigError(
-                f"{ROOT}.node_max_ell: expected an int in [1, max_ell={self.max_ell}], found {self.node_max_ell}"
+                f"{ROOT}.node_max_ell: expected an int in [0, max_ell={self.max_ell}], found {self.node_max_ell}"
             )
         check_at_least("correlation", self.correlation)
         if self.avg_num_neighbors is not None and not self.avg_num_neighbors > 0:

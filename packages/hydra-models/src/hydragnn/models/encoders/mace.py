@@ -9,7 +9,9 @@ up to ``correlation`` copies with element-dependent weights (:class:`.mace_block
 a compact symmetric contraction: see its docstring for how it differs from MACE's U-matrix
 version); an element-dependent residual (``FullyConnectedTensorProduct(h, one-hot species)``,
 from the second layer on, as in MACE). Node features are ``hidden_dim`` channels of each
-irrep ``0e, 1o, ..., node_max_ell``.
+irrep ``0e, 1o, ..., node_max_ell`` (``node_max_ell = 0``: scalars only, mace-torch's ``max_L=0``).
+Per-species tables have a row per atomic number below ``num_species``, or per listed
+``elements`` (mace-torch's z table, which is what makes its models several times smaller).
 
 Defaults: ``max_ell = 2``, ``correlation = 3`` (body order 4), a 3 x 64 radial MLP, as in MACE's
 smaller published models. ``max_ell = 3`` (MACE's own default) costs several times more per
@@ -20,7 +22,8 @@ hidden`` per irrep and layer, and the product-basis path weights): each atom use
 species' slice.
 
 Output: ``scalar`` = the ``0e`` channels ``[N, hidden_dim]``, ``vector`` = the ``1o`` channels
-``[N, 3, hidden_dim]`` in ``(x, y, z)`` order (e3nn 0.6's ``1o`` basis is already Cartesian).
+``[N, 3, hidden_dim]`` in ``(x, y, z)`` order (e3nn 0.6's ``1o`` basis is already Cartesian),
+``None`` with ``node_max_ell = 0``.
 
 Capture-safe: fixed shapes, scatter with ``dim_size = N``, species one-hot by comparison with
 ``arange(num_species)``. Zero-length (padding) edges: unit vector 0, so their harmonics are
@@ -41,7 +44,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..encoder_configs.geometric import MACE_DEFAULT_AVG_NUM_NEIGHBORS, MACEConfig
-from ..errors import ModelError
+from ..encoder_configs.base import ROOT
+from ..errors import ModelConfigError, ModelError
 from ..nn.geometry import safe_norm, safe_unit_vectors
 from ..nn.radial import BesselRBF, PolynomialCutoff
 from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
@@ -83,6 +87,20 @@ class MACEEncoder(Encoder):
         else:
             self.species = None
             self.node_lin = nn.Linear(dims.node_in, hidden)
+        # row of each atomic number in the per-species tables: itself, or its place in `elements`
+        # (-1, no row, for an element not listed)
+        row_of = torch.arange(max(dims.num_species, 1))
+        if config.elements is not None:
+            if dims.num_species <= 0:
+                raise ModelConfigError(f"{ROOT}.elements: needs species inputs (num_species > 0)")
+            if max(config.elements) >= dims.num_species:
+                raise ModelConfigError(
+                    f"{ROOT}.elements: atomic number {max(config.elements)} is not below num_species={dims.num_species}"
+                )
+            num_attrs = len(config.elements)
+            row_of = torch.full((dims.num_species,), -1, dtype=torch.long)
+            row_of[list(config.elements)] = torch.arange(num_attrs)
+        self.register_buffer("row_of", row_of, persistent=False)
         self.register_buffer("species_ids", torch.arange(num_attrs), persistent=False)
 
         sh_irreps = o3.Irreps.spherical_harmonics(config.max_ell)
@@ -141,7 +159,7 @@ class MACEEncoder(Encoder):
 
         if self.species is not None:
             z = x[:, 0].long()
-            node_attrs = (z.unsqueeze(-1) == self.species_ids).to(dtype)  # one-hot, no host sync
+            node_attrs = (self.row_of[z].unsqueeze(-1) == self.species_ids).to(dtype)  # one-hot, no host sync
             h = self.species(z)
         else:
             node_attrs = torch.ones(num_nodes, 1, dtype=dtype, device=x.device)
@@ -160,5 +178,12 @@ class MACEEncoder(Encoder):
                 h = torch.cat([scalar, h[:, hidden:]], dim=-1)
 
         scalar = h[:, :hidden]
+        if self.config.node_max_ell == 0:
+            return NodeEmbedding(scalar=scalar)
         vector = h[:, hidden : 4 * hidden].reshape(num_nodes, hidden, 3).transpose(1, 2)
         return NodeEmbedding(scalar=scalar, vector=vector)
+
+    @property
+    def vector_channels(self) -> int:
+        """``hidden_dim``, or 0 with ``node_max_ell = 0`` (scalar node features: no vectors)."""
+        return 0 if self.config.node_max_ell == 0 else self.dims.hidden_dim
