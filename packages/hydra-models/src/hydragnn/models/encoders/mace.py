@@ -43,8 +43,8 @@ from e3nn import o3
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..encoder_configs.geometric import MACE_DEFAULT_AVG_NUM_NEIGHBORS, MACEConfig
 from ..encoder_configs.base import ROOT
+from ..encoder_configs.geometric import MACE_DEFAULT_AVG_NUM_NEIGHBORS, MACEConfig
 from ..errors import ModelConfigError, ModelError
 from ..nn.geometry import safe_norm, safe_unit_vectors
 from ..nn.radial import BesselRBF, PolynomialCutoff
