@@ -174,3 +174,46 @@ def test_nan_written_in_a_config_file_is_refused(tmp_path):
     assert "NaN" in path.read_text()
     with pytest.raises(ConfigError, match="radius: expected a finite float"):
         load_config(path)
+
+
+def _mlip_config(**arch) -> dict:
+    cfg = config("mlip")
+    cfg["NeuralNetwork"]["Architecture"].pop("task_weights")
+    cfg["NeuralNetwork"]["Architecture"].update(arch)
+    cfg["NeuralNetwork"]["Training"] = {"num_epoch": 5}
+    return cfg
+
+
+def test_an_interatomic_potential_gets_the_mlip_setting_for_what_it_leaves_out():
+    from hydragnn.train.mlip_defaults import MLIP_LOSS_WEIGHTS, MLIP_TRAINING
+
+    cfg = load_config(_mlip_config())
+    tr = cfg.training
+    assert tr.optimizer.type == MLIP_TRAINING["Optimizer"]["type"] == "AdamW"
+    assert tr.optimizer.learning_rate == MLIP_TRAINING["Optimizer"]["learning_rate"]
+    assert tr.ema.enabled and tr.second_stage.enabled and tr.clip_grad_norm == MLIP_TRAINING["clip_grad_norm"]
+    assert tr.scheduler.warmup_steps == MLIP_TRAINING["Scheduler"]["warmup_steps"]
+    weights = {k: cfg.architecture[k] for k in MLIP_LOSS_WEIGHTS}
+    assert weights == MLIP_LOSS_WEIGHTS and cfg.model_config.loss.energy_weight == MLIP_LOSS_WEIGHTS["energy_weight"]
+    assert set(cfg.mlip_defaults) == {f"Training.{k}" for k in MLIP_TRAINING} | {f"Architecture.{k}" for k in MLIP_LOSS_WEIGHTS}
+    again = load_config(cfg.to_dict())
+    assert again == cfg and again.mlip_defaults == ()  # the completed config leaves nothing out
+
+    # a section given replaces the default one; a weight given wins; task_weights stop the weights
+    mine = _mlip_config(energy_weight=2.0)
+    mine["NeuralNetwork"]["Training"].update(EMA={"enabled": False}, Optimizer={"type": "SGD", "learning_rate": 0.1})
+    cfg = load_config(mine)
+    assert not cfg.training.ema.enabled and cfg.training.optimizer.type == "SGD"
+    assert cfg.architecture["energy_weight"] == 2.0 and cfg.architecture["forces_weight"] == 100.0
+    assert "Training.EMA" not in cfg.mlip_defaults and "Training.SecondStage" in cfg.mlip_defaults
+    weighted = load_config(_mlip_config(task_weights=[3.0, 1.0, 1.0]))
+    assert not any(p.startswith("Architecture.") for p in weighted.mlip_defaults)
+    sharded = _mlip_config()
+    sharded["NeuralNetwork"]["Training"]["Parallelism"] = {"strategy": "fsdp"}
+    cfg = load_config(sharded)
+    assert not cfg.training.ema.enabled and "Training.EMA" not in cfg.mlip_defaults
+
+
+def test_other_models_keep_the_generic_defaults():
+    cfg = load_config(config("graph"))
+    assert cfg.mlip_defaults == () and not cfg.training.ema.enabled and not cfg.training.second_stage.enabled

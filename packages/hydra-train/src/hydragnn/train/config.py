@@ -48,6 +48,7 @@ from .config_sections import (
 from .config_training import ARCH, NN, TRAINING, TrainingConfig, parse_training
 from .errors import ConfigError
 from .finetune import FineTuneConfig
+from .mlip_defaults import with_mlip_defaults
 
 __all__ = [
     "CheckpointConfig",
@@ -89,6 +90,9 @@ class RunConfig:
             the Architecture), ``"average"`` (least squares on the training split),
             ``"isolated_atoms"`` (the data's ``IsolatedAtom`` frames), ``"none"`` (null), or
             ``"auto"`` (not given: isolated atoms when every species has one, else average).
+        mlip_defaults: the JSON paths an interatomic potential's config left out and
+            :mod:`.mlip_defaults` filled in (empty otherwise; not compared: the completed
+            config read back has nothing left out).
     """
 
     verbosity: int
@@ -98,6 +102,7 @@ class RunConfig:
     model_config: ModelConfig
     training: TrainingConfig
     reference_energies: str = "auto"
+    mlip_defaults: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The completed config as JSON (defaults filled); ``load_config`` reads it back."""
@@ -203,11 +208,16 @@ def load_config(
             msg = str(exc)
             raise ConfigError(msg if msg.startswith("Variables") else f"Variables: {msg}") from exc
     nn = section(top[NN], NN, {"Architecture", "Training"})
-    training = parse_training(nn.get("Training"))
-    if init_from is not None:
-        training = dataclasses.replace(training, init_from=str(Path(init_from).resolve()))
-    elif training.init_from is not None:
-        training = dataclasses.replace(training, init_from=str((base or Path.cwd()) / training.init_from))
+
+    def parse(values: Any) -> TrainingConfig:
+        training = parse_training(values)
+        if init_from is not None:
+            training = dataclasses.replace(training, init_from=str(Path(init_from).resolve()))
+        elif training.init_from is not None:
+            training = dataclasses.replace(training, init_from=str((base or Path.cwd()) / training.init_from))
+        return training
+
+    training = parse(nn.get("Training"))
     if training.fine_tune != FineTuneConfig() and training.init_from is None:
         raise ConfigError(f"{TRAINING}.FineTune: only with {TRAINING}.init_from (the artifact to fine-tune)")
     arch_section = nn.get("Architecture")
@@ -215,6 +225,11 @@ def load_config(
         if training.init_from is None:
             raise ConfigError(f"{ARCH}: required section missing (it may be left out only with Training.init_from)")
         arch_section = _artifact_architecture(training.init_from)
+    mlip_filled: list[str] = []
+    if isinstance(arch_section, Mapping):
+        arch_section, training_values, mlip_filled = with_mlip_defaults(arch_section, nn.get("Training"))
+        if mlip_filled:
+            training = parse(training_values)
     arch, mc, mode = _architecture(arch_section, training, from_artifact="Architecture" not in nn)
     dataset = DatasetConfig.from_dict(top["Dataset"], base=base)
     if dataset.cutoff is None:
@@ -236,4 +251,5 @@ def load_config(
         model_config=mc,
         training=training,
         reference_energies=mode,
+        mlip_defaults=tuple(mlip_filled),
     )

@@ -163,6 +163,12 @@ def _run(
         f"dataset {cfg.dataset.name}: {len(trainset)} train, {len(valset or ())} val, {len(testset or ())} test "
         f"samples ready in {time.perf_counter() - t0:.1f} s",
     )
+    if cfg.mlip_defaults:
+        progress.log(
+            1,
+            "interatomic-potential defaults for what the config leaves out (hydragnn.train.mlip_defaults): "
+            + ", ".join(cfg.mlip_defaults),
+        )
     meaning = fingerprint(cfg.to_dict(), data.files)
     if resume:
         check_fingerprint(_stored_fingerprint(run_dir / CHECKPOINT_NAME), meaning, str(run_dir))
