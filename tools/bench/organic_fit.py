@@ -1,6 +1,7 @@
 """Transfer to unseen chemistry at a fixed CPU budget: HydraGNN and MACE on GFN2-xTB organic molecules.
 
     python tools/bench/organic_fit.py --mace-python PATH [--budget-s 720] [--workdir DIR] [--config ours.json]
+        [--seed 0] [--data DIR]
 
 The data (``_organic_data.py``; tblite is a benchmark-only extra: ``pip install tblite==0.8.0``):
 Langevin-MD frames of 12 H/C/N/O molecules labelled by GFN2-xTB, with three test splits: the same
@@ -68,23 +69,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mace-python", default=None, help="a Python with mace-torch installed (else HydraGNN alone)")
     parser.add_argument("--mace-epochs", type=int, default=None, help="MACE epochs (default: fit --budget-s)")
     parser.add_argument("--frames", type=int, default=None, help="training frames per molecule (data default)")
+    parser.add_argument("--seed", type=int, default=0, help="HydraGNN's Training.seed; MACE gets --seed=SEED+1")
+    parser.add_argument("--data", type=Path, default=None, help="the data folder (default WORKDIR/data; reused)")
     args = parser.parse_args(argv)
     args.workdir = args.workdir.resolve()  # the config names files, read relative to the config's folder
+    data_dir = (args.data or args.workdir / "data").resolve()
 
     try:
-        made = organic.make_organic_data(args.workdir / "data", frames=args.frames)
+        made = organic.make_organic_data(data_dir, frames=args.frames)
     except ImportError as exc:  # tblite is this benchmark's own extra, absent from the dev environment
         print(f"organic_fit: skipped: {exc}")
         return 0
     files = made["files"]
     config = json.loads(args.config.read_text()) if args.config else json.loads(json.dumps(mlip_fit.OUR_CONFIG))
     config["Dataset"].update(name="organic_gfn2", train_file=str(files["train"]), valid_file=str(files["valid"]))
+    config["NeuralNetwork"].setdefault("Training", {})["seed"] = args.seed
+    mace_extra = [f"--seed={args.seed + 1}"]
     mace_files = {"train": files["train"], "valid": files["valid"]}
     (args.workdir / "ours").mkdir(parents=True, exist_ok=True)
     (args.workdir / "mace").mkdir(parents=True, exist_ok=True)
     epochs = args.mace_epochs
     if epochs is None and args.mace_python:  # one probe epoch, alone on one core, then the count that fits the budget
-        probe = mlip_fit.train_mace(args.mace_python, args.workdir / "mace", mace_files, 1, 1, [])
+        probe = mlip_fit.train_mace(args.mace_python, args.workdir / "mace", mace_files, 1, 1, mace_extra)
         epochs = max(1, int(args.budget_s / probe["wall_s"]))
         print(f"MACE: one epoch took {probe['wall_s']:.0f} s -> {epochs} epochs", flush=True)
     start = time.perf_counter()
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         ours = pool.submit(mlip_fit.train_ours, args.workdir / "ours", config, args.budget_s, 1)
         mace = None
         if args.mace_python:
-            mace = pool.submit(mlip_fit.train_mace, args.mace_python, args.workdir / "mace", mace_files, epochs, 1, [])
+            mace = pool.submit(mlip_fit.train_mace, args.mace_python, args.workdir / "mace", mace_files, epochs, 1, mace_extra)
         results = {"HydraGNN": {**ours.result(), "python": sys.executable, "kind": "hydra"}}
         if mace is not None:
             results["MACE"] = {**mace.result(), "python": args.mace_python, "kind": "mace"}
