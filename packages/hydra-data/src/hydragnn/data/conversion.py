@@ -14,17 +14,26 @@ Cache layout (default ``<file's folder>/.hydragnn_cache``, else ``converted/`` i
     <cache>/<file name>.<digest16>/data.pt|data.bp    the prepared samples (with edges)
     <cache>/<file name>.<digest16>/record.json        fingerprint, schema, isolated atoms, counts
 
-``record.json`` is written last and atomically: an entry without it (an interrupted conversion)
-is rebuilt. Hashing is skipped when the file's size and modification time match a record.
+Each conversion builds in a hidden folder of its own (``.<file name>.<digest16>.part-*``) and
+publishes it with one rename, ``record.json`` written before: two runs converting one file at
+once both succeed (the later drops its copy and uses the entry published first), and an entry is
+complete or absent. Entries are found by the file's exact name (``train[1].xyz`` and ``a.xyz.old``
+are names, not patterns); the removal of entries made from an older content of the file only
+touches entries recorded for the same resolved path, so runs whose files share a name and a
+``cache_dir`` keep each other's entries. A cache hit needs a readable record and a container
+whose stored digest is the entry's; anything else is rebuilt and the log says why. Hashing is
+skipped when the file's size and modification time match a record.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -95,24 +104,87 @@ def default_cache_dir(path: Path) -> Path:
     return user_cache_dir() / "converted"
 
 
+_RECORD_KEYS = {"digest": str, "fingerprint": dict, "schema": dict, "isolated_atoms": list}
+
+
+def _read_record(entry: Path) -> dict[str, Any] | None:
+    """The entry's record, or ``None`` when it is missing, not JSON or lacks a key the cache
+    reads (such an entry is never used: the conversion builds a new one in its place)."""
+    try:
+        record = json.loads((entry / _RECORD).read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or any(not isinstance(record.get(k), t) for k, t in _RECORD_KEYS.items()):
+        return None
+    try:
+        Schema.from_dict(record["schema"])
+        [(int(z), float(e)) for z, e in record["isolated_atoms"]]
+    except (SchemaError, TypeError, ValueError):
+        return None
+    return record
+
+
 def _records(cache: Path, name: str) -> list[tuple[Path, dict[str, Any]]]:
-    """Readable records of the entries of file ``name``, newest first."""
+    """Readable records of the entries of file ``name`` (``<name>.<digest16>`` exactly: the name
+    is matched literally, so ``a.xyz`` never sees ``a.xyz.old``'s entries), newest first."""
     out = []
-    for entry in cache.glob(f"{name}.*"):
-        try:
-            record = json.loads((entry / _RECORD).read_text())
-        except (OSError, ValueError):
+    for entry in cache.glob(f"{glob.escape(name)}.*"):
+        stem, _, digest = entry.name.rpartition(".")
+        if stem != name or len(digest) != 16:
             continue
-        if isinstance(record, dict) and isinstance(record.get("fingerprint"), dict):
+        record = _read_record(entry)
+        if record is not None:
             out.append((entry, record))
     return sorted(out, key=lambda er: er[1].get("created", 0.0), reverse=True)
 
 
+def _open_entry(data_path: Path, digest: str, log: Callable[[str], None] | None) -> ContainerDataset | None:
+    """The entry's container when it opens and says it was written for ``digest``, else ``None``
+    (a folder copied or swapped in from another file, or damaged: rebuilt)."""
+    if not data_path.exists():
+        return None
+    try:
+        dataset = open_dataset(data_path)
+    except (ContainerError, DataError, SchemaError) as exc:
+        if log is not None:
+            log(f"{data_path}: the cached container does not open ({exc}); rebuilding it")
+        return None
+    if (dataset.metadata or {}).get("digest") != digest:
+        if log is not None:
+            log(f"{data_path}: the cached container was written for another source or settings; rebuilding it")
+        return None
+    return dataset
+
+
+def _publish(built: Path, entry: Path, digest: str, data_name: str) -> Path:
+    """Rename the finished folder ``built`` to ``entry``. When a valid entry is there already (a
+    conversion that ran at the same time won), ``built`` is dropped and the winner's is used; an
+    invalid one (interrupted, damaged, a container of another source) is moved aside first."""
+    for _ in range(3):
+        try:
+            os.rename(built, entry)
+            return entry
+        except OSError:
+            existing = _read_record(entry)
+            if existing is not None and existing.get("digest") == digest and _open_entry(entry / data_name, digest, None) is not None:
+                shutil.rmtree(built, ignore_errors=True)
+                return entry
+            trash = entry.with_name(f".{entry.name}.stale-{os.getpid()}-{time.monotonic_ns()}")
+            try:
+                os.rename(entry, trash)
+            except OSError:
+                continue
+            shutil.rmtree(trash, ignore_errors=True)
+    shutil.rmtree(built, ignore_errors=True)
+    raise ContainerError(f"{entry}: cannot publish the converted data there (another process keeps replacing it)")
+
+
 def _file_identity(path: Path, known: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
     st = path.stat()
+    resolved = str(path.resolve())
     for _, record in known:
         f = record["fingerprint"].get("file", {})
-        if f.get("size") == st.st_size and record.get("mtime_ns") == st.st_mtime_ns and f.get("sha256"):
+        if record.get("path") == resolved and f.get("size") == st.st_size and record.get("mtime_ns") == st.st_mtime_ns and f.get("sha256"):
             return {"name": path.name, "size": st.st_size, "sha256": f["sha256"], "mtime_ns": st.st_mtime_ns}
     return {"name": path.name, "size": st.st_size, "sha256": sha256_file(path), "mtime_ns": st.st_mtime_ns}
 
@@ -216,8 +288,10 @@ def convert_source(
     entry = cache / f"{path.name}.{digest[:16]}"
     data_path = entry / f"data.{_SUFFIX[container_format]}"
     record = next((r for e, r in known if e == entry and r.get("digest") == digest), None)
-    if record is not None and data_path.exists():
-        dataset = open_dataset(data_path)
+    dataset = _open_entry(data_path, digest, log) if record is not None else None
+    if record is not None and dataset is not None:
+        cached_schema = Schema.from_dict(record["schema"])
+        cached_isolated = tuple((int(z), float(e)) for z, e in record["isolated_atoms"])
         if record.get("mtime_ns") != identity["mtime_ns"]:
             _atomic_json(entry / _RECORD, {**record, "mtime_ns": identity["mtime_ns"]})
         seconds = time.perf_counter() - t0
@@ -225,22 +299,27 @@ def convert_source(
             log(f"{path}: {len(dataset)} prepared samples from the cache {entry} ({seconds:.2f} s)")
         return ConvertedSource(
             dataset=dataset,
-            schema=Schema.from_dict(record["schema"]),
-            isolated_atoms=tuple((int(z), float(e)) for z, e in record["isolated_atoms"]),
+            schema=cached_schema,
+            isolated_atoms=cached_isolated,
             record=record,
             cached=True,
             seconds=seconds,
             entry=entry,
         )
 
+    if log is not None and record is None and (entry / _RECORD).exists():
+        log(f"{entry / _RECORD}: unreadable or incomplete; rebuilding the entry")
     if log is not None:
         previous = [r for _, r in known if r.get("digest") != digest]
         why = f"rebuilding ({'; '.join(_changes(previous[0]['fingerprint'], fingerprint))})" if previous else "converting"
         log(f"{path}: {why} into {entry}")
     if not _writable(cache):
         raise ContainerError(f"{cache}: the cache folder is not writable (set the cache folder to a writable place)")
-    shutil.rmtree(entry, ignore_errors=True)
-    entry.mkdir(parents=True)
+    final_entry, final_data = entry, data_path
+    # built in a folder of this call's own, published by one rename: a conversion running at the
+    # same time (another run, another node on a shared file system) never sees a half-written entry
+    entry = Path(tempfile.mkdtemp(prefix=f".{path.name}.{digest[:16]}.part-", dir=cache))
+    data_path = entry / final_data.name
     isolated: list[tuple[int, float]] = []
     skipped: dict[str, int] = {}
     counts = {"frames": 0, "samples": 0}
@@ -293,10 +372,13 @@ def convert_source(
         "skipped_config_types": skipped,
         "seconds": seconds,
     }
+    record["path"] = str(path.resolve())
     _atomic_json(entry / _RECORD, record)
+    entry, data_path = _publish(entry, final_entry, digest, final_data.name), final_data
     for old_entry, old in known:
-        if old_entry != entry and old["fingerprint"].get("file", {}).get("sha256") != identity["sha256"]:
-            shutil.rmtree(old_entry, ignore_errors=True)  # made from another content of the file
+        same_file = old.get("path") == record["path"]
+        if old_entry != entry and same_file and old["fingerprint"].get("file", {}).get("sha256") != identity["sha256"]:
+            shutil.rmtree(old_entry, ignore_errors=True)  # made from another content of this very file
     if log is not None:
         log(
             f"{path}: {counts['samples']} samples prepared in {seconds:.1f} s "
