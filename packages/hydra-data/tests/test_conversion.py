@@ -116,3 +116,16 @@ def test_bad_arguments(tmp_path, ref_file):
         convert_source(_source(ref_file), cutoff=4.0, container_format="zip")
     with pytest.raises(Exception, match="no frame selected"):
         convert_source(_source(ref_file, config_types=("surface",)), cutoff=4.0)
+
+
+def test_a_frame_without_atoms_is_refused_naming_the_file_and_frame(ref_file):
+    """A 0-atom frame (a truncated or hand-edited file) used to pass conversion and crash training
+    with a ZeroDivisionError; it now stops the conversion, naming where it is."""
+    text = ref_file.read_text()
+    empty = '0\nProperties=species:S:1:pos:R:3 REF_energy=0.0 pbc="F F F"\n'
+    lines = text.splitlines(keepends=True)
+    n = int(lines[0])
+    ref_file.write_text("".join(lines[: n + 2]) + empty + "".join(lines[n + 2 :]))
+    with pytest.raises(SchemaError, match=r"train\.xyz.*frame 1.*no atoms"):
+        convert_source(_source(ref_file), cutoff=4.0)
+    assert not any(p.name.startswith("train.xyz.") for p in (ref_file.parent / ".hydragnn_cache").iterdir())

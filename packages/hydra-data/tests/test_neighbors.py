@@ -313,6 +313,12 @@ _POS = torch.zeros(4, 3, dtype=F64)
         ({"pos": torch.zeros(4, 3, dtype=torch.int64)}, "float32 or float64"),
         ({"pos": torch.tensor([[0.0, 0.0, float("nan")]])}, "NaN or inf in atom rows"),
         ({"pos": torch.tensor([[0.0, float("inf"), 0.0]])}, "NaN or inf"),
+        ({"pos": torch.tensor([[0.0, 0.0, 0.0], [1e200, 0.0, 0.0]], dtype=F64)}, r"beyond 1e\+06 Å in atom rows \[1\]"),
+        (
+            {"pos": torch.tensor([[0.0, 0.0, 0.0], [1e300, 0.0, 0.0]], dtype=F64), "cell": 5.0 * torch.eye(3, dtype=F64)},
+            "beyond",
+        ),
+        ({"cell": torch.eye(3, dtype=F64) * 1e200}, "cell: entries beyond"),
         ({"cutoff": 0.0}, "cutoff: expected a finite float > 0"),
         ({"cutoff": -1.0}, "cutoff"),
         ({"cutoff": float("nan")}, "cutoff"),

@@ -106,3 +106,17 @@ def test_unsupported_model():
         HydraCalculator(tiny_model(variables=variables))
     with pytest.raises(InferenceError, match="model_or_artifact: expected a HydraModel"):
         HydraCalculator(object())
+
+
+@pytest.mark.parametrize("species", [["Cu", "Au"], [29, 3.5], "CuAu", [True]])
+def test_a_manifest_species_that_is_not_atomic_numbers_is_refused(model64, species):
+    from hydragnn.infer.model_info import model_info
+
+    manifest = dict(getattr(model64, "manifest", None) or {})
+    saved = getattr(model64, "manifest", None)
+    model64.manifest = {**manifest, "species": species}
+    try:
+        with pytest.raises(InferenceError, match="'species' must be a list of atomic numbers"):
+            model_info(model64)
+    finally:
+        model64.manifest = saved

@@ -271,3 +271,15 @@ def test_hostile_architecture_values_are_artifact_errors(tmp_path, precision, ke
     _write(path, manifest, weights)
     with pytest.raises(ArtifactError):
         load_artifact(path)
+
+
+def test_a_deeply_nested_manifest_is_an_artifact_error(model, tmp_path):
+    """100,000 nested brackets made json raise RecursionError; now the package's own error, short."""
+    path = save_artifact(model, tmp_path / "m.hydra")
+    version, manifest, weights = _parts(path)
+    blob = ('{"format": "hydragnn-model", "x": ' + "[" * 100_000 + "]" * 100_000 + "}").encode()
+    body = _HEADER.pack(MAGIC, version, len(blob)) + blob + weights
+    path.write_bytes(body + hashlib.sha256(body).digest())
+    with pytest.raises(ArtifactError, match="corrupted artifact manifest") as info:
+        read_manifest(path)
+    assert len(str(info.value)) < 600

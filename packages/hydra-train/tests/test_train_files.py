@@ -212,3 +212,17 @@ def test_bad_structures_are_refused_by_training_and_predict(files, tmp_path):
     )  # fmt: skip
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert "too small for the cutoff" in out.stderr
+
+
+def test_resume_with_the_config_the_run_wrote(files, tmp_path):
+    """The run folder's own ``config.json`` (which carries the inferred schema as ``Variables``)
+    resumes the run: the data is identified by its content, not by the cache entry's name."""
+    cfg = _config({"train_file": str(files / "train.xyz"), "valid_file": str(files / "valid.xyz"), **KEYS})
+    cfg["NeuralNetwork"]["Training"]["Checkpoint"] = {"every": 1}
+    run_dir = tmp_path / "run"
+    run_training(cfg, run_dir)
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert "Variables" in saved and "Variables" not in cfg
+    saved["NeuralNetwork"]["Training"]["num_epoch"] = 2
+    resumed = run_training(saved, run_dir, resume=True)
+    assert [h["epoch"] for h in resumed["history"]] == [0, 1]

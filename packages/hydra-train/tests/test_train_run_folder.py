@@ -65,6 +65,8 @@ def test_fingerprint_drops_the_free_keys():
     assert fingerprint(cfg)["NeuralNetwork.Architecture.hidden_dim"] == 16
     files = [{"path": "/d/train.xyz", "entry": "/d/.hydragnn_cache/train.xyz.0123"}]
     assert fingerprint(cfg, files)["data[0] train.xyz"] == "train.xyz.0123"
+    files = [{"path": "/d/train.xyz", "entry": "/d/.hydragnn_cache/train.xyz.4567", "sha256": "ab" * 32}]
+    assert fingerprint(cfg, files)["data[0] train.xyz"] == "ab" * 32  # the content, whatever the entry
 
 
 def test_unwritable_run_folder_fails_before_any_work(tmp_path):

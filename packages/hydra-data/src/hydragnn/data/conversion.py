@@ -403,6 +403,11 @@ def _next_sample(
     """The next frame that is a sample; isolated-atom frames on the way go to ``isolated``."""
     for frame in frames:
         counts["frames"] += 1
+        if len(frame.atoms) == 0:  # no energy per atom, no graph: a damaged or truncated file
+            raise SchemaError(
+                f"{frame.where}: a frame with no atoms; remove it from the file or leave it out with the "
+                "Dataset 'index' selection"
+            )
         if not frame.isolated:
             return frame
         atoms = frame.atoms

@@ -60,6 +60,11 @@ def check_max_neighbours(max_neighbours: int | None) -> int | None:
     return int(max_neighbours)
 
 
+MAX_COORDINATE = 1.0e6
+"""Largest |coordinate| and |cell entry| accepted, Å: beyond it float32 positions resolve no bond
+(ulp 0.06 Å) and the search's cell arithmetic overflows; such inputs are errors, not structures."""
+
+
 def _check_pos(pos: object) -> torch.Tensor:
     if not isinstance(pos, torch.Tensor):
         raise NeighborListError(f"pos: expected a tensor of shape [N, 3], found a {type(pos).__name__}")
@@ -72,6 +77,13 @@ def _check_pos(pos: object) -> torch.Tensor:
     if bool(bad.any()):
         rows = bad.nonzero().flatten()[:5].tolist()
         raise NeighborListError(f"pos: expected finite coordinates, found NaN or inf in atom rows {rows}")
+    far = (pos.abs() > MAX_COORDINATE).any(dim=1)
+    if bool(far.any()):
+        rows = far.nonzero().flatten()[:5].tolist()
+        raise NeighborListError(
+            f"pos: coordinates beyond {MAX_COORDINATE:g} Å in atom rows {rows} (a unit error or a damaged file: "
+            "no neighbour search is meaningful there)"
+        )
     return pos
 
 
@@ -130,6 +142,8 @@ def _check_cell(cell: torch.Tensor, num_graphs: int, dtype: torch.dtype, device:
         raise NeighborListError(f"cell: expected a floating-point tensor, found {_shape(cell)}")
     if not bool(torch.isfinite(cell.detach()).all()):
         raise NeighborListError("cell: expected finite entries, found NaN or inf")
+    if bool((cell.detach().abs() > MAX_COORDINATE).any()):
+        raise NeighborListError(f"cell: entries beyond {MAX_COORDINATE:g} Å (a unit error or a damaged file)")
     return cell.to(device=device, dtype=dtype)
 
 

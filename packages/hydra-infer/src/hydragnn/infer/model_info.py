@@ -21,6 +21,8 @@ for forces or stress would break ``F = -dE/dR``: such a model is refused.
 
 from __future__ import annotations
 
+import numbers
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +109,14 @@ def model_info(model: HydraModel, species: Sequence[int] | None = None) -> Model
     graph_inputs = _graph_input_roles(schema.feature_inputs("graph"))
     manifest: Mapping[str, Any] = getattr(model, "manifest", None) or {}
     listed = manifest.get("species") if manifest.get("species") is not None else species
+    if listed is not None and (
+        isinstance(listed, (str, bytes, Mapping))
+        or any(isinstance(z, bool) or not isinstance(z, numbers.Integral) or not 0 < z < 119 for z in listed)
+    ):
+        raise InferenceError(
+            f"model: 'species' must be a list of atomic numbers in 1..118, found {str(listed)[:200]} (a damaged or "
+            "hand-edited artifact)"
+        )
     num_species = getattr(model.dims, "num_species", 0)
     special = dict(model.special) if model.mlip else {}
     if model.mlip and model.config.mlip.compute_grad_energy:

@@ -165,8 +165,8 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
         )
     try:
         manifest = json.loads(data[_HEADER.size : end].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path}: corrupted artifact manifest: {exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # deep nesting: RecursionError
+        raise ArtifactError(f"{path}: corrupted artifact manifest: {str(exc)[:200]}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise ArtifactError(f"{path}: corrupted artifact manifest (expected format {FORMAT_NAME!r})")
     if manifest.get("format_version") != version:

@@ -189,7 +189,7 @@ def load_config(
             source = json.loads(path.read_text())
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the config: {exc}") from exc
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
             raise ConfigError(f"{path}: not valid JSON: {exc}") from exc
     top = section(source, "config", {"Verbosity", "Dataset", "Variables", NN})
     for key in ("Dataset", NN):

@@ -60,7 +60,8 @@ class RunData:
         schema: the schema of every sample (the config's, the container's or the one inferred).
         train, val, test: prepared samples with edges (``val`` / ``test`` ``None`` when empty).
         isolated_atoms: ``(Z, energy)`` of the training file's ``IsolatedAtom`` frames.
-        files: one dict per converted file: ``path``, ``samples``, ``cached``, ``seconds``, ``entry``.
+        files: one dict per converted file: ``path``, ``samples``, ``cached``, ``seconds``, ``entry``,
+            ``sha256`` (of the file's content).
         heads, head_weights, parts: for ``Dataset.sources``, the source names (one energy head
             each), their loss weights and each source's own :class:`RunData` (its samples carry
             ``head``, the index of their source); empty for one source.
@@ -261,7 +262,7 @@ def load_run_data(
                                     container_format=ds.cache_format)
         files.append(
             {"path": file, "samples": len(result.dataset), "cached": result.cached, "seconds": result.seconds,
-             "entry": str(result.entry)}
+             "entry": str(result.entry), "sha256": result.record["fingerprint"]["file"]["sha256"]}
         )
         samples = [_complete(result.dataset[i], cutoff, pe_dim) for i in range(len(result.dataset))]
         return result, samples

@@ -103,8 +103,9 @@ def fingerprint(config: Mapping[str, Any], data_files: Sequence[Mapping[str, Any
         for path, value in flat.items()
         if not any(path == free or path.startswith(free + ".") for free in FREE_KEYS)
     }
-    for i, f in enumerate(data_files):
-        kept[f"data[{i}] {Path(str(f.get('path'))).name}"] = Path(str(f.get("entry"))).name
+    for i, f in enumerate(data_files):  # the file's content (the cache entry's name also encodes
+        # whether the schema was given or inferred, which the config's Variables already say)
+        kept[f"data[{i}] {Path(str(f.get('path'))).name}"] = f.get("sha256") or Path(str(f.get("entry"))).name
     return kept
 
 

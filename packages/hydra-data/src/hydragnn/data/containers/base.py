@@ -72,7 +72,7 @@ def parse_header_bytes(raw: bytes | str, where: str) -> dict[str, Any]:
     """Decode a header's JSON text; ContainerError naming ``where`` on garbage."""
     try:
         header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ContainerError(f"{where}: dataset header is not valid JSON ({exc}); the file is corrupted") from None
     if not isinstance(header, dict):
         raise ContainerError(f"{where}: dataset header must be a JSON object, found {type(header).__name__}")

@@ -164,5 +164,5 @@ def loads_json(text: Any, key: str, where: str) -> Any:
     """Decode a stored JSON attribute; ContainerError on garbage."""
     try:
         return json.loads(text)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ContainerError(f"{where}: attribute {key!r}: stored JSON value is corrupted ({exc})") from None
