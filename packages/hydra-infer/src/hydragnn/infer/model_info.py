@@ -22,7 +22,6 @@ for forces or stress would break ``F = -dE/dR``: such a model is refused.
 from __future__ import annotations
 
 import numbers
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
