@@ -4,8 +4,10 @@ folders, damaged records and swapped containers (issue 30, items 1 and 2)."""
 from __future__ import annotations
 
 import json
-import multiprocessing
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -25,29 +27,40 @@ def _source(path):
     )
 
 
-def _convert(path: str, cache: str, queue) -> None:
-    try:
-        out = convert_source(_source(path), cutoff=4.0, cache_dir=cache)
-        queue.put(("ok", str(out.entry), len(out.dataset), [float(out.dataset[i].pos.sum()) for i in range(len(out.dataset))]))
-    except BaseException as exc:  # reported to the test, which fails on it
-        queue.put(("error", repr(exc), 0, []))
+_CONVERT = """
+import json, os, sys, time
+from hydragnn.data.ase_source import AseSource
+from hydragnn.data.conversion import convert_source
+source = AseSource(sys.argv[1], energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress")
+print("ready", flush=True)
+while not os.path.exists(sys.argv[3]):  # both start converting together, the second sys.argv[4] s later
+    time.sleep(0.001)
+time.sleep(float(sys.argv[4]))
+out = convert_source(source, cutoff=4.0, cache_dir=sys.argv[2])
+print(json.dumps([str(out.entry), len(out.dataset), [float(out.dataset[i].pos.sum()) for i in range(len(out.dataset))]]))
+"""
 
 
-def test_two_processes_converting_one_file_at_once_both_succeed(tmp_path, atoms):
+def test_two_processes_converting_one_file_at_once_both_succeed(tmp_path):
+    atoms = generate_cuau_atoms(150, seed=4)  # a conversion of about a second: the second starts mid-way
     path = write_extxyz(tmp_path / "train.xyz", atoms)
-    ctx = multiprocessing.get_context("spawn")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     for attempt in range(2):  # the second round converts again into a cache the first filled
-        cache = tmp_path / f"cache{attempt}"
-        queue = ctx.Queue()
-        procs = [ctx.Process(target=_convert, args=(str(path), str(cache), queue)) for _ in range(2)]
+        cache, go = tmp_path / f"cache{attempt}", tmp_path / f"go{attempt}"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CONVERT, str(path), str(cache), str(go), delay],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            )
+            for delay in ("0", "0.3")
+        ]
         for p in procs:
-            p.start()
-        results = [queue.get(timeout=300) for _ in procs]
-        for p in procs:
-            p.join(timeout=60)
-        assert [r[0] for r in results] == ["ok", "ok"], results
-        assert results[0][1] == results[1][1] and results[0][2] == results[1][2] == len(atoms)
-        assert results[0][3] == results[1][3]
+            assert p.stdout.readline().strip() == "ready", p.stderr.read()[-2000:]
+        go.touch()
+        outs = [p.communicate(timeout=600) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+        results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+        assert results[0] == results[1] and results[0][1] == len(atoms)
         leftovers = [p.name for p in cache.iterdir() if p.name.startswith(".")]
         assert leftovers == [], leftovers  # no half-built folder left behind
 

@@ -74,7 +74,7 @@ out['errors'] = errors
     typo, gps, mace, name = out["errors"]
     assert typo.startswith("NeuralNetwork.Architecture.num_gausians: unknown key (did you mean 'num_gaussians'?)")
     assert "GPS mixes attention" in gps and "DimeNet has no per-layer node state" in gps
-    assert mace.startswith("NeuralNetwork.Architecture.node_max_ell: expected an int in [1, max_ell=1]")
+    assert mace.startswith("NeuralNetwork.Architecture.node_max_ell: expected an int in [0, max_ell=1]")
     assert name.startswith("NeuralNetwork.Architecture.mpnn_type: unknown encoder 'Schnet' (did you mean 'SchNet'?)")
 
 
