@@ -27,7 +27,6 @@ skipped when the file's size and modification time match a record.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
@@ -44,10 +43,9 @@ import numpy as np
 from torch_geometric.data import Data
 
 from .ase_source import AseSource, Frame, FrameLabels, iter_frames, labelled_sample, resolve_outputs
-from .atomic import atomic_write
 from .containers import ContainerDataset, open_dataset, write_dataset
+from .conversion_cache import RECORD, atomic_json, changes, file_identity, open_entry, publish, records
 from .download import default_cache_dir as user_cache_dir
-from .download import sha256_file
 from .errors import ContainerError, DataError, SchemaError
 from .neighbors import add_edges
 from .prepare import prepare
@@ -58,7 +56,6 @@ __all__ = ["CONVERTER_VERSION", "ConvertedSource", "convert_source", "default_ca
 CONVERTER_VERSION = 1
 """Bumped whenever the samples a conversion writes change meaning; old entries are rebuilt."""
 _SUFFIX = {"pt": "pt", "adios": "bp"}
-_RECORD = "record.json"
 
 
 @dataclass(frozen=True)
@@ -102,111 +99,6 @@ def default_cache_dir(path: Path) -> Path:
     if _writable(beside):
         return beside
     return user_cache_dir() / "converted"
-
-
-_RECORD_KEYS = {"digest": str, "fingerprint": dict, "schema": dict, "isolated_atoms": list}
-
-
-def _read_record(entry: Path) -> dict[str, Any] | None:
-    """The entry's record, or ``None`` when it is missing, not JSON or lacks a key the cache
-    reads (such an entry is never used: the conversion builds a new one in its place)."""
-    try:
-        record = json.loads((entry / _RECORD).read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(record, dict) or any(not isinstance(record.get(k), t) for k, t in _RECORD_KEYS.items()):
-        return None
-    try:
-        Schema.from_dict(record["schema"])
-        [(int(z), float(e)) for z, e in record["isolated_atoms"]]
-    except (SchemaError, TypeError, ValueError):
-        return None
-    return record
-
-
-def _records(cache: Path, name: str) -> list[tuple[Path, dict[str, Any]]]:
-    """Readable records of the entries of file ``name`` (``<name>.<digest16>`` exactly: the name
-    is matched literally, so ``a.xyz`` never sees ``a.xyz.old``'s entries), newest first."""
-    out = []
-    for entry in cache.glob(f"{glob.escape(name)}.*"):
-        stem, _, digest = entry.name.rpartition(".")
-        if stem != name or len(digest) != 16:
-            continue
-        record = _read_record(entry)
-        if record is not None:
-            out.append((entry, record))
-    return sorted(out, key=lambda er: er[1].get("created", 0.0), reverse=True)
-
-
-def _open_entry(data_path: Path, digest: str, log: Callable[[str], None] | None) -> ContainerDataset | None:
-    """The entry's container when it opens and says it was written for ``digest``, else ``None``
-    (a folder copied or swapped in from another file, or damaged: rebuilt)."""
-    if not data_path.exists():
-        return None
-    try:
-        dataset = open_dataset(data_path)
-    except (ContainerError, DataError, SchemaError) as exc:
-        if log is not None:
-            log(f"{data_path}: the cached container does not open ({exc}); rebuilding it")
-        return None
-    if (dataset.metadata or {}).get("digest") != digest:
-        if log is not None:
-            log(f"{data_path}: the cached container was written for another source or settings; rebuilding it")
-        return None
-    return dataset
-
-
-def _publish(built: Path, entry: Path, digest: str, data_name: str) -> Path:
-    """Rename the finished folder ``built`` to ``entry``. When a valid entry is there already (a
-    conversion that ran at the same time won), ``built`` is dropped and the winner's is used; an
-    invalid one (interrupted, damaged, a container of another source) is moved aside first."""
-    for _ in range(3):
-        try:
-            os.rename(built, entry)
-            return entry
-        except OSError:
-            existing = _read_record(entry)
-            if existing is not None and existing.get("digest") == digest and _open_entry(entry / data_name, digest, None) is not None:
-                shutil.rmtree(built, ignore_errors=True)
-                return entry
-            trash = entry.with_name(f".{entry.name}.stale-{os.getpid()}-{time.monotonic_ns()}")
-            try:
-                os.rename(entry, trash)
-            except OSError:
-                continue
-            shutil.rmtree(trash, ignore_errors=True)
-    shutil.rmtree(built, ignore_errors=True)
-    raise ContainerError(f"{entry}: cannot publish the converted data there (another process keeps replacing it)")
-
-
-def _file_identity(path: Path, known: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
-    st = path.stat()
-    resolved = str(path.resolve())
-    for _, record in known:
-        f = record["fingerprint"].get("file", {})
-        if record.get("path") == resolved and f.get("size") == st.st_size and record.get("mtime_ns") == st.st_mtime_ns and f.get("sha256"):
-            return {"name": path.name, "size": st.st_size, "sha256": f["sha256"], "mtime_ns": st.st_mtime_ns}
-    return {"name": path.name, "size": st.st_size, "sha256": sha256_file(path), "mtime_ns": st.st_mtime_ns}
-
-
-def _changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What differs between two fingerprints, in words."""
-    out = []
-    if old.get("file", {}).get("sha256") != new["file"]["sha256"]:
-        out.append("the file changed")
-    if old.get("cutoff") != new["cutoff"]:
-        out.append(f"cutoff {old.get('cutoff')} -> {new['cutoff']}")
-    labels = {"source": "frame selection or label keys", "schema": "schema", "container": "container format"}
-    for key, words in labels.items():
-        if old.get(key) != new[key]:
-            out.append(f"{words} changed")
-    if old.get("converter") != new["converter"]:
-        out.append(f"converter version {old.get('converter')} -> {new['converter']}")
-    return out or ["unknown change"]
-
-
-def _atomic_json(path: Path, value: dict[str, Any]) -> None:
-    atomic_write(path, json.dumps(value, indent=1, sort_keys=True).encode())
 
 
 class _Progress:
@@ -274,8 +166,8 @@ def convert_source(
     if not path.is_file():
         raise ContainerError(f"{path}: no such file")
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(path)
-    known = _records(cache, path.name)
-    identity = _file_identity(path, known)
+    known = records(cache, path.name)
+    identity = file_identity(path, known)
     fingerprint = {
         "converter": CONVERTER_VERSION,
         "file": {k: identity[k] for k in ("name", "size", "sha256")},
@@ -288,12 +180,12 @@ def convert_source(
     entry = cache / f"{path.name}.{digest[:16]}"
     data_path = entry / f"data.{_SUFFIX[container_format]}"
     record = next((r for e, r in known if e == entry and r.get("digest") == digest), None)
-    dataset = _open_entry(data_path, digest, log) if record is not None else None
+    dataset = open_entry(data_path, digest, log) if record is not None else None
     if record is not None and dataset is not None:
         cached_schema = Schema.from_dict(record["schema"])
         cached_isolated = tuple((int(z), float(e)) for z, e in record["isolated_atoms"])
         if record.get("mtime_ns") != identity["mtime_ns"]:
-            _atomic_json(entry / _RECORD, {**record, "mtime_ns": identity["mtime_ns"]})
+            atomic_json(entry / RECORD, {**record, "mtime_ns": identity["mtime_ns"]})
         seconds = time.perf_counter() - t0
         if log is not None:
             log(f"{path}: {len(dataset)} prepared samples from the cache {entry} ({seconds:.2f} s)")
@@ -307,11 +199,11 @@ def convert_source(
             entry=entry,
         )
 
-    if log is not None and record is None and (entry / _RECORD).exists():
-        log(f"{entry / _RECORD}: unreadable or incomplete; rebuilding the entry")
+    if log is not None and record is None and (entry / RECORD).exists():
+        log(f"{entry / RECORD}: unreadable or incomplete; rebuilding the entry")
     if log is not None:
         previous = [r for _, r in known if r.get("digest") != digest]
-        why = f"rebuilding ({'; '.join(_changes(previous[0]['fingerprint'], fingerprint))})" if previous else "converting"
+        why = f"rebuilding ({'; '.join(changes(previous[0]['fingerprint'], fingerprint))})" if previous else "converting"
         log(f"{path}: {why} into {entry}")
     if not _writable(cache):
         raise ContainerError(f"{cache}: the cache folder is not writable (set the cache folder to a writable place)")
@@ -373,8 +265,8 @@ def convert_source(
         "seconds": seconds,
     }
     record["path"] = str(path.resolve())
-    _atomic_json(entry / _RECORD, record)
-    entry, data_path = _publish(entry, final_entry, digest, final_data.name), final_data
+    atomic_json(entry / RECORD, record)
+    entry, data_path = publish(entry, final_entry, digest, final_data.name), final_data
     for old_entry, old in known:
         same_file = old.get("path") == record["path"]
         if old_entry != entry and same_file and old["fingerprint"].get("file", {}).get("sha256") != identity["sha256"]:
