@@ -18,18 +18,21 @@ import json
 import os
 import shutil
 import signal
+import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch_geometric.data import Data
 
 from hydragnn.data import DataError, Schema, open_dataset, prepare, write_dataset
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
+from hydragnn.data.ase_source import AseSource, iter_frames
+from hydragnn.data.conversion import convert_source
+from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau, generate_cuau_atoms, write_extxyz
 from hydragnn.infer import HydraCalculator, InferenceError
 from hydragnn.models import ArtifactError, build_model, load_artifact, save_artifact
 from hydragnn.models.artifact import _HEADER, CHECKSUM_BYTES, MAGIC
@@ -264,3 +267,174 @@ def test_prepare_inputs(data, cell, extra):
         except DataError:
             return
     assert prepared.x.shape[0] == n and torch.isfinite(prepared.pos).all()
+
+
+# --- hydra-data: declared frame sizes and damaged conversion-cache records -------------------------
+# extxyz files whose count lines lie (beyond the file, negative, not a number) and cache records
+# garbled or holding hostile values: each case ends in a DataError or the right frames / samples,
+# within XYZ_DEADLINE_S (a count ASE would follow line by line for hours is a hang here).
+
+XYZ_DEADLINE_S = 5
+XYZ_COMMENT = 'Lattice="6 0 0 0 6 0 0 0 6" Properties=species:S:1:pos:R:3 energy=1.0 pbc="T T T"'
+counts = st.one_of(
+    st.integers(-(2**40), 2**62).map(str),
+    st.sampled_from(["2000000000", "-1", "0", "3", "1e3", "2.5", "0x10", " 7 ", "+2", "1_0"]),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n"), max_size=12),
+)
+
+
+def _atom_lines(n: int) -> str:
+    return "".join(f"Cu {k % 3 * 1.9:.1f} {k // 3 % 3 * 1.9:.1f} {k // 9 * 1.9:.1f}\n" for k in range(n))
+
+
+@FUZZ
+@example(count="2000000000", lines=1, frame=1, tail="")  # the shapes every run must see
+@example(count="-3", lines=3, frame=0, tail="")
+@example(count="2.5", lines=2, frame=1, tail="\n")
+@given(count=counts, lines=st.integers(0, 5), frame=st.sampled_from([0, 1]), tail=st.sampled_from(["", "\n", "VEC1 1 0 0\n"]))
+def test_extxyz_declared_sizes(tmp_path_factory, count, lines, frame, tail):
+    good = f"2\n{XYZ_COMMENT}\n{_atom_lines(2)}"
+    lie = f"{count}\n{XYZ_COMMENT}\n{_atom_lines(lines)}{tail}"
+    path = tmp_path_factory.mktemp("case") / "lies.xyz"
+    path.write_text(good + lie if frame else lie + good)
+    start = time.monotonic()
+    with case_deadline(XYZ_DEADLINE_S), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            frames = list(iter_frames(AseSource(path, format="extxyz")))
+        except DataError as exc:  # the reader wraps any exception of ASE's, the deadline's too
+            assert time.monotonic() - start < XYZ_DEADLINE_S, f"a hang, reported as {str(exc)[:300]}"
+            assert len(str(exc)) < 1000, "an error message must stay short"
+            return
+    assert all(f.atoms.positions.shape == (len(f.atoms), 3) for f in frames)  # a blank count line ends the file
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cache")
+    path = write_extxyz(root / "train.xyz", generate_cuau_atoms(2, seed=0))
+    out = convert_source(AseSource(path, energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress"), cutoff=3.0, cache_dir=root / "cache")
+    return path, out
+
+
+RECORD_KEYS = [("digest",), ("fingerprint",), ("fingerprint", "file"), ("fingerprint", "file", "sha256"), ("schema",),
+               ("schema", "outputs"), ("isolated_atoms",), ("path",), ("mtime_ns",), ("created",), ("samples",)]
+
+
+@FUZZ
+@example(key=("fingerprint", "file"), value="x", changes=[(0.0, 32)], cut=None)
+@example(key=("created",), value=None, changes=[(0.0, 32)], cut=None)
+@example(key=None, changes=[(0.5, 125)], cut=None, value=None)
+@given(key=st.none() | st.sampled_from(RECORD_KEYS), value=hostile, changes=flips, cut=st.none() | st.floats(0, 1))
+def test_damaged_cache_records(converted, tmp_path_factory, key, value, changes, cut):
+    """A record garbled byte-wise (``key`` None) or holding a hostile value: rebuilt or reused, never a crash."""
+    path, first = converted
+    cache = tmp_path_factory.mktemp("case") / "cache"
+    shutil.copytree(first.entry.parent, cache)
+    record_path = cache / first.entry.name / "record.json"
+    if key is None:
+        record_path.write_bytes(_garble(record_path.read_bytes(), changes, cut))
+    else:
+        record = json.loads(record_path.read_text())
+        tree = record
+        for part in key[:-1]:
+            tree = tree[part]
+        tree[key[-1]] = value
+        record_path.write_text(json.dumps(record))
+    source = AseSource(path, energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress")
+    with case_deadline(XYZ_DEADLINE_S):
+        try:
+            out = convert_source(source, cutoff=3.0, cache_dir=cache)
+        except DataError:
+            return
+    assert len(out.dataset) == len(first.dataset)
+    assert all(_equal(out.dataset[i], first.dataset[i]) for i in range(len(first.dataset)))
+
+
+# --- Artifact manifests: declared sizes ------------------------------------------------------------
+# Layer counts, widths and basis sizes a manifest declares, hostile (huge, negative, non-integer,
+# nested); the weights stay those of the small ARCH model. Each case ends in an ArtifactError or a
+# model that holds the file's weights, within SIZE_DEADLINE_S and without building a giant.
+
+SIZE_DEADLINE_S = 5
+SIZE_KEYS = [
+    ("hidden_dim",),
+    ("num_conv_layers",),
+    ("num_radial",),
+    ("num_species",),
+    ("num_filters",),
+    ("num_gaussians",),
+    ("global_attn_layers",),
+    ("output_heads", "node", "num_headlayers"),
+    ("output_heads", "node", "dim_headlayers"),
+    ("output_heads", "graph", "num_sharedlayers"),
+    ("output_heads", "graph", "dim_sharedlayers"),
+]
+declared = st.recursive(
+    st.one_of(
+        st.integers(-(2**70), 2**70),
+        st.sampled_from([0, -1, 2, 9, 10**9, 2**31, 2**63, 2**64]),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=6),
+        st.booleans(),
+        st.none(),
+    ),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["graph", "node", "dim", "x"]), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _forged(path: Path, target: Path, edit) -> Path:
+    """``path``'s artifact with ``edit(manifest)`` applied, checksums recomputed (a careful forger)."""
+    data = path.read_bytes()
+    _, version, length = _HEADER.unpack_from(data)
+    manifest = json.loads(data[_HEADER.size : _HEADER.size + length])
+    edit(manifest)
+    blob = json.dumps(manifest).encode()
+    body = _HEADER.pack(MAGIC, version, len(blob)) + blob + data[_HEADER.size + length : -CHECKSUM_BYTES]
+    target.write_bytes(body + hashlib.sha256(body).digest())
+    return target
+
+
+def _loads_or_refuses(target: Path, model) -> None:
+    with case_deadline(SIZE_DEADLINE_S):
+        try:
+            loaded = load_artifact(target)
+        except ArtifactError as exc:
+            assert len(str(exc)) < 3000, "an error message must stay short"
+            return
+    state = loaded.state_dict()
+    assert state.keys() == model.state_dict().keys() and all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+def _put(tree: dict, where: tuple[str, ...], value) -> None:
+    for key in where[:-1]:
+        tree = tree.setdefault(key, {})
+        if not isinstance(tree, dict):  # an earlier change replaced the object with a value
+            return
+    tree[where[-1]] = value
+
+
+@FUZZ
+@given(changes=st.lists(st.tuples(st.sampled_from(SIZE_KEYS), declared), min_size=1, max_size=3))
+def test_artifact_declared_sizes(artifact, tmp_path_factory, changes):
+    path, model = artifact
+
+    def edit(manifest):
+        for where, value in changes:
+            _put(manifest["architecture"], where, copy.deepcopy(value))
+
+    _loads_or_refuses(_forged(path, tmp_path_factory.mktemp("case") / "m.hydra", edit), model)
+
+
+@FUZZ
+@given(output=st.integers(0, 3), value=declared)
+def test_artifact_declared_schema_dims(artifact, tmp_path_factory, output, value):
+    path, model = artifact
+
+    def edit(manifest):
+        outputs = manifest["schema"]["outputs"]
+        outputs[output % len(outputs)]["dim"] = value
+
+    _loads_or_refuses(_forged(path, tmp_path_factory.mktemp("case") / "m.hydra", edit), model)

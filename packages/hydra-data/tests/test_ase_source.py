@@ -202,6 +202,11 @@ def test_bad_frames_and_files(tmp_path, emt_atoms):
     broken = tmp_path / "broken.xyz"
     text = (tmp_path / "nan.xyz").read_text().splitlines()
     broken.write_text("\n".join(text + text[:5]) + "\n")
+    with pytest.raises(ContainerError, match=r"broken\.xyz: frame 1: declares 32 atoms; the file holds 3 more lines"):
+        list(iter_frames(AseSource(broken)))
+    garbled = text + text
+    garbled[len(text) + 2] = "Cu x y z"
+    broken.write_text("\n".join(garbled) + "\n")
     with pytest.raises(ContainerError, match=r"broken\.xyz: frame 1: ASE cannot read it"):
         list(iter_frames(AseSource(broken)))
     with pytest.raises(SchemaError, match="clash"):

@@ -156,18 +156,17 @@ def test_format_1_artifacts_are_still_read(model, batch, tmp_path):
 
 
 def test_architecture_too_large_for_its_weights_is_refused_before_allocating(model, tmp_path):
-    """A 30000-wide architecture around a tiny model's weights (checksums forged): refused from
-    the requested sizes, never allocated (3.6 GB per layer)."""
+    """A 30000-wide architecture around a tiny model's weights (checksums forged) is refused from the
+    declared sizes; sizes each within the bounds whose products are not, by the allocation guard."""
     path = save_artifact(model, tmp_path / "m.hydra")
     _, manifest, weights = _parts(path)
     manifest["architecture"]["hidden_dim"] = 30000
     _write(path, manifest, weights)
-    with pytest.raises(ArtifactError, match="does not fit its weights.*allocate a tensor of shape"):
+    with pytest.raises(ArtifactError, match="does not fit its weights: architecture.hidden_dim is 30000"):
         load_artifact(path)
-    manifest["architecture"]["hidden_dim"] = 16
-    manifest["architecture"]["num_conv_layers"] = 20000  # many small layers: the running total trips
+    manifest["architecture"].update(hidden_dim=1900, num_radial=1900)  # 14 MiB filters, two per layer
     _write(path, manifest, weights)
-    with pytest.raises(ArtifactError, match="does not fit its weights.*allowed in all"):
+    with pytest.raises(ArtifactError, match="does not fit its weights.*allocate a tensor of shape.*allowed in all"):
         load_artifact(path)
 
 
@@ -283,3 +282,134 @@ def test_a_deeply_nested_manifest_is_an_artifact_error(model, tmp_path):
     with pytest.raises(ArtifactError, match="corrupted artifact manifest") as info:
         read_manifest(path)
     assert len(str(info.value)) < 600
+
+
+def test_an_integer_of_thousands_of_digits_is_an_artifact_error(model, tmp_path):
+    """json refuses integers over 4300 digits with a plain ValueError; now the package's own error."""
+    path = save_artifact(model, tmp_path / "m.hydra")
+    version, manifest, weights = _parts(path)
+    blob = json.dumps(manifest).replace('"num_radial": 8', '"num_radial": ' + "9" * 5000).encode()
+    body = _HEADER.pack(MAGIC, version, len(blob)) + blob + weights
+    path.write_bytes(body + hashlib.sha256(body).digest())
+    with pytest.raises(ArtifactError, match="corrupted artifact manifest") as info:
+        load_artifact(path)
+    assert len(str(info.value)) < 600
+
+
+def _never_built(monkeypatch):
+    """Make building a model a test failure: the refusal must come from the manifest and weights alone."""
+
+    def build(*args, **kwargs):
+        raise AssertionError("the model was built before the declared sizes were checked")
+
+    monkeypatch.setattr("hydragnn.models.artifact.build_model", build)
+
+
+@pytest.mark.parametrize(
+    "where, value, bound",
+    [
+        (("num_radial",), 10**9, "values"),
+        (("hidden_dim",), 10**6, "values"),
+        (("num_conv_layers",), 5000, "layers"),
+        (("output_heads", "graph", "num_headlayers"), 10**9, "layers"),
+        (("output_heads", "node", "dim_headlayers"), [10**9], "values"),
+        (("num_gaussians",), 2**62, "values"),
+    ],
+)
+def test_declared_sizes_beyond_the_weights_are_refused_before_building(model, tmp_path, monkeypatch, where, value, bound):
+    """A manifest declaring more than its weights can hold (``num_radial`` 1e9 used 4.3 GB, 5000 layers
+    took minutes) is refused from the sizes alone, naming the field, the value and the bound."""
+    import tracemalloc
+
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, weights = _parts(path)
+    node = manifest["architecture"]
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    _write(path, manifest, weights)
+    _never_built(monkeypatch)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArtifactError, match="does not fit its weights") as info:
+            load_artifact(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(info.value)
+    assert f"architecture.{'.'.join(where)}" in message and str(value[0] if isinstance(value, list) else value) in message
+    assert bound in message and len(message) < 500
+    assert peak < 8 * 2**20  # nothing sized by the declared values was allocated
+
+
+def test_one_high_layer_index_does_not_make_room_for_that_many_layers(model, tmp_path, monkeypatch):
+    """Layers are counted in the weights, not read from an index a forger can choose."""
+    from safetensors.torch import save as st_save
+
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, _ = _parts(path)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    weights = st_save({**state, "encoder.interactions.4999.lin.weight": torch.zeros(1)})
+    manifest.update(weights_bytes=len(weights), weights_sha256=hashlib.sha256(weights).hexdigest())
+    manifest["architecture"]["num_conv_layers"] = 5000
+    _write(path, manifest, weights)
+    _never_built(monkeypatch)
+    with pytest.raises(ArtifactError, match="num_conv_layers is 5000, but the weights hold at most 3 layers"):
+        load_artifact(path)
+
+
+def test_declared_schema_dims_beyond_the_weights_are_refused_before_building(model, tmp_path, monkeypatch):
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, weights = _parts(path)
+    manifest["schema"]["outputs"][0]["dim"] = 10**9
+    _write(path, manifest, weights)
+    _never_built(monkeypatch)
+    with pytest.raises(ArtifactError, match=r"schema\.outputs\[0\]\.dim is 1000000000"):
+        load_artifact(path)
+
+
+def test_every_registered_encoder_round_trips_under_the_size_bounds(tmp_path):
+    """The bounds refuse only lying manifests: every stack's own artifact still loads."""
+    from hydragnn.models.testing import REGISTERED_ENCODERS
+
+    for name in REGISTERED_ENCODERS:
+        model = build(name, seed=0)
+        load_artifact(save_artifact(model, tmp_path / f"{name}.hydra"))
+
+
+def test_large_integers_that_size_nothing_are_not_bounded(tmp_path):
+    """Runtime caps and loss weights written as JSON integers are not sizes: such a model loads."""
+    model = build("SchNet", max_neighbours=100_000, energy_weight=5000)
+    assert load_artifact(save_artifact(model, tmp_path / "m.hydra")).config.raw["max_neighbours"] == 100_000
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: torch.linspace(0, 1, 10**7), lambda: torch.arange(10**7), lambda: torch.arange(0.0, 1.0, 1e-7), lambda: torch.logspace(0, 1, 10**7), lambda: torch.eye(4000)]
+)  # fmt: skip
+def test_allocation_guard_sizes_ranges_before_allocating(make):
+    """``linspace`` / ``arange`` / ``eye`` are sized from their arguments like ``empty`` (a radial
+    basis of 1e9 points was allocated in full before anything refused it)."""
+    from hydragnn.models.artifact import _AllocationGuard, _TooLarge
+
+    with pytest.raises(_TooLarge), _AllocationGuard((2**20, 2**20)):
+        make()
+    with _AllocationGuard((2**20, 2**20)):
+        assert torch.linspace(0, 1, 100).numel() == 100 and torch.arange(1, 7, 2).tolist() == [1, 3, 5]
+
+
+def test_errors_listing_keys_are_capped(model, tmp_path):
+    """Weights under other names: the error names the first keys and counts the rest (thousands of
+    missing keys made a message of hundreds of KB)."""
+    from safetensors.torch import save as st_save
+
+    path = save_artifact(model, tmp_path / "m.hydra")
+    _, manifest, _ = _parts(path)
+    weights = st_save({f"renamed.{k}": v.contiguous() for k, v in model.state_dict().items()})
+    manifest["weights_bytes"] = len(weights)
+    manifest["weights_sha256"] = hashlib.sha256(weights).hexdigest()
+    _write(path, manifest, weights)
+    with pytest.raises(ArtifactError, match="do not fit the architecture") as info:
+        load_artifact(path)
+    message = str(info.value)
+    n = len(model.state_dict())
+    assert f"and {n - 10} more" in message and len(message) < 2000

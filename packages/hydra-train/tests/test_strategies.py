@@ -226,6 +226,40 @@ def test_existing_group_is_not_destroyed():
         dist.destroy_process_group()
 
 
+class _EnergyAndForces(torch.nn.Module):
+    """A ``[1, 8]`` readout whose weight gradient sums the energy path and a ``create_graph`` force path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.readout = torch.nn.Linear(3, 8), torch.nn.Linear(8, 1)
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        pos = pos.requires_grad_(True)
+        energy = self.readout(torch.tanh(self.embed(pos))).sum()
+        (forces,) = torch.autograd.grad(-energy, pos, create_graph=True)
+        return energy + forces.pow(2).sum()
+
+
+@pytest.mark.parametrize("strategy_name", ["ddp", "localsgd"])
+def test_ddp_gradients_have_their_parameters_strides(strategy_name):
+    """DDP warned "Grad strides do not match bucket view strides" on every MLIP run: the readout
+    weight's gradient came out with strides (1, 1) for a (8, 1)-strided parameter."""
+    training = {"Parallelism": {"strategy": "ddp"}}
+    if strategy_name == "localsgd":
+        training["LocalSGD"] = {"enabled": True, "warmup_steps": 1}
+    strategy = make_strategy(training)
+    try:
+        strategy.setup(_EnergyAndForces(), build_optimizer_factory({"type": "SGD", "learning_rate": 0.1}))
+        strategy.backward(strategy.forward(torch.randn(5, 3, dtype=torch.float32)))
+        assert strategy.name == strategy_name
+        for name, param in strategy.unwrap().named_parameters():
+            assert param.grad.stride() == param.stride(), name
+        strategy.teardown()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def test_init_distributed_rejects_bad_timeout():
     with pytest.raises(ConfigError, match="timeout_s"):
         init_distributed(-1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import subprocess
 import sys
 
@@ -155,6 +156,8 @@ def test_prepared_container_is_used_as_stored(files, tmp_path):
         ({"train_file": "a.xyz", "index": "1:x"}, "Dataset.index: expected an ase.io index"),
         ({"train_file": "a.xyz", "keys": {"energy": "E"}}, "Dataset.keys.energy: give the label of 'energy' with 'energy_key'"),
         ({"train_file": "a.xyz", "config_types": []}, "Dataset.config_types: expected a config type"),
+        ({"train_file": "a.xyz", "cache_verify": "sha"}, "Dataset.cache_verify: expected one of"),
+        ({"generator": {}, "cache_verify": "hash"}, "Dataset.cache_verify: only for files ASE reads"),
         ({}, "Dataset: give exactly one of"),
     ],
 )
@@ -226,3 +229,35 @@ def test_resume_with_the_config_the_run_wrote(files, tmp_path):
     saved["NeuralNetwork"]["Training"]["num_epoch"] = 2
     resumed = run_training(saved, run_dir, resume=True)
     assert [h["epoch"] for h in resumed["history"]] == [0, 1]
+
+
+def test_cache_verify_hash_sees_a_large_file_edited_to_the_same_size(files, tmp_path, monkeypatch):
+    """``cache_verify: "hash"`` reaches the conversion: a file rewritten to the same size with its
+    time restored is converted again (every file counts as large here, so "auto" trusts the time)."""
+    from hydragnn.data import conversion_cache
+
+    monkeypatch.setattr(conversion_cache, "HASH_ALWAYS_BELOW", 0)
+    path = tmp_path / "train.xyz"
+    path.write_text((files / "valid.xyz").read_text())
+    cfg = _config({"train_file": str(path), "valid_fraction": 0.34, **KEYS})
+    first = load_run_data(load_config(cfg))
+    stat = path.stat()
+    text = path.read_text()
+    at = text.index("REF_energy=") + len("REF_energy=") + 3
+    path.write_text(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1 :])
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert load_run_data(load_config(cfg)).files[0]["cached"]
+    hashed = load_config({**cfg, "Dataset": {**cfg["Dataset"], "cache_verify": "hash"}})
+    assert hashed.dataset.cache_verify == "hash" and load_config(hashed.to_dict()).dataset == hashed.dataset
+    again = load_run_data(hashed)
+    assert not again.files[0]["cached"] and again.files[0]["sha256"] != first.files[0]["sha256"]
+
+
+def test_sources_inherit_cache_verify(files):
+    cfg = _config({"cache_verify": "hash", "sources": [
+        {"name": "a", "train_file": str(files / "valid.xyz"), **KEYS},
+        {"name": "b", "train_file": str(files / "test.xyz"), "cache_verify": "auto", **KEYS},
+    ]}, energy_heads=["a", "b"])
+    run = load_config(cfg)
+    assert [s.cache_verify for s in run.dataset.sources] == ["hash", "auto"]
+    assert load_config(run.to_dict()).dataset == run.dataset

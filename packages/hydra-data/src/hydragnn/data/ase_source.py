@@ -37,7 +37,7 @@ from ase.stress import voigt_6_to_full_3x3_stress
 from torch_geometric.data import Data
 
 from .ase_io import STRUCTURE_KEYS, stress_voigt, structure_sample
-from .errors import ContainerError, SchemaError
+from .errors import ContainerError, SchemaError, clip
 from .schema import Schema, Variable
 
 __all__ = [
@@ -150,7 +150,7 @@ class FrameLabels:
         parts = []
         for where, label in (("calc", "calculator results"), ("info", "info keys"), ("arrays", "arrays")):
             names = sorted(k for k, (w, _) in self.values.items() if w == where)
-            parts.append(f"{label} {names}")
+            parts.append(f"{label} {clip(names)}")
         return ", ".join(parts)
 
 
@@ -250,7 +250,7 @@ def labelled_sample(
     """
     numbers = atoms.numbers
     if len(numbers) and (numbers.min() < 1 or numbers.max() >= len(chemical_symbols)):
-        raise SchemaError(f"{where}: atomic numbers must be in 1..{len(chemical_symbols) - 1}, found {sorted(set(numbers))}")
+        raise SchemaError(f"{where}: atomic numbers must be in 1..{len(chemical_symbols) - 1}, found {clip(sorted(set(numbers.tolist())))}")
     if not np.isfinite(atoms.positions).all() or not np.isfinite(atoms.cell.array).all():
         raise SchemaError(f"{where}: positions or cell hold non-finite values")
     data = structure_sample(atoms, dtype=dtype)
@@ -318,6 +318,28 @@ def _db_frames(path: Path, index: str) -> Iterator[Atoms]:
             yield atoms
 
 
+def _check_declared_sizes(path: Path, index: str) -> None:
+    """Refuse frames whose declared atom count the file cannot hold before ASE reads a line
+    per declared atom (:mod:`hydragnn.data.xyz_scan`), as far into the file as ASE indexes for
+    ``index``; repeated comment-line keys are warned about there."""
+    from ase.io.formats import get_compression, open_with_compression, string2index
+
+    from .xyz_scan import scan_xyz
+
+    sel = string2index(index)
+    stop = sel if isinstance(sel, int) else sel.stop
+    last_frame = stop if stop is not None and stop >= 0 else None
+    try:
+        if get_compression(str(path))[1] is None:
+            scan_xyz(path, last_frame=last_frame, size=path.stat().st_size)
+        else:
+            scan_xyz(path, last_frame=last_frame, opener=lambda p: open_with_compression(str(p), "rb"))
+    except ContainerError:
+        raise
+    except Exception as exc:  # a damaged compressed stream: OSError, EOFError, LZMAError, ...
+        raise ContainerError(f"{path}: cannot read it ({type(exc).__name__}: {clip(exc)})") from None
+
+
 def iter_frames(source: AseSource, skipped: dict[str, int] | None = None) -> Iterator[Frame]:
     """Stream the selected frames of ``source`` (one at a time; the file is never read whole).
 
@@ -325,8 +347,8 @@ def iter_frames(source: AseSource, skipped: dict[str, int] | None = None) -> Ite
     left out are counted by config type in ``skipped`` when given.
 
     Raises:
-        ContainerError: the file is missing, not a format ASE reads, or a frame cannot be parsed
-            (naming the file and the frame).
+        ContainerError: the file is missing, not a format ASE reads, a frame cannot be parsed, or
+            an (ext)xyz frame declares more atoms than the file holds (naming the file and the frame).
     """
     import ase.io
     from ase.io.formats import UnknownFileTypeError, filetype, ioformats
@@ -336,8 +358,8 @@ def iter_frames(source: AseSource, skipped: dict[str, int] | None = None) -> Ite
         raise ContainerError(f"{path}: no such file")
     try:
         fmt = source.format or filetype(str(path))
-    except (UnknownFileTypeError, OSError, ValueError) as exc:
-        fmt, why = None, str(exc)
+    except (UnknownFileTypeError, OSError, EOFError, ValueError) as exc:  # EOFError: a truncated .gz
+        fmt, why = None, clip(exc)
     else:
         why = f"found {fmt!r}"
     if fmt not in ioformats or not ioformats[fmt].can_read:
@@ -349,6 +371,8 @@ def iter_frames(source: AseSource, skipped: dict[str, int] | None = None) -> Ite
         numbering = _numbering(source.index)
     except ValueError as exc:
         raise ContainerError(f"{path}: invalid index {source.index!r}: {exc}") from None
+    if fmt in ("extxyz", "xyz"):
+        _check_declared_sizes(path, source.index)
     frames = _db_frames(path, source.index) if fmt == "db" else ase.io.iread(str(path), index=source.index, format=fmt)
     k = 0
     while True:
@@ -359,7 +383,7 @@ def iter_frames(source: AseSource, skipped: dict[str, int] | None = None) -> Ite
         except StopIteration:
             return
         except Exception as exc:  # ASE's parsers raise anything from ValueError to IndexError
-            raise ContainerError(f"{where}: ASE cannot read it ({type(exc).__name__}: {exc})") from None
+            raise ContainerError(f"{where}: ASE cannot read it ({type(exc).__name__}: {clip(exc)})") from None
         k += 1
         config_type = str(atoms.info.get(source.config_type_key, DEFAULT_CONFIG_TYPE))
         if config_type != ISOLATED_ATOM and source.config_types is not None and config_type not in source.config_types:

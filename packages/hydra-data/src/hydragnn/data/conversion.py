@@ -21,8 +21,10 @@ complete or absent. Entries are found by the file's exact name (``train[1].xyz``
 are names, not patterns); the removal of entries made from an older content of the file only
 touches entries recorded for the same resolved path, so runs whose files share a name and a
 ``cache_dir`` keep each other's entries. A cache hit needs a readable record and a container
-whose stored digest is the entry's; anything else is rebuilt and the log says why. Hashing is
-skipped when the file's size and modification time match a record.
+whose stored digest is the entry's; anything else is rebuilt and the log says why. A file below
+64 MiB is hashed at every call; a larger one only when its size or modification time differ from
+a record, or always with ``verify="hash"``. Converting warns (once per file) about atoms closer
+than :data:`COINCIDENT_ANGSTROM`, found on the edges it builds anyway.
 """
 
 from __future__ import annotations
@@ -34,28 +36,33 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from torch_geometric.data import Data
 
 from .ase_source import AseSource, Frame, FrameLabels, iter_frames, labelled_sample, resolve_outputs
 from .containers import ContainerDataset, open_dataset, write_dataset
-from .conversion_cache import RECORD, atomic_json, changes, file_identity, open_entry, publish, records
+from .conversion_cache import RECORD, VERIFY, atomic_json, changes, file_identity, open_entry, publish, records
 from .download import default_cache_dir as user_cache_dir
-from .errors import ContainerError, DataError, SchemaError
+from .errors import CoincidentAtomsWarning, ContainerError, DataError, SchemaError
 from .neighbors import add_edges
 from .prepare import prepare
 from .schema import Schema
 
-__all__ = ["CONVERTER_VERSION", "ConvertedSource", "convert_source", "default_cache_dir"]
+__all__ = ["COINCIDENT_ANGSTROM", "CONVERTER_VERSION", "ConvertedSource", "convert_source", "default_cache_dir"]
 
 CONVERTER_VERSION = 1
 """Bumped whenever the samples a conversion writes change meaning; old entries are rebuilt."""
 _SUFFIX = {"pt": "pt", "adios": "bp"}
+COINCIDENT_ANGSTROM = 1e-3
+"""Atoms closer than this (Å), periodic images included, are reported as coincident."""
+_EXAMPLES = 3
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,7 @@ def convert_source(
     schema: Schema | None = None,
     cache_dir: str | os.PathLike | None = None,
     container_format: str = "pt",
+    verify: str = "auto",
     log: Callable[[str], None] | None = None,
 ) -> ConvertedSource:
     """The prepared container of ``source`` (built now, or reused from the cache).
@@ -146,6 +154,9 @@ def convert_source(
             (see :mod:`hydragnn.data.ase_source`).
         cache_dir: the cache folder (default :func:`default_cache_dir`).
         container_format: ``"pt"`` or ``"adios"`` (needs ``hydra-data[adios]``).
+        verify: how an unchanged file is recognised: ``"auto"`` hashes files below
+            :data:`~hydragnn.data.conversion_cache.HASH_ALWAYS_BELOW` (64 MiB) and trusts the size
+            and modification time of larger ones; ``"hash"`` hashes every file.
         log: receives one line per event (cache hit, rebuild and why, conversion summary,
             progress on long conversions); ``None`` is silent.
 
@@ -155,19 +166,25 @@ def convert_source(
     Raises:
         ContainerError: unreadable file or frame, unwritable cache.
         SchemaError: missing or malformed labels (naming the file, the frame and the labels it has).
-        DataError: no frame selected.
+        DataError: no frame selected, or an unknown ``verify``.
+
+    Warns:
+        DuplicateKeyWarning: a key repeated in an extxyz comment line (once per file and key).
+        CoincidentAtomsWarning: atoms closer than :data:`COINCIDENT_ANGSTROM` (once per file).
     """
     t0 = time.perf_counter()
     if container_format not in _SUFFIX:
         raise ContainerError(f"container_format: expected one of {sorted(_SUFFIX)}, found {container_format!r}")
     if not (isinstance(cutoff, (int, float)) and cutoff > 0):
         raise DataError(f"cutoff: expected a number > 0, found {cutoff!r}")
+    if verify not in VERIFY:
+        raise DataError(f"verify: expected one of {list(VERIFY)}, found {verify!r}")
     path = source.path
     if not path.is_file():
         raise ContainerError(f"{path}: no such file")
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(path)
     known = records(cache, path.name)
-    identity = file_identity(path, known)
+    identity = file_identity(path, known, verify)
     fingerprint = {
         "converter": CONVERTER_VERSION,
         "file": {k: identity[k] for k in ("name", "size", "sha256")},
@@ -214,7 +231,8 @@ def convert_source(
     data_path = entry / final_data.name
     isolated: list[tuple[int, float]] = []
     skipped: dict[str, int] = {}
-    counts = {"frames": 0, "samples": 0}
+    counts = {"frames": 0, "samples": 0, "coincident": 0}
+    coincident: list[str] = []  # the first _EXAMPLES frames with coincident atoms
     frames = iter_frames(source, skipped)
     progress = _Progress(f"converting {path.name}", log)
 
@@ -228,7 +246,14 @@ def convert_source(
                 raise SchemaError(f"{frame.where}: {exc}") from None
             counts["samples"] += 1
             progress.step()
-            yield add_edges(prepared, float(cutoff))
+            prepared = add_edges(prepared, float(cutoff))
+            pair = _coincident_pair(prepared)
+            if pair is not None:
+                counts["coincident"] += 1
+                if len(coincident) < _EXAMPLES:
+                    where = frame.where.removeprefix(f"{path}: ")
+                    coincident.append(f"{where}: atoms {pair[0]} and {pair[1]}, {pair[2]:.2g} Å apart")
+            yield prepared
             frame = _next_sample(frames, source, isolated, counts)
 
     try:
@@ -251,6 +276,15 @@ def convert_source(
         raise
     finally:
         progress.close()
+    if coincident:
+        n = counts["coincident"]
+        warnings.warn(
+            f"{path}: {n} frame{'s' if n != 1 else ''} with atoms closer than {COINCIDENT_ANGSTROM} Å "
+            f"({'; '.join(coincident)}{'; ...' if n > len(coincident) else ''}); they are converted as given: "
+            "check the file",
+            CoincidentAtomsWarning,
+            stacklevel=2,
+        )
     seconds = time.perf_counter() - t0
     record = {
         "digest": digest,
@@ -317,3 +351,21 @@ def _next_sample(
             raise SchemaError(f"{frame.where}: label {key!r} of an IsolatedAtom frame is not one number") from None
         isolated.append((int(atoms.numbers[0]), energy))
     return None
+
+
+def _coincident_pair(data: Data) -> tuple[int, int, float] | None:
+    """``(i, j, distance)``, ``i < j``, of the closest edge shorter than :data:`COINCIDENT_ANGSTROM`
+    (edges cover periodic images), or ``None``: one pass over the edges already built."""
+    src, dst = data.edge_index
+    if src.numel() == 0:
+        return None
+    vec = data.pos[src] - data.pos[dst]
+    shift = getattr(data, "edge_shift", None)
+    if shift is not None:
+        vec = vec + shift.to(vec.dtype)
+    dist = torch.linalg.vector_norm(vec, dim=1)
+    k = int(torch.argmin(dist))
+    if not dist[k] < COINCIDENT_ANGSTROM:
+        return None
+    i, j = sorted((int(src[k]), int(dst[k])))
+    return i, j, float(dist[k])

@@ -25,8 +25,14 @@ from .errors import ContainerError, DataError, SchemaError
 from .schema import Schema
 
 RECORD = "record.json"
+VERIFY = ("auto", "hash")
+"""How a conversion tells that its file is unchanged (:func:`file_identity`)."""
+HASH_ALWAYS_BELOW = 64 << 20
+"""Files smaller than this (64 MiB, about 0.1 s of SHA-256 from the page cache) are hashed at every
+conversion call, whatever ``verify`` says."""
 
 _RECORD_KEYS = {"digest": str, "fingerprint": dict, "schema": dict, "isolated_atoms": list}
+_OPTIONAL_KEYS = {"path": str, "mtime_ns": int, "created": (int, float)}
 
 
 def read_record(entry: Path) -> dict[str, Any] | None:
@@ -37,6 +43,10 @@ def read_record(entry: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(record, dict) or any(not isinstance(record.get(k), t) for k, t in _RECORD_KEYS.items()):
+        return None
+    if any(k in record and not isinstance(record[k], t) for k, t in _OPTIONAL_KEYS.items()):
+        return None
+    if not isinstance(record["fingerprint"].get("file", {}), dict):
         return None
     try:
         Schema.from_dict(record["schema"])
@@ -101,10 +111,18 @@ def publish(built: Path, entry: Path, digest: str, data_name: str) -> Path:
     raise ContainerError(f"{entry}: cannot publish the converted data there (another process keeps replacing it)")
 
 
-def file_identity(path: Path, known: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+def file_identity(path: Path, known: list[tuple[Path, dict[str, Any]]], verify: str = "auto") -> dict[str, Any]:
+    """``{name, size, sha256, mtime_ns}`` of the file at ``path``.
+
+    The SHA-256 is computed from the content, except under ``verify="auto"`` for a file of at
+    least :data:`HASH_ALWAYS_BELOW` bytes whose resolved path, size and modification time match
+    a record: that record's SHA-256 is reused (an edit that keeps the size and restores the time
+    goes unseen; ``verify="hash"`` sees it).
+    """
     st = path.stat()
     resolved = str(path.resolve())
-    for _, record in known:
+    trust_time = verify == "auto" and st.st_size >= HASH_ALWAYS_BELOW
+    for _, record in known if trust_time else ():
         f = record["fingerprint"].get("file", {})
         if record.get("path") == resolved and f.get("size") == st.st_size and record.get("mtime_ns") == st.st_mtime_ns and f.get("sha256"):
             return {"name": path.name, "size": st.st_size, "sha256": f["sha256"], "mtime_ns": st.st_mtime_ns}

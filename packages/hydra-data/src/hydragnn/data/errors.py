@@ -1,7 +1,7 @@
 """The exception hierarchy of hydra-data.
 
 Every error raised on purpose by this package derives from :class:`DataError`, so callers can
-catch one type. Messages say what was expected, what was found, and where; an unknown key also
+catch one type; every warning about data it accepts derives from :class:`DataWarning`. Messages say what was expected, what was found, and where; an unknown key also
 gets the nearest allowed one (:func:`did_you_mean`, shared by every layer's config sections).
 """
 
@@ -29,6 +29,29 @@ class NeighborListError(DataError, ValueError):
 
 class DownloadError(DataError, OSError):
     """A download failed or its content did not match the expected checksum."""
+
+
+class DataWarning(UserWarning):
+    """Base class of the warnings hydra-data gives about data it accepts but you should check."""
+
+
+class DuplicateKeyWarning(DataWarning):
+    """A key appears more than once in an extxyz comment line; ASE keeps its last value."""
+
+
+class CoincidentAtomsWarning(DataWarning):
+    """Two atoms of a structure (or an atom and a periodic image of another) nearly coincide."""
+
+
+QUOTE_CHARS = 200
+"""Most characters of file content an error or warning message quotes (:func:`clip`)."""
+
+
+def clip(text: object, limit: int = QUOTE_CHARS) -> str:
+    """``str(text)``, cut to ``limit`` characters with the full length noted when longer, so a
+    message that quotes file content stays readable whatever the file holds."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 CLOSE = 0.65

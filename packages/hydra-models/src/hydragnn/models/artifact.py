@@ -12,9 +12,12 @@ Layout (little-endian)::
 Format 2 covers the header, the manifest and the weights with one checksum, verified before
 anything is parsed (one flipped bit of ``radius`` is an error, not a different model); format 1
 files (no trailing checksum, the weights alone checked) are still read. Before the model is
-built, no single tensor it allocates may be much larger than the largest tensor in the file, nor
-all of them much more than the file's weights (:func:`_allocation_limits`), so a crafted architecture (``hidden_dim: 30000`` around a few KB
-of weights) is refused instead of allocating gigabytes.
+built, every size the manifest declares is bounded by the stored weights
+(:func:`~hydragnn.models.artifact_bounds.check_declared_sizes`: ``num_radial: 1e9`` or 5000
+layers around a few KB is refused in milliseconds), and while it is built no single tensor it
+allocates may be much larger than the largest tensor in the file, nor all of them much more than
+the file's weights (:func:`_allocation_limits`), so a crafted architecture is refused instead of
+allocating gigabytes.
 
 The manifest holds ``format``, ``format_version``, ``writer`` (package versions),
 ``architecture`` (the full ``Architecture`` section), ``schema`` (the ``Variables`` section),
@@ -42,6 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from hydragnn.data import Schema
 from hydragnn.data.atomic import atomic_write
 
+from .artifact_bounds import check_declared_sizes
 from .errors import ArtifactError
 from .model import HydraModel, build_model
 
@@ -165,7 +169,7 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
         )
     try:
         manifest = json.loads(data[_HEADER.size : end].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # deep nesting: RecursionError
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 / JSON, an int of > 4300 digits; deep nesting
         raise ArtifactError(f"{path}: corrupted artifact manifest: {str(exc)[:200]}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise ArtifactError(f"{path}: corrupted artifact manifest (expected format {FORMAT_NAME!r})")
@@ -212,6 +216,7 @@ def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu"
         state = st_load(weights)
     except Exception as exc:  # safetensors raises its own error types
         raise ArtifactError(f"{path}: corrupted artifact weights: {exc}") from exc
+    check_declared_sizes(manifest, state, path)
     try:
         with torch.random.fork_rng(devices=[]), _AllocationGuard(_allocation_limits(state)):  # RNG untouched
             model = build_model(manifest["architecture"], Schema.from_dict(manifest["schema"]))
@@ -222,17 +227,39 @@ def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu"
             f"{sum(t.numel() * t.element_size() for t in state.values()) / 2**20:.3f} MiB of weights"
         ) from None
     except Exception as exc:  # a crafted value may break the build anywhere (overflow, bad shapes, ...)
-        raise ArtifactError(f"{path}: cannot rebuild the model from the manifest: {type(exc).__name__}: {exc}") from exc
+        raise ArtifactError(
+            f"{path}: cannot rebuild the model from the manifest: {type(exc).__name__}: {_clip(str(exc))}"
+        ) from exc
     dtype = getattr(torch, str(manifest.get("dtype")), None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ArtifactError(f"{path}: corrupted artifact manifest: unknown dtype {manifest.get('dtype')!r}")
     model.to(dtype)
+    missing, unexpected = _key_mismatch(model.state_dict(), state)
+    if missing or unexpected:
+        raise ArtifactError(
+            f"{path}: the weights do not fit the architecture: missing keys {_first(missing)}; "
+            f"unexpected keys {_first(unexpected)}"
+        )
     try:
         model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        raise ArtifactError(f"{path}: the weights do not fit the architecture: {exc}") from exc
+    except RuntimeError as exc:  # shapes; torch lists every mismatching tensor
+        raise ArtifactError(f"{path}: the weights do not fit the architecture: {_clip(str(exc))}") from None
     model.manifest = manifest
     return model.to(device).eval()
+
+
+def _key_mismatch(expected: Mapping[str, Any], found: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    return [k for k in expected if k not in found], [k for k in found if k not in expected]
+
+
+def _first(keys: Sequence[str], n: int = 10) -> str:
+    """At most ``n`` keys, then how many more: a message stays short however many keys differ."""
+    shown = ", ".join(repr(k[:200]) for k in keys[:n])
+    return f"[{shown}{f', ... and {len(keys) - n} more' if len(keys) > n else ''}]"
+
+
+def _clip(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else f"{text[:limit]} ... ({len(text) - limit} more characters)"
 
 
 def _largest_bytes(state: Mapping[str, torch.Tensor]) -> int:
@@ -261,12 +288,32 @@ class _TooLarge(Exception):
 _FACTORIES = frozenset(
     {"empty", "empty_strided", "zeros", "ones", "full", "rand", "randn", "randint", "new_empty", "new_zeros", "new_ones", "new_full"}
 )
+_RANGES = frozenset({"linspace", "logspace", "arange", "eye", "randperm"})
+_INTEGER_RANGES = frozenset({"arange", "randperm"})
+"""Ranges whose default dtype may be int64 (counted as 8 bytes per element when no dtype is given)."""
+
+
+def _factory_size(name: str, args: tuple, kwargs: dict) -> Any:
+    """The shape a factory or range op was asked for (``None`` where it is not read from plain numbers)."""
+    if name in _FACTORIES:
+        return args[1] if name.startswith("new_") and len(args) > 1 else (args[0] if args else kwargs.get("size"))
+    if name in ("linspace", "logspace"):
+        return [args[2] if len(args) > 2 else kwargs.get("steps")]
+    if name == "eye":
+        return [args[0], args[1] if len(args) > 1 else args[0]]
+    if name == "randperm":
+        return [args[0]]
+    if name == "arange":
+        start, end, step = (0, args[0], 1) if len(args) == 1 else (*args[:2], args[2] if len(args) > 2 else 1)
+        if all(isinstance(v, (int, float)) for v in (start, end, step)) and step and math.isfinite((end - start) / step):
+            return [max(0, math.ceil((end - start) / step))]
+    return None
 
 
 class _AllocationGuard(TorchDispatchMode):
-    """Refuses a factory allocation (``empty``, ``zeros``, ``randn``, ...) above ``per_tensor``
-    bytes, or one that takes the running total above ``total``, from the requested size,
-    before anything is allocated."""
+    """Refuses a factory allocation (``empty``, ``zeros``, ``randn``, ...) or range
+    (``linspace``, ``arange``, ``eye``, ...) above ``per_tensor`` bytes, or one that takes the
+    running total above ``total``, from the requested size, before anything is allocated."""
 
     def __init__(self, limits: tuple[int, int]) -> None:
         super().__init__()
@@ -276,16 +323,17 @@ class _AllocationGuard(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
-        if name in _FACTORIES:
-            size = args[1] if name.startswith("new_") and len(args) > 1 else (args[0] if args else kwargs.get("size"))
-            if isinstance(size, (list, tuple)) and all(isinstance(n, int) for n in size):
-                dtype = kwargs.get("dtype") or (args[0].dtype if name.startswith("new_") else torch.get_default_dtype())
-                nbytes = math.prod(size) * dtype.itemsize
-                if nbytes > self.per_tensor:
-                    raise _TooLarge(tuple(size), nbytes, f"more than the {self.per_tensor / 2**20:.1f} MiB allowed per tensor")
-                self.allocated += nbytes
-                if self.allocated > self.total:
-                    raise _TooLarge(
-                        tuple(size), nbytes, f"taking the build past the {self.total / 2**20:.1f} MiB allowed in all"
-                    )
+        size = _factory_size(name, args, kwargs) if name in _FACTORIES or name in _RANGES else None
+        if isinstance(size, (list, tuple)) and all(isinstance(n, int) for n in size):
+            dtype = kwargs.get("dtype") or (
+                args[0].dtype if name.startswith("new_") else torch.int64 if name in _INTEGER_RANGES else torch.get_default_dtype()
+            )
+            nbytes = math.prod(size) * dtype.itemsize
+            if nbytes > self.per_tensor:
+                raise _TooLarge(tuple(size), nbytes, f"more than the {self.per_tensor / 2**20:.1f} MiB allowed per tensor")
+            self.allocated += nbytes
+            if self.allocated > self.total:
+                raise _TooLarge(
+                    tuple(size), nbytes, f"taking the build past the {self.total / 2**20:.1f} MiB allowed in all"
+                )
         return func(*args, **kwargs)

@@ -10,7 +10,8 @@ Exactly one of three sources:
 * ``sources``: a list of the above, each with a ``name`` and a loss ``weight`` [1.0]: one
   interatomic potential with one energy head per source (``Architecture.energy_heads``), e.g.
   your own data next to a replayed slice of the data a model was first trained on. Sources take
-  ``cutoff``, ``seed``, ``cache_dir`` and ``cache_format`` from the top level unless they set them.
+  ``cutoff``, ``seed``, ``cache_dir``, ``cache_format`` and ``cache_verify`` from the top level
+  unless they set them.
 
 For files ASE reads: ``energy_key`` ["energy"], ``forces_key`` ["forces"], ``stress_key``
 ["stress"] name the file labels of those outputs (null: not trained on), ``keys``
@@ -19,7 +20,9 @@ syntax), ``config_types`` keeps only those config types (``config_type_key`` ["c
 ``file_format`` names an ``ase.io`` format the extension does not reveal. Each file is converted
 once into a prepared container (``cache_format`` ["pt"] or ``"adios"``) under ``cache_dir``
 [``<file's folder>/.hydragnn_cache``] and reused until the file, the keys, the schema or the
-cutoff change. Relative paths are relative to the config file's folder (to the working folder
+cutoff change. A file is known unchanged by its sha256 when it is under 64 MiB, else by its path,
+size and modification time; ``cache_verify`` ``"hash"`` (default ``"auto"``) hashes large files
+too (a file rewritten to the same size with its time restored is then noticed). Relative paths are relative to the config file's folder (to the working folder
 for a config given as a dict); the completed config stores them absolute.
 """
 
@@ -42,7 +45,7 @@ CACHE_FORMATS = ("pt", "adios")
 GENERATORS = ("cuau",)
 LABEL_KEYS = ("energy_key", "forces_key", "stress_key")
 _FILES = ("path", "train_file", "valid_file", "test_file")
-_ASE_ONLY = (*LABEL_KEYS, "keys", "index", "config_types", "config_type_key", "file_format")
+_ASE_ONLY = (*LABEL_KEYS, "keys", "index", "config_types", "config_type_key", "file_format", "cache_verify")
 _NOT_JSON = {"explicit_keys"}
 """Fields that are no JSON key."""
 
@@ -135,6 +138,7 @@ class DatasetConfig:
     file_format: str | None = None
     cache_dir: str | None = None
     cache_format: str = field(default="pt", metadata={"choices": CACHE_FORMATS})
+    cache_verify: str = field(default="auto", metadata={"choices": ("auto", "hash")})
     sources: tuple[DatasetConfig, ...] = ()
     weight: float = field(default=1.0, metadata={"min": 0.0})
 
@@ -189,13 +193,17 @@ class DatasetConfig:
     @classmethod
     def _with_sources(cls, v: dict[str, Any], where: str, base: Path | None) -> DatasetConfig:
         """A section of ``sources`` (see the module docstring)."""
-        mixed = sorted(set(v) - {"name", "seed", "cutoff", "cache_dir", "cache_format", "sources"})
+        mixed = sorted(set(v) - {"name", "seed", "cutoff", "cache_dir", "cache_format", "cache_verify", "sources"})
         if mixed:
             raise ConfigError(f"{where}.{mixed[0]}: give it inside each entry of {where}.sources, not next to it")
         if not isinstance(v["sources"], list) or not v["sources"]:
             raise ConfigError(f"{where}.sources: expected a non-empty list of data sources, found {v['sources']!r}")
-        top = cls.from_dict({k: v[k] for k in v if k != "sources"} | {"generator": {}}, where, base)
-        inherited = {"seed": top.seed, "cutoff": top.cutoff, "cache_dir": top.cache_dir, "cache_format": top.cache_format}
+        verify = v.get("cache_verify")
+        top = cls.from_dict({k: v[k] for k in v if k not in ("sources", "cache_verify")} | {"generator": {}}, where, base)
+        if verify is not None:
+            top = dataclasses.replace(top, cache_verify=cp.parse_fields(cls, {"cache_verify": verify}, where, ConfigError)["cache_verify"])
+        inherited = {"seed": top.seed, "cutoff": top.cutoff, "cache_dir": top.cache_dir, "cache_format": top.cache_format,
+                     "cache_verify": top.cache_verify}
         sources = []
         for i, entry in enumerate(v["sources"]):
             at = f"{where}.sources[{i}]"
@@ -216,6 +224,8 @@ class DatasetConfig:
             out = {"name": self.name, "seed": self.seed, "cutoff": self.cutoff, "cache_format": self.cache_format}
             if self.cache_dir is not None:
                 out["cache_dir"] = self.cache_dir
+            if self.cache_verify != "auto":
+                out["cache_verify"] = self.cache_verify
             out["sources"] = [s.to_dict() for s in self.sources]
             return out
         out: dict[str, Any] = {"name": self.name, "seed": self.seed, "cutoff": self.cutoff}
@@ -238,7 +248,8 @@ class DatasetConfig:
                     out[key] = getattr(self, key)
             if self.keys:
                 out["keys"] = dict(self.keys)
-            out.update(index=self.index, config_type_key=self.config_type_key, cache_format=self.cache_format)
+            out.update(index=self.index, config_type_key=self.config_type_key, cache_format=self.cache_format,
+                       cache_verify=self.cache_verify)
             for key in ("config_types", "file_format", "cache_dir"):
                 value = getattr(self, key)
                 if value is not None:

@@ -255,11 +255,11 @@ def load_run_data(
         result = None
         if is_main:
             result = convert_source(_source(ds, file), cutoff=cutoff, schema=schema, cache_dir=ds.cache_dir,
-                                    container_format=ds.cache_format, log=log)
+                                    container_format=ds.cache_format, verify=ds.cache_verify, log=log)
         barrier()
         if result is None:
             result = convert_source(_source(ds, file), cutoff=cutoff, schema=schema, cache_dir=ds.cache_dir,
-                                    container_format=ds.cache_format)
+                                    container_format=ds.cache_format, verify=ds.cache_verify)
         files.append(
             {"path": file, "samples": len(result.dataset), "cached": result.cached, "seconds": result.seconds,
              "entry": str(result.entry), "sha256": result.record["fingerprint"]["file"]["sha256"]}
