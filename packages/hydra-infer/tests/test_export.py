@@ -254,12 +254,18 @@ def test_what_cannot_be_exported_is_refused(tmp_path, overrides, reason):
 
 @pytest.mark.parametrize(
     ("mpnn_type", "overrides"),
-    [("PAINN", {}), ("MACE", {"max_ell": 1, "node_max_ell": 1, "correlation": 2}), ("AllScAIP", {})],
+    [
+        ("PAINN", {}),
+        ("PAINN", {"energy_layer_readout": True}),
+        ("MACE", {"max_ell": 1, "node_max_ell": 1, "correlation": 2}),
+        ("AllScAIP", {}),
+    ],
 )
 def test_other_architectures_export(tmp_path, mpnn_type, overrides):
-    """Equivariant (PAINN), e3nn tensor products (MACE: its dense path branches on the row count
-    and must not be traced) and fairchem's all-pairs encoder (AllScAIP): the export's own check
-    against the calculator passes, on sizes other than the trace's."""
+    """Equivariant (PAINN, also with per-layer energy readouts), e3nn tensor products (MACE: its
+    dense path branches on the row count and must not be traced) and fairchem's all-pairs encoder
+    (AllScAIP): the export's own check against the calculator passes, on sizes other than the
+    trace's."""
     report = export_model(tiny_model(mpnn_type=mpnn_type, **overrides), tmp_path / "m.pt")
     assert set(report.errors) >= {"energy", "forces", "stress"}
     assert max(report.errors.values()) <= report.tolerance

@@ -193,6 +193,11 @@ def _check_groups(
             f"{ROOT}.global_attn_engine: GPS mixes attention into every conv layer's node features; "
             f"{entry.name} has no per-layer node state (use EquivariantTransformer instead)"
         )
+    if mlip.energy_layer_readout and (entry is None or not entry.supports_layer_mixing):
+        raise ModelConfigError(
+            f"{ROOT}.energy_layer_readout: reads every conv layer's node features; "
+            f"{entry.name if entry is not None else 'a standalone EquivariantTransformer'} has no per-layer node state"
+        )
     if attention.pe_dim and mlip.dynamic_graph:
         raise ModelConfigError(
             f"{ROOT}.pe_dim: positional encodings come from the prepared dataset's edges; a dynamic_graph "

@@ -114,6 +114,10 @@ class MLIPConfig:
         energy_heads [null: one]: several energy readouts on the one encoder, one per data
             source, each with its own reference energies, shift and scale
             (:mod:`hydragnn.models.energy_heads`); only with ``enabled``.
+        energy_layer_readout [false]: every conv layer but the last also adds a linear per-atom
+            energy of its invariant node features (MACE's per-interaction readouts), so part of
+            the energy stays a low-body-order function of the near neighbourhood; only with
+            ``enabled`` and an encoder that supports layer mixing (not DimeNet).
     """
 
     enabled: bool = field(default=False, metadata={"json": "enable_interatomic_potential"})
@@ -128,11 +132,16 @@ class MLIPConfig:
     energy_shift: float = 0.0
     energy_scale: float = field(default=1.0, metadata=_POSITIVE)
     energy_heads: tuple[EnergyHeadSpec, ...] | None = field(default=None, metadata={"parse": _energy_heads})
+    energy_layer_readout: bool = False
 
     def __post_init__(self) -> None:
         if self.energy_heads is not None and not self.enabled:
             raise ModelConfigError(
                 f"{ROOT}.energy_heads: only for interatomic potentials (enable_interatomic_potential)"
+            )
+        if self.energy_layer_readout and not self.enabled:
+            raise ModelConfigError(
+                f"{ROOT}.energy_layer_readout: only for interatomic potentials (enable_interatomic_potential)"
             )
 
     def head_specs(self) -> tuple[EnergyHeadSpec, ...]:

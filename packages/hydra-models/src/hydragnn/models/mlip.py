@@ -50,6 +50,9 @@ class EnergyHead(nn.Module):
             reference energies (``(Z, eV)`` pairs or ``None``), shift and scale filled in
             (:meth:`~hydragnn.models.config_groups.MLIPConfig.head_specs`).
         trainable_reference: learn the reference energies.
+        layer_readouts: number of earlier conv layers read out linearly (``num_conv_layers - 1``
+            with ``energy_layer_readout``, else 0): ``layers.i`` maps layer i's invariant
+            features ``[N, H]`` to ``[N, K]``, added to the head's output before the scale.
     """
 
     def __init__(
@@ -60,11 +63,17 @@ class EnergyHead(nn.Module):
         cutoff: float | None,
         heads: Sequence[EnergyHeadSpec],
         trainable_reference: bool = False,
+        layer_readouts: int = 0,
     ) -> None:
         super().__init__()
         self.names = [h.name for h in heads]
         self.default_head = 0
         self.atom = NodeHead(hidden_dim, len(heads), config, activation, cutoff)
+        self.layers = (
+            nn.ModuleList(nn.Linear(hidden_dim, len(heads), bias=False) for _ in range(layer_readouts))
+            if layer_readouts
+            else None
+        )
         tables = [h.reference_energies for h in heads]
         self.reference: torch.Tensor | None
         if not any(tables):
@@ -100,7 +109,11 @@ class EnergyHead(nn.Module):
         return self
 
     def forward(
-        self, h: torch.Tensor, inputs: GraphInputs, head: torch.Tensor | None = None
+        self,
+        h: torch.Tensor,
+        inputs: GraphInputs,
+        head: torch.Tensor | None = None,
+        layers: Sequence[torch.Tensor] = (),
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-atom and total energies.
 
@@ -109,13 +122,24 @@ class EnergyHead(nn.Module):
             inputs: the encoder inputs (``x[:, 0]`` is the atomic number when a reference is set).
             head: ``[B]`` int64 head of each structure (ignored with one head; default: the
                 default head for every structure).
+            layers: the earlier conv layers' invariant features ``[N, H]``, one per layer
+                readout, in layer order (``inputs.layer_features`` without the last).
 
         Returns:
             ``atomic_energy [N, 1]`` and ``energy [B, 1]``, in float32 for 16-bit models
             (sums accumulate in float32), else in the model dtype.
         """
         acc = accumulate_dtype(h.dtype)
-        out = self.atom(h, inputs).to(acc)
+        out = self.atom(h, inputs)
+        if self.layers is not None:
+            if len(layers) != len(self.layers):
+                raise ModelError(
+                    f"energy_layer_readout: the head reads {len(self.layers)} earlier conv layers, "
+                    f"the encoder reported {len(layers)}"
+                )
+            for readout, features in zip(self.layers, layers):
+                out = out + readout(features)
+        out = out.to(acc)
         species = inputs.x[:, 0].long() if self.reference is not None else None
         if not self.multi:
             atomic = out

@@ -132,7 +132,15 @@ class HydraModel(nn.Module):
             EdgeHeads(H, self.dims.edge_in, self.geometric, edge_outs, heads.edge, act) if edge_outs else None
         )
         self.energy_head = (
-            EnergyHead(H, heads.node, act, cutoff, config.mlip.head_specs(), config.mlip.trainable_reference_energies)
+            EnergyHead(
+                H,
+                heads.node,
+                act,
+                cutoff,
+                config.mlip.head_specs(),
+                config.mlip.trainable_reference_energies,
+                layer_readouts=config.num_conv_layers - 1 if config.mlip.energy_layer_readout else 0,
+            )
             if self.mlip
             else None
         )
@@ -298,9 +306,12 @@ class HydraModel(nn.Module):
                     pos, _node_batch(batch, pos), _num_graphs(batch), cell, edge_index, shift
                 )
             inputs = self.graph_inputs(batch, pos_in, edge_index, edge_shift, strained_cell if want_stress else None)
+            if self.energy_head.layers is not None:
+                inputs.layer_features = []
             emb = self.encode(inputs)
             out = self.heads(emb, inputs)
-            atomic, energy = self.energy_head(emb.scalar, inputs, getattr(batch, "head", None))
+            layers = inputs.layer_features[:-1] if inputs.layer_features else ()
+            atomic, energy = self.energy_head(emb.scalar, inputs, getattr(batch, "head", None), layers)
             out[special["energy"]] = energy
             if "atomic_energy" in special:
                 out[special["atomic_energy"]] = atomic

@@ -43,6 +43,9 @@ class GraphInputs:
         pbc: ``[B, 3]`` bool periodic directions, or ``None``.
         pe: ``[N, 2 * pe_dim]`` positional encodings (Laplacian eigenvectors, then random-walk
             return probabilities) when the model has ``pe_dim > 0``, else ``None``.
+        layer_features: a list the model passes when it reads every layer (the MLIP's
+            ``energy_layer_readout``): :meth:`Encoder.mix` appends each conv layer's invariant
+            output ``[N, H]`` to it, in layer order; ``None`` otherwise.
     """
 
     x: torch.Tensor
@@ -57,6 +60,7 @@ class GraphInputs:
     pe: torch.Tensor | None = None
     cell: torch.Tensor | None = None
     pbc: torch.Tensor | None = None
+    layer_features: list[torch.Tensor] | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -153,10 +157,12 @@ class Encoder(nn.Module):
 
         Every encoder calls this after each conv layer, outside activation checkpointing, with
         its rotation-invariant node channels only (equivariant channels stay with the encoder).
+        The result is also appended to ``inputs.layer_features`` when that is a list.
         """
-        if self.mixers is None:
-            return h_local
-        return self.mixers[layer](h_in, h_local, inputs)
+        h = h_local if self.mixers is None else self.mixers[layer](h_in, h_local, inputs)
+        if inputs.layer_features is not None:
+            inputs.layer_features.append(h)
+        return h
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:  # pragma: no cover - abstract
         raise NotImplementedError
