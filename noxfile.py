@@ -61,10 +61,15 @@ def _pytest(
     Tests run in one pytest-xdist worker per core (``-n auto``; ``nox -s tests -- -n 0`` runs them
     in one process), each worker with one intra-op thread unless ``OMP_NUM_THREADS`` is set: most
     tests train or evaluate small graphs, which one thread runs as fast as two, so two workers
-    halve the suite's time on two cores.
+    halve the suite's time on two cores. OpenMP waits passively (importing the packages no longer
+    sets it), so the workers and the processes they start do not spin against each other.
     """
     paths = [str(ROOT / "packages" / d / "tests") for d in dists] + list(extra_paths)
-    env = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = {
+        "PYTHONHASHSEED": "0",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
+    }
     session.run("pytest", *paths, "-m", marks, "-n", "auto", "--durations=20", *session.posargs, env=env)
 
 

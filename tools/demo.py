@@ -20,10 +20,12 @@ import pathlib
 import sys
 import time
 
-import hydragnn.data  # noqa: F401  (before torch: it sets OpenMP's wait policy, hydragnn.data.threads)
+from hydragnn.data.threads import prefer_passive_waiting
+
+prefer_passive_waiting()  # before torch loads, as hydragnn-train does (hydragnn.data.threads)
 
 # isort: split
-import torch
+import torch  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from hydragnn.data.threads import choose_threads, keep_at_top, prefer_passive_waiting
+from hydragnn.data.threads import choose_threads, configure_threads, keep_at_top, prefer_passive_waiting
 
 
 @pytest.mark.parametrize(
@@ -40,8 +40,9 @@ import json, os, sys
 first = sys.argv[1]
 if first == "torch":
     import torch
-import hydragnn.data
-from hydragnn.data.threads import configure_threads
+elif first == "hydragnn":
+    import hydragnn.data, hydragnn.data.threads
+from hydragnn.data import configure_threads
 notice = configure_threads()
 import torch
 print(json.dumps({"policy": os.environ.get("OMP_WAIT_POLICY"), "threads": torch.get_num_threads(), "notice": notice,
@@ -159,3 +160,56 @@ def test_small_mkl_calls_wake_no_second_thread():
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["threads"] == 2
     assert got["before"] >= 200 and got["after"] * 10 < got["before"], got
+
+
+_IMPORT_ONLY = """
+import ctypes, json, os, sys
+before = dict(os.environ)
+for name in sys.argv[1:]:
+    __import__(name)
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                               "uordblks", "fordblks", "keepcost")]
+
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype, libc.malloc.restype, libc.malloc.argtypes = MallInfo2, ctypes.c_void_p, [ctypes.c_size_t]
+if os.environ.get("CONTROL"):
+    from hydragnn.data.threads import keep_freed_blocks
+    keep_freed_blocks()
+maps = libc.mallinfo2().hblks
+libc.malloc(24 << 20)  # glibc maps it on its own unless the mmap threshold was raised (32 MiB by keep_freed_blocks)
+changed = {k: (before.get(k), os.environ.get(k)) for k in before.keys() | os.environ.keys() if before.get(k) != os.environ.get(k)}
+print(json.dumps({"changed": changed, "mapped": libc.mallinfo2().hblks - maps == 1, "torch": "torch" in sys.modules}))
+"""
+
+
+def import_only(*modules: str, **env: str) -> dict:
+    """Import ``modules`` in a fresh process without OpenMP / malloc settings in its environment:
+    ``{"changed": {name: [before, after]}, "mapped": bool, "torch": bool}``, where ``mapped``
+    says a 24 MiB malloc got its own mapping (glibc's mmap threshold untouched)."""
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("OMP_", "MALLOC_", "MKL_")) and k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", _IMPORT_ONLY, *modules], env={**environ, **env}, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallinfo2")
+def test_importing_the_data_layer_changes_nothing_process_wide():
+    """No environment variable set (OMP_WAIT_POLICY unset stays unset) and glibc's mmap threshold
+    untouched; the control shows the probe sees :func:`keep_freed_blocks`' threshold."""
+    got = import_only("hydragnn.data", "hydragnn.data.threads")
+    assert got == {"changed": {}, "mapped": True, "torch": False}
+    assert import_only("hydragnn.data", CONTROL="1")["mapped"] is False
+
+
+def test_configure_threads_is_the_explicit_call_and_it_sets_the_wait_policy_first():
+    from hydragnn import data
+
+    assert data.configure_threads is configure_threads
+    got = _probe("none")
+    assert got["policy"] == "PASSIVE" and "OpenMP passive (set by hydragnn)" in got["notice"]

@@ -12,6 +12,7 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from hydragnn.train.strategies import Strategy
+from hydragnn.train.strategies import flat as flat_module
 from hydragnn.train.strategies.flat import FlatStep
 
 
@@ -213,3 +214,73 @@ def test_a_global_step_hook_sees_every_flat_step():
     finally:
         handle.remove()
     assert seen == [opt] * 3
+
+
+@pytest.fixture
+def fresh_check():
+    """The once-per-process check of torch's private names, run again in the test and after it."""
+    flat_module.private_step_ok.cache_clear()
+    yield
+    flat_module.private_step_ok.cache_clear()
+
+
+def _strategy_run(steps: int) -> tuple[Net, bool]:
+    """``steps`` steps of the single-process strategy on a fused AdamW, and whether it was flat."""
+    torch.manual_seed(0)
+    model = Net()
+    strategy = Strategy()
+    strategy.setup(model, lambda ps: torch.optim.AdamW(ps, lr=0.05, weight_decay=0.1, fused=True))
+    strategy.begin_training()
+    flat = strategy._flat is not None
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        model(torch.randn(9, 5, generator=gen)).pow(2).mean().backward()
+        strategy.step()
+    strategy.end_training()
+    return model, flat
+
+
+def _assert_public_steps(model: Net, steps: int) -> None:
+    """``model`` equals the same steps of torch's fused AdamW stepping per parameter, bit for bit."""
+    torch.manual_seed(0)
+    ref = Net()
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=0.05, weight_decay=0.1, fused=True)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        ref(torch.randn(9, 5, generator=gen)).pow(2).mean().backward()
+        ref_opt.step()
+        ref_opt.zero_grad(set_to_none=True)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_this_torch_passes_the_private_name_check(fresh_check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert flat_module.private_step_ok("cpu")
+
+
+def test_a_torch_without_a_private_name_steps_per_parameter(fresh_check, monkeypatch):
+    """No ``torch._foreach_copy_``: one warning naming it, nothing flat, and the steps are those
+    of the public optimizer per parameter."""
+    monkeypatch.delattr(torch, "_foreach_copy_")
+    with pytest.warns(RuntimeWarning, match=r"no torch\._foreach_copy_ .*optimizer\.step\(\)") as seen:
+        model, flat = _strategy_run(4)
+        assert FlatStep.attach(torch.optim.AdamW(Net().parameters(), lr=0.1, fused=True)) is None
+    assert len(seen) == 1 and not flat
+    _assert_public_steps(model, 4)
+
+
+def test_a_kernel_that_steps_differently_fails_the_check(fresh_check, monkeypatch):
+    """Adam's and AdamW's kernels swapped (a torch whose kernel changed meaning): the numerical
+    comparison with the public step catches it, nothing is laid out flat and the optimizer's own
+    step runs; with the right kernels the same run is flat."""
+    monkeypatch.setattr(flat_module, "_KERNELS", {False: "_fused_adamw_", True: "_fused_adam_"})
+    with pytest.warns(RuntimeWarning, match=r"_fused_adamw_ on a flat tensor differs from the public adam\(\) step"):
+        assert not flat_module.private_step_ok("cpu")
+    model, flat = _strategy_run(3)
+    assert not flat
+    _assert_public_steps(model, 3)
+    monkeypatch.undo()
+    flat_module.private_step_ok.cache_clear()
+    assert _strategy_run(1)[1]

@@ -8,15 +8,15 @@ EMT, and a checksum-verified download cache.
 Every public name is imported on first use (PEP 562), so ``from hydragnn.data import Schema``
 loads neither torch nor torch_geometric, and each layer pays only for what it touches; ``adios2``
 (the ``hydra-data[adios]`` extra) and nvalchemi-toolkit-ops (first neighbor-list call) load later
-still. Importing the package sets ``OMP_WAIT_POLICY=PASSIVE`` when unset and torch is not loaded
-yet (:mod:`.threads`).
+still. Importing it changes nothing process-wide: the threading, OpenMP wait policy and malloc
+defaults are applied by an explicit :func:`configure_threads` (:mod:`.threads`), which the command
+lines and the first calculator of a process call.
 """
 
 import sys as _sys
 import types
 from typing import Any
 
-from . import threads  # noqa: F401  (first: OpenMP's wait policy must be in the environment before torch loads)
 from .__about__ import __version__
 from .lazy import lazy_names
 
@@ -57,6 +57,7 @@ _LAZY: dict[str, str] = {
     "add_positional_encodings": "positional",
     "prepare": "prepare",
     "prepare_all": "prepare",
+    "configure_threads": "threads",
     "CUAU_VARIABLES": "reference",
     "generate_bulk": "reference",
     "generate_cuau": "reference",

@@ -1,9 +1,17 @@
 """CPU threading defaults for processes that share their cores, chosen only where the user has not.
 
+Nothing here runs on import: importing a HydraGNN layer changes neither the environment nor the
+allocator. A program opts in by calling :func:`configure_threads` first (a training run and the
+first ``HydraCalculator`` of a process call it; the command lines call its first step,
+:func:`prefer_passive_waiting`, before anything loads torch). Each setting yields to the user's
+own (``OMP_WAIT_POLICY``, ``OMP_NUM_THREADS``, ``MKL_DYNAMIC``, ``MALLOC_*`` / ``GLIBC_TUNABLES``,
+a preloaded allocator).
+
 OpenMP's default busy waiting made training 25-30x slower on a 2-core machine with one other
 busy process; passive waiting (``OMP_WAIT_POLICY=PASSIVE``) brought it back at the same thread
-count. OpenMP reads that variable once, when torch loads it, so ``import hydragnn.data`` (which
-every HydraGNN layer imports before torch) sets it when it is unset and torch is not loaded yet.
+count. OpenMP reads that variable once, when torch loads it, so :func:`prefer_passive_waiting`
+sets it only when it is unset and torch is not loaded yet.
+
 The thread count: ``OMP_NUM_THREADS`` when given (torchrun gives 1 per rank when it is unset),
 else the usable cores divided by the ranks on this node (``LOCAL_WORLD_SIZE``), so that the ranks
 of a node never ask for more threads than there are cores. The allocator (glibc only, and only
@@ -149,10 +157,15 @@ def set_intra_op_threads(threads: int) -> None:
 
 
 def configure_threads(environ: MutableMapping[str, str] = os.environ) -> str:
-    """Apply :func:`choose_threads` to torch (lowering its count only, never raising it),
-    :func:`mkl_threads_per_call` and :func:`keep_freed_blocks`, and return a short line of the
-    intra-op threads and the OpenMP wait policy in force, each with where it came from, e.g.
+    """The process-wide defaults of this module, applied on request (never on import).
+
+    :func:`prefer_passive_waiting` (effective only before torch loads: call this first in a
+    program to get it), then, importing torch, :func:`choose_threads` applied to torch (lowering
+    its count only, never raising it), :func:`mkl_threads_per_call` and :func:`keep_freed_blocks`.
+    Calling it again changes nothing more. Returns a short line of the intra-op threads and the
+    OpenMP wait policy in force, each with where it came from, e.g.
     ``threads: 2 intra-op (2 cores), OpenMP passive (set by hydragnn)``."""
+    prefer_passive_waiting(environ)
     threads, why = choose_threads(environ)
     import torch
 
@@ -167,12 +180,10 @@ def configure_threads(environ: MutableMapping[str, str] = os.environ) -> str:
 
 def wait_policy(environ: Mapping[str, str] = os.environ) -> str:
     """OpenMP's wait policy in force and its origin, in words. Unset means torch loaded before
-    ``hydragnn.data`` could set it: OpenMP then spins a while before sleeping (its default)."""
+    :func:`prefer_passive_waiting` ran: OpenMP then spins a while before sleeping (its default)."""
     policy = environ.get("OMP_WAIT_POLICY")
     if policy is None:
         return "OpenMP spins (set OMP_WAIT_POLICY=PASSIVE before torch)"
     here = _PASSIVE_SET_HERE and environ is os.environ and policy == "PASSIVE"
     return f"OpenMP {policy.lower()} ({'set by hydragnn' if here else 'from environment'})"
 
-
-prefer_passive_waiting()  # on import: hydragnn.data imports this module before anything loads torch

@@ -15,7 +15,6 @@ and torch-sim only when ``HydraTorchSimModel`` is asked for.
 
 from __future__ import annotations
 
-import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
 from hydragnn.data.lazy import lazy_names
 
 from .__about__ import __version__

@@ -58,7 +58,8 @@ _THREADS: list[str] = []
 
 
 def _threads_notice() -> str:
-    """Threading defaults applied once per process, their one-line notice printed to stderr."""
+    """:func:`configure_threads` applied once per process (explicitly: importing
+    ``hydragnn.infer`` changes nothing), its one-line notice printed to stderr."""
     if not _THREADS:
         _THREADS.append(configure_threads())
         print(f"hydragnn.infer: {_THREADS[0]}", file=sys.stderr)
@@ -89,9 +90,10 @@ class HydraCalculator:
 
     Attributes:
         neighbor_stats: ``{"builds": int, "reuses": int}``, neighbour lists searched and reused.
-        threads: the threading notice (the first calculator of a process lowers torch's thread
-            count to the cores per torchrun rank when ``OMP_NUM_THREADS`` is unset; see
-            :mod:`hydragnn.data.threads`).
+        threads: the threading notice of :func:`hydragnn.data.configure_threads`, which the first
+            calculator of a process applies (torch's thread count lowered to the cores per
+            torchrun rank when ``OMP_NUM_THREADS`` is unset, malloc block reuse; passive OpenMP
+            waiting only if the program called it before importing torch).
 
     Raises:
         InferenceError: a model the calculator cannot feed, or bad options.

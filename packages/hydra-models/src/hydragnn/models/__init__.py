@@ -10,7 +10,6 @@ Every public name is imported on first use (PEP 562): ``import hydragnn.models``
 """
 
 
-import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
 from hydragnn.data.lazy import lazy_names
 
 from .__about__ import __version__

@@ -11,7 +11,6 @@ Names are imported on first use (PEP 562), so ``import hydragnn.train.cli`` (and
 
 from __future__ import annotations
 
-import hydragnn.data  # noqa: F401  (first: it sets OpenMP's wait policy before torch loads)
 from hydragnn.data.lazy import lazy_names
 
 from .__about__ import __version__

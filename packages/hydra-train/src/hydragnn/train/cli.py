@@ -1,4 +1,9 @@
-"""Command lines: ``hydragnn-train config.json`` and ``hydragnn-predict model.hydra dataset``."""
+"""Command lines: ``hydragnn-train config.json`` and ``hydragnn-predict model.hydra dataset``.
+
+Each sets OpenMP's passive wait policy (unless the environment chose one) before anything loads
+torch, also under ``torchrun -m hydragnn.train.cli``; ``run_training`` applies the rest of
+:func:`hydragnn.data.configure_threads`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from hydragnn.data.threads import prefer_passive_waiting
 
 from .errors import TrainError
 
@@ -22,6 +29,7 @@ def train_main(argv: list[str] | None = None) -> int:
     Arguments are parsed and the whole config is validated (:func:`~hydragnn.train.config.load_config`)
     before torch is imported: ``--help``, ``--version`` and a config error answer at once.
     """
+    prefer_passive_waiting()  # before anything loads torch (hydragnn.data.threads)
     parser = argparse.ArgumentParser(
         prog="hydragnn-train",
         description="Train a HydraGNN model from a JSON config (structures from any file ASE reads, or a "
@@ -75,6 +83,7 @@ def train_main(argv: list[str] | None = None) -> int:
 
 def predict_main(argv: list[str] | None = None) -> int:
     """``hydragnn-predict model.hydra dataset [--energy-key K ...] [--batch-size N] [--output predictions.pt] [--json]``."""
+    prefer_passive_waiting()  # before anything loads torch (hydragnn.data.threads)
     parser = argparse.ArgumentParser(
         prog="hydragnn-predict",
         description="Evaluate a saved HydraGNN model on a dataset: its errors per head (MAE, RMSE) in physical units.",

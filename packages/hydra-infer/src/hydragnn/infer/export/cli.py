@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from hydragnn.data.threads import prefer_passive_waiting
+
 
 def _version() -> str:
     from hydragnn.infer import __version__
@@ -19,6 +21,7 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    prefer_passive_waiting()  # before anything loads torch (hydragnn.data.threads)
     parser = argparse.ArgumentParser(
         prog="hydragnn-export",
         description=(

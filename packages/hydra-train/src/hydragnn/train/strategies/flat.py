@@ -19,10 +19,20 @@ is skipped by torch; a parameter whose storage was replaced), flat mode ends for
 that step, and torch steps per parameter from then on. Only optimizers whose parameter tensors
 are small on average are laid out flat (:data:`MAX_MEAN_NUMEL`): for large tensors the
 per-tensor cost is negligible and the gradient copy into the flat buffer would not pay.
+
+The flat step calls torch names that are not public API (:data:`_TORCH_PRIVATE`, the fused
+kernels of :data:`_KERNELS`, the optimizers' hook tables). :func:`private_step_ok` checks them
+once per device type: the names exist and the direct kernel call on a flat buffer of two small
+tensors matches torch's public single-tensor Adam / AdamW step to 1e-7. Where it does not (a torch
+that renamed or changed them), nothing is laid out flat: ``optimizer.step()`` steps per parameter,
+after one warning.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import warnings
 from collections import defaultdict
 
 import torch
@@ -33,6 +43,14 @@ _ADAM = (torch.optim.Adam, torch.optim.AdamW)
 MAX_MEAN_NUMEL = 1 << 16
 """Largest mean number of elements per parameter tensor that is laid out flat."""
 _STATE_KEYS = {"step", "exp_avg", "exp_avg_sq"}
+_KERNELS = {False: "_fused_adam_", True: "_fused_adamw_"}
+"""torch's fused kernel by decoupled weight decay (Adam: False, AdamW: True)."""
+_TORCH_PRIVATE = ("_foreach_copy_",)
+"""Other private ``torch`` functions the flat step calls."""
+_HOOK_TABLES = ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks")
+"""Private globals of ``torch.optim.optimizer`` read to see whether a step could be observed."""
+_CHECK_TOLERANCE = 1e-7
+"""Largest difference :func:`private_step_ok` accepts from torch's public step (parameters within 0.5)."""
 
 
 def _qualifies(optimizer: torch.optim.Optimizer) -> bool:
@@ -121,6 +139,8 @@ class FlatStep:
         (see :func:`_qualifies`) or its existing state is not a plain, in-step Adam state."""
         if not _qualifies(optimizer) or not _plain_state(optimizer):
             return None
+        if not private_step_ok(optimizer.param_groups[0]["params"][0].device.type):
+            return None
         return cls(optimizer)
 
     def _bind(self, state) -> None:
@@ -202,20 +222,16 @@ class FlatStep:
         calls = []
         for group, g in zip(opt.param_groups, self.groups):
             decoupled = group.get("decoupled_weight_decay", isinstance(opt, torch.optim.AdamW))
-            kernel = getattr(torch, "_fused_adamw_" if decoupled else "_fused_adam_", None)
+            kernel = getattr(torch, _KERNELS[decoupled], None)
             beta1, beta2 = group["betas"]
             if kernel is None or isinstance(beta1, torch.Tensor) or isinstance(beta2, torch.Tensor):
                 return False
-            hyper = dict(lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
-                         eps=group["eps"], maximize=group["maximize"])
-            calls.append((kernel, g, hyper))
+            calls.append((kernel, g, group))
         if step is not None:
             opt._opt_called = True  # what the scheduler's wrapper records before calling step()
         with torch.no_grad():
-            for kernel, g, hyper in calls:
-                g.step.add_(1)
-                kernel([g.flat], [g.grad], [g.exp_avg], [g.exp_avg_sq], [], [g.step], amsgrad=False,
-                       grad_scale=None, found_inf=None, **hyper)
+            for kernel, g, group in calls:
+                _kernel_step(kernel, g.flat, g.grad, g.exp_avg, g.exp_avg_sq, g.step, group)
         return True
 
     def zero_grad(self) -> None:
@@ -238,6 +254,72 @@ class FlatStep:
             for s in state.values():
                 for key in _STATE_KEYS & s.keys():
                     s[key] = s[key].clone()
+
+
+def _kernel_step(kernel, flat, grad, exp_avg, exp_avg_sq, step, group) -> None:
+    """One step of torch's fused Adam / AdamW ``kernel`` on one flat tensor, with the group's
+    hyperparameters and torch's increment of the step count before the call (under ``no_grad``)."""
+    beta1, beta2 = group["betas"]
+    step.add_(1)
+    kernel([flat], [grad], [exp_avg], [exp_avg_sq], [], [step], amsgrad=False, lr=group["lr"], beta1=beta1,
+           beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"],
+           grad_scale=None, found_inf=None)  # fmt: skip
+
+
+@functools.cache
+def private_step_ok(device_type: str = "cpu") -> bool:
+    """Whether this torch has the private names the flat step calls and its direct kernel call
+    steps as torch's public single-tensor ``adam()`` / ``adamw()`` do (two steps of two small
+    tensors, parameters and state within 1e-7; no optimizer is stepped, so no step hook sees the
+    check). Checked once per device type; ``False`` warns once."""
+    problem = _private_step_problem(torch.device(device_type))
+    if problem is not None:
+        warnings.warn(
+            f"torch {torch.__version__}: {problem}; Adam / AdamW step per parameter (optimizer.step())",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return problem is None
+
+
+def _private_step_problem(device: torch.device) -> str | None:
+    """What fails the check of :func:`private_step_ok`, in words, or None."""
+    missing = [f"torch.{name}" for name in (*_KERNELS.values(), *_TORCH_PRIVATE) if not hasattr(torch, name)]
+    missing += [f"torch.optim.optimizer.{name}" for name in _HOOK_TABLES if not hasattr(_optim_module, name)]
+    probe = torch.optim.Adam([torch.zeros(1)])
+    missing += [f"Optimizer.{name}" for name in ("_optimizer_step_pre_hooks", "_optimizer_step_post_hooks")
+                if not hasattr(probe, name)]  # fmt: skip
+    if missing:
+        return f"no {', '.join(missing)} for the flat fused Adam step"
+    gen = torch.Generator().manual_seed(0)
+    start = [torch.rand(3, generator=gen) - 0.5, torch.rand(2, 2, generator=gen) - 0.5]
+    grads = [[torch.randn(p.shape, generator=gen).to(device) for p in start] for _ in range(2)]
+    hyper = {"lr": 0.01, "betas": (0.9, 0.999), "weight_decay": 0.1, "eps": 1e-8, "maximize": False}
+    for module, decoupled in (("adam", False), ("adamw", True)):
+        public = getattr(importlib.import_module(f"torch.optim.{module}"), module, None)
+        if public is None:
+            return f"no public torch.optim.{module}.{module}() to check the flat fused Adam step against"
+        params = [p.clone().to(device) for p in start]
+        moments = [[torch.zeros_like(p) for p in params] for _ in range(2)]
+        steps = [torch.zeros((), dtype=torch.float32, device=device) for _ in params]
+        flat = torch.cat([p.reshape(-1) for p in params])
+        exp_avg, exp_avg_sq = torch.zeros_like(flat), torch.zeros_like(flat)
+        step = torch.zeros((), dtype=torch.float32, device=device)
+        name = f"torch.{_KERNELS[decoupled]}"
+        try:
+            with torch.no_grad():
+                for g in grads:
+                    public(params, g, *moments, [], steps, foreach=False, fused=False, amsgrad=False,
+                           beta1=0.9, beta2=0.999, lr=0.01, weight_decay=0.1, eps=1e-8, maximize=False)  # fmt: skip
+                    flat_grad = torch.cat([t.reshape(-1) for t in g])
+                    _kernel_step(getattr(torch, _KERNELS[decoupled]), flat, flat_grad, exp_avg, exp_avg_sq, step, hyper)
+        except (RuntimeError, TypeError) as exc:
+            return f"{name} or the public {public.__name__}() failed on two small tensors ({type(exc).__name__}: {exc})"
+        pairs = [(flat, params), (exp_avg, moments[0]), (exp_avg_sq, moments[1])]
+        worst = max(float((a - torch.cat([t.reshape(-1) for t in b])).abs().max()) for a, b in pairs)
+        if worst > _CHECK_TOLERANCE or float(step) != float(steps[0]):
+            return f"{name} on a flat tensor differs from the public {public.__name__}() step by {worst:.2g}"
+    return None
 
 
 def _plain_state(optimizer: torch.optim.Optimizer) -> bool:
