@@ -231,8 +231,8 @@ def convert_source(
     data_path = entry / final_data.name
     isolated: list[tuple[int, float]] = []
     skipped: dict[str, int] = {}
-    counts = {"frames": 0, "samples": 0, "coincident": 0}
-    coincident: list[str] = []  # the first _EXAMPLES frames with coincident atoms
+    counts = {"frames": 0, "samples": 0}
+    coincident = _CoincidentAtoms(path)
     frames = iter_frames(source, skipped)
     progress = _Progress(f"converting {path.name}", log)
 
@@ -247,12 +247,7 @@ def convert_source(
             counts["samples"] += 1
             progress.step()
             prepared = add_edges(prepared, float(cutoff))
-            pair = _coincident_pair(prepared)
-            if pair is not None:
-                counts["coincident"] += 1
-                if len(coincident) < _EXAMPLES:
-                    where = frame.where.removeprefix(f"{path}: ")
-                    coincident.append(f"{where}: atoms {pair[0]} and {pair[1]}, {pair[2]:.2g} Å apart")
+            coincident.check(prepared, frame.where)
             yield prepared
             frame = _next_sample(frames, source, isolated, counts)
 
@@ -276,15 +271,7 @@ def convert_source(
         raise
     finally:
         progress.close()
-    if coincident:
-        n = counts["coincident"]
-        warnings.warn(
-            f"{path}: {n} frame{'s' if n != 1 else ''} with atoms closer than {COINCIDENT_ANGSTROM} Å "
-            f"({'; '.join(coincident)}{'; ...' if n > len(coincident) else ''}); they are converted as given: "
-            "check the file",
-            CoincidentAtomsWarning,
-            stacklevel=2,
-        )
+    coincident.warn()
     seconds = time.perf_counter() - t0
     record = {
         "digest": digest,
@@ -351,6 +338,34 @@ def _next_sample(
             raise SchemaError(f"{frame.where}: label {key!r} of an IsolatedAtom frame is not one number") from None
         isolated.append((int(atoms.numbers[0]), energy))
     return None
+
+
+class _CoincidentAtoms:
+    """Counts the frames of one file with atoms closer than ``COINCIDENT_ANGSTROM`` (from the
+    edges the conversion builds) and warns once for the file, naming the first ``_EXAMPLES``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.frames, self.examples = path, 0, []
+
+    def check(self, data: Data, where: str) -> None:
+        pair = _coincident_pair(data)
+        if pair is None:
+            return
+        self.frames += 1
+        if len(self.examples) < _EXAMPLES:
+            where = where.removeprefix(f"{self.path}: ")
+            self.examples.append(f"{where}: atoms {pair[0]} and {pair[1]}, {pair[2]:.2g} Å apart")
+
+    def warn(self) -> None:
+        if not self.frames:
+            return
+        n, shown = self.frames, self.examples
+        warnings.warn(
+            f"{self.path}: {n} frame{'s' if n != 1 else ''} with atoms closer than {COINCIDENT_ANGSTROM} Å "
+            f"({'; '.join(shown)}{'; ...' if n > len(shown) else ''}); they are converted as given: check the file",
+            CoincidentAtomsWarning,
+            stacklevel=3,
+        )
 
 
 def _coincident_pair(data: Data) -> tuple[int, int, float] | None:
