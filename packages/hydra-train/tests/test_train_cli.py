@@ -120,11 +120,11 @@ def test_predict_json_is_valid_json_when_errors_are_nan(monkeypatch, capsys, tmp
     """A diverged model's NaN errors are printed as null: strict JSON parsers accept the output."""
     import json as json_module
 
-    import hydragnn.train.pipeline as pipeline
+    import hydragnn.train.predict as predict_module
     from hydragnn.train.cli import predict_main
 
     result = {"loss": float("nan"), "mae": {"energy": {"mae": float("nan"), "rmse": float("inf"), "unit": "eV/atom"}}}
-    monkeypatch.setattr(pipeline, "predict", lambda *a, **k: (result, {}, {}))
+    monkeypatch.setattr(predict_module, "predict", lambda *a, **k: (result, {}, {}))
     assert predict_main([str(tmp_path / "m.hydra"), str(tmp_path / "d.xyz"), "--json"]) == 0
     text = capsys.readouterr().out.strip()
     assert "NaN" not in text and "Infinity" not in text
@@ -134,7 +134,7 @@ def test_predict_json_is_valid_json_when_errors_are_nan(monkeypatch, capsys, tmp
 
 def test_predict_prints_errors_in_physical_units_not_the_loss(monkeypatch, capsys, tmp_path):
     """The human output is the MAE / RMSE table with units; the unitless training objective stays in --json."""
-    import hydragnn.train.pipeline as pipeline
+    import hydragnn.train.predict as predict_module
     from hydragnn.train.cli import predict_main
 
     result = {
@@ -144,7 +144,7 @@ def test_predict_prints_errors_in_physical_units_not_the_loss(monkeypatch, capsy
             "forces": {"mae": 0.045, "rmse": 0.06, "unit": "eV/Å"},
         },
     }
-    monkeypatch.setattr(pipeline, "predict", lambda *a, **k: (result, {}, {}))
+    monkeypatch.setattr(predict_module, "predict", lambda *a, **k: (result, {}, {}))
     assert predict_main([str(tmp_path / "m.hydra"), str(tmp_path / "d.xyz")]) == 0
     text = capsys.readouterr().out
     assert "loss" not in text and "0.123" not in text

@@ -15,7 +15,8 @@ from hydragnn.models import build_model, load_artifact, redraw_projections
 from hydragnn.models.attention import PerformerAttention
 from hydragnn.train import ConfigError, create_dataloaders, train_validate_test
 from hydragnn.train.config import load_config, parse_training
-from hydragnn.train.pipeline import predict, run_training
+from hydragnn.train.pipeline import run_training
+from hydragnn.train.predict import predict
 
 PERFORMER = {**GRAPH_ARCH, "global_attn_engine": "GPS", "global_attn_type": "performer", "global_attn_heads": 2}
 

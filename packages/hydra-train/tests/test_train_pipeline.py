@@ -10,7 +10,8 @@ from train_helpers import config
 
 from hydragnn.models import load_artifact
 from hydragnn.train import TrainingAborted
-from hydragnn.train.pipeline import run_training, split_indices
+from hydragnn.train.data import split_indices
+from hydragnn.train.pipeline import run_training
 
 
 def test_split_is_deterministic_and_complete():
@@ -41,7 +42,9 @@ def test_pna_degree_histogram_filled_from_the_training_split(tmp_path):
     rebuilds that model; a configured ``pna_deg`` is kept; other encoders are left alone."""
     from train_helpers import samples
 
-    from hydragnn.train.pipeline import degree_histogram, fill_degree_histogram, load_config
+    from hydragnn.models.encoders.pna import degree_histogram
+    from hydragnn.train.config import load_config
+    from hydragnn.train.pipeline import fill_data_statistics
 
     data = samples("graph", n=6)
     hist = degree_histogram(data)
@@ -58,12 +61,12 @@ def test_pna_degree_histogram_filled_from_the_training_split(tmp_path):
     assert list(model.config.encoder.pna_deg) == degree_histogram(prepared)
 
     given = load_config(cfg).model_config
-    fixed = fill_degree_histogram(
+    fixed = fill_data_statistics(
         type(given).from_dict({**given.raw, "pna_deg": [0, 3, 5]}), prepared
     )
     assert list(fixed.encoder.pna_deg) == [0, 3, 5]
     schnet = load_config(config("graph")).model_config
-    assert fill_degree_histogram(schnet, prepared) is schnet
+    assert fill_data_statistics(schnet, prepared) is schnet
 
 
 def test_mace_avg_num_neighbors_is_the_training_mean_in_degree():
@@ -73,7 +76,8 @@ def test_mace_avg_num_neighbors_is_the_training_mean_in_degree():
 
     from hydragnn.models.encoder_configs.geometric import MACE_DEFAULT_AVG_NUM_NEIGHBORS
     from hydragnn.models.encoders.mace import MACEEncoder
-    from hydragnn.train.pipeline import fill_data_statistics, load_config
+    from hydragnn.train.config import load_config
+    from hydragnn.train.pipeline import fill_data_statistics
 
     prepared = samples("mlip", n=6)
     edges = sum(d.edge_index.shape[1] for d in prepared)

@@ -102,7 +102,7 @@ def test_weight_average_math_and_swap():
 def test_ema_weights_are_validated_kept_and_checkpointed(tmp_path):
     model, _, summary = _run(tmp_path, epochs=1, EMA={"enabled": True, "decay": 0.9})
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
-    ema = {k.removeprefix("module."): v for k, v in ckpt["ema"].items() if k.startswith("module.")}
+    ema = {k.removeprefix("module."): v for k, v in ckpt["callbacks"]["ema"].items() if k.startswith("module.")}
     live = ckpt["model"]
     kept = model.state_dict()
     differs = [k for k in ema if not torch.equal(ema[k], live[k])]

@@ -14,7 +14,8 @@ from hydragnn.data.reference import generate_cuau_atoms, isolated_atom_frames, w
 from hydragnn.models import load_artifact
 from hydragnn.train import ConfigError, load_config
 from hydragnn.train.data import load_run_data
-from hydragnn.train.pipeline import predict, run_training
+from hydragnn.train.pipeline import run_training
+from hydragnn.train.predict import predict
 
 
 @pytest.fixture(scope="module")

@@ -46,14 +46,14 @@ MLIP_ARCH = {
 
 @functools.lru_cache(maxsize=4)
 def _raw(n: int, seed: int):
-    from hydragnn.train.pipeline import cuau_samples
+    from hydragnn.train.data import cuau_samples
 
     return cuau_samples(n, seed)
 
 
 def samples(kind: str = "graph", n: int = 16, seed: int = 0) -> list:
     """Prepared CuAu samples with edges (fresh copies: tests may edit them)."""
-    from hydragnn.train.pipeline import prepare_samples
+    from hydragnn.train.data import prepare_samples
 
     variables = GRAPH_VARIABLES if kind == "graph" else CUAU_VARIABLES
     arch = GRAPH_ARCH if kind == "graph" else MLIP_ARCH

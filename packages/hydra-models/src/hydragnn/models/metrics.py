@@ -1,7 +1,7 @@
 """Errors of a model's predictions against labels, per head, in physical units; and their table.
 
 One definition for every layer that scores a model: hydra-train's test errors and
-``hydragnn-predict`` (``train.evaluate.mae_report``, ``train.pipeline.format_errors``) and
+``hydragnn-predict`` (``train.evaluate.mae_report``, ``train.cli``) and
 hydra-infer's ``hydragnn-evaluate`` compute and print them here, so the same data gives the
 same numbers and the same table.
 

@@ -17,6 +17,8 @@ from .__about__ import __version__
 from .errors import CheckpointError, ConfigError, TrainError, TrainingAborted
 
 _LAZY = {
+    "Callback": ".callbacks",
+    "register_callback": ".callbacks",
     "create_dataloaders": "hydragnn.data",
     "load_existing_model": ".checkpoint",
     "save_model": ".checkpoint",
@@ -29,6 +31,7 @@ _LAZY = {
 
 __all__ = [
     "__version__",
+    "Callback",
     "CheckpointError",
     "ConfigError",
     "RunConfig",
@@ -38,6 +41,7 @@ __all__ = [
     "create_dataloaders",
     "load_config",
     "load_existing_model",
+    "register_callback",
     "save_model",
     "test",
     "train_validate_test",

@@ -18,22 +18,32 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+from .callbacks import Callback
+
+if TYPE_CHECKING:
+    from .loop import TrainingLoop
 
 __all__ = ["WeightAverage"]
 
 PREFIX = "module."
 
 
-class WeightAverage:
-    """EMA of a module's parameters, by name.
+class WeightAverage(Callback):
+    """EMA of a module's parameters, by name; as a callback it folds the parameters in after every
+    optimizer step, validates with the averaged ones (so the best model kept is the average), and
+    keeps its average in the checkpoint.
 
     Args:
         module: the plain model whose parameters are averaged (not a DDP wrapper).
         decay: the EMA decay in (0, 1).
     """
+
+    key = "ema"
 
     def __init__(self, module: nn.Module, decay: float) -> None:
         self.decay = decay
@@ -87,6 +97,12 @@ class WeightAverage:
             with torch.no_grad():
                 for p, kept in zip(live, saved, strict=True):
                     p.copy_(kept)
+
+    def after_step(self, loop: TrainingLoop, graphs: int, loss: float) -> None:
+        self.update(loop.module)
+
+    def evaluating(self, loop: TrainingLoop) -> contextlib.AbstractContextManager[None]:
+        return self.applied(loop.module)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Tensors only (loads with ``weights_only=True``), keyed as ``AveragedModel`` keys them."""

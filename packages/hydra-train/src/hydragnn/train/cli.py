@@ -109,8 +109,9 @@ def predict_main(argv: list[str] | None = None) -> int:
 
     from hydragnn.data import DataError
     from hydragnn.models import ModelError
+    from hydragnn.models.metrics import format_errors
 
-    from .pipeline import format_errors, predict
+    from .predict import predict
 
     try:
         labels = {f"{k}_key": getattr(args, f"{k}_key") for k in ("energy", "forces", "stress")}

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from hydragnn.data import BatchingConfig, DataError
 from hydragnn.models.config_parse import parse_fields, section_keys
 
+from .callbacks import check_callback_specs
 from .config_sections import (
     CheckpointConfig,
     EarlyStoppingConfig,
@@ -78,6 +79,8 @@ class TrainingConfig:
             times the first steps at torch's count and at its halvings and keeps the fastest
             (single-process eager CPU training; otherwise the count stays), see
             :mod:`hydragnn.train.threads`. The process's count is restored afterwards.
+        callbacks [[]]: the user's callbacks, ``[{"name": <registered name>, ...keyword
+            arguments}]`` (:mod:`hydragnn.train.callbacks`), run after the built-in ones.
         model_keys: ``loss_function_type`` etc. given here (already copied into Architecture).
     """
 
@@ -102,6 +105,7 @@ class TrainingConfig:
     global_attn_redraw_interval: int | None = field(default=1000, metadata={"min": 1})
     compile: bool = False
     intra_op_threads: int | Literal["auto"] = field(default="auto", metadata={"min": 1})
+    callbacks: tuple[dict[str, Any], ...] = ()
     model_keys: tuple[tuple[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,6 +136,7 @@ class TrainingConfig:
             "global_attn_redraw_interval": self.global_attn_redraw_interval,
             "compile": self.compile,
             "intra_op_threads": self.intra_op_threads,
+            "callbacks": copy.deepcopy(list(self.callbacks)),
         }
         out.update(dict(self.model_keys))
         return out
@@ -139,7 +144,7 @@ class TrainingConfig:
 
 _SECTIONS = frozenset(
     {"Batching", "Optimizer", "Scheduler", "EarlyStopping", "Checkpoint", "Parallelism", "LocalSGD", "EMA"}
-    | {"SecondStage", "FineTune", "model_keys"}
+    | {"SecondStage", "FineTune", "model_keys", "callbacks"}
 )
 """Training keys parsed by their own ``from_dict`` (rules between their keys); the rest by annotation."""
 _TRAINING_KEYS = (section_keys(TrainingConfig) - {"model_keys"}) | {"patience", "checkpoint_warmup", *MODEL_KEYS_IN_TRAINING}
@@ -183,6 +188,7 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
         )
     kw["second_stage"] = SecondStageConfig.from_dict(v.get("SecondStage"), f"{where}.SecondStage")
     kw["fine_tune"] = FineTuneConfig.from_dict(v.get("FineTune"), f"{where}.FineTune")
+    kw["callbacks"] = check_callback_specs(copy.deepcopy(v.get("callbacks")), f"{where}.callbacks")
     kw["model_keys"] = tuple((k, v[k]) for k in MODEL_KEYS_IN_TRAINING if k in v)
     return TrainingConfig(**kw)
 

@@ -1,5 +1,6 @@
 """One training pass over a loader: forward, loss, the non-finite-loss policy, step, running
-metrics, progress (the loop of :func:`hydragnn.train.loop.train_validate_test` runs it per epoch).
+metrics, progress (the loop of :func:`hydragnn.train.loop.train_validate_test` runs it per epoch,
+with its callbacks' ``before_forward``, ``before_step`` and ``after_step`` around each batch).
 
 One host read per batch, before the backward: the batch's losses (total and per head, one small
 transfer), whose finiteness the non-finite policy needs and whose values the running metrics
@@ -11,15 +12,16 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
-from .averaging import WeightAverage
 from .errors import TrainingAborted
 from .progress import Progress, fmt_losses
-from .schedule import ProjectionRedraw, Warmup
 from .strategies.base import Strategy
-from .threads import ThreadTuner
+
+if TYPE_CHECKING:
+    from .loop import TrainingLoop
 
 
 def train_epoch(
@@ -28,12 +30,15 @@ def train_epoch(
     epoch: int,
     nan_policy: str,
     progress: Progress,
-    redraw: ProjectionRedraw | None = None,
-    warmup: Warmup | None = None,
-    average: WeightAverage | None = None,
-    threads: ThreadTuner | None = None,
+    loop: TrainingLoop | None = None,
 ) -> tuple[float, dict[str, float], int, float]:
-    """One pass over ``loader``. Returns (mean loss, {head: mean loss}, skipped batches, graphs/s)."""
+    """One pass over ``loader``; with a ``loop``, its callbacks run around each batch and its
+    ``train_batches`` counts every forward (skipped batches too).
+
+    Returns:
+        (mean loss, {head: mean loss}, skipped batches, graphs/s).
+    """
+    callbacks = loop.callbacks if loop is not None else ()
     module = strategy.unwrap()
     names = [v.name for v in module.schema.outputs]
     module.train()
@@ -45,16 +50,14 @@ def train_epoch(
     graphs = 0
     bar = progress.bar(loader, n_batches, f"epoch {epoch}")
     every = max(1, n_batches // 20)  # the bar's running loss: updated every `every` batches
-    if threads is not None:
-        threads.new_epoch()
     try:
         for i, batch in enumerate(bar if bar is not None else loader):
             batch = strategy.to_device(batch)
-            if redraw is not None:
-                redraw.before_forward()
+            for cb in callbacks:
+                cb.before_forward(loop, i)
             out = strategy.forward(batch)
-            if redraw is not None:
-                redraw.after_batch()
+            if loop is not None:
+                loop.train_batches += 1
             loss, heads = module.loss(out, batch)
             values = torch.stack([loss.detach(), *(heads[name].detach() for name in names)]).tolist()
             if not _finite(strategy, values[0]):
@@ -73,17 +76,13 @@ def train_epoch(
                     "(set NeuralNetwork.Training.nan_policy to 'skip' to skip such batches)"
                 )
             strategy.backward(loss)
-            if warmup is not None:
-                warmup.before_step()
+            for cb in callbacks:
+                cb.before_step(loop)
             strategy.step()
-            if warmup is not None:
-                warmup.after_step()
-            if average is not None:
-                average.update(module)
             n = int(getattr(batch, "num_graphs", 1))
+            for cb in callbacks:
+                cb.after_step(loop, n, values[0])
             graphs += n
-            if threads is not None:
-                threads.step_done(n)
             for j, value in enumerate(values):
                 sums[j] += value * n
             if bar is None and not progress.batch_due(i, n_batches):

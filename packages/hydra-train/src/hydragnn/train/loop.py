@@ -1,36 +1,28 @@
-"""The training loop: ``train_validate_test`` (the seed API).
+"""The training loop: ``train_validate_test`` (the seed API) and :class:`TrainingLoop`.
 
-Per epoch: the second stage when due (constant learning rate, new MLIP loss weights; the
-best model is then chosen among second-stage epochs), ``set_epoch`` on the training loader, one
-pass of training steps through the strategy (warmup-scaled learning rate, gradient clipping, EMA
-update after each step; a non-finite loss stops with :class:`TrainingAborted` naming the epoch
-and batch, or skips the batch under ``nan_policy: "skip"``), validation losses and errors per
-head in physical units (averaged across ranks; with the EMA weights when ``EMA`` is on), the
-scheduler step (``ReduceLROnPlateau`` on the validation loss; none in the second stage), the best
-model by validation loss (kept in memory and in the checkpoint), early stopping, the time budget
-(``max_time_s``: stop at the boundary where one more epoch would overrun it), TensorBoard scalars
-and an atomic checkpoint every ``Checkpoint.every`` epochs after ``Checkpoint.warmup``.
-``resume=True`` continues from the checkpoint in ``run_dir`` and ends with the same parameters as
-an uninterrupted run; ``max_time_s`` bounds the whole run, resumed segments included (the
-checkpoint keeps the training time used, ``train_time_s``), so a resume whose budget is spent
-trains no further epoch. At the end the best state is restored and reported.
+The loop itself does what every run does: per epoch, ``set_epoch`` on the training loader, one
+pass of training steps through the strategy (a non-finite loss stops with
+:class:`TrainingAborted` naming the epoch and batch, or skips the batch under
+``nan_policy: "skip"``), validation losses and errors per head in physical units (averaged
+across ranks), the scheduler step (``ReduceLROnPlateau`` on the validation loss), the best model
+by validation loss (kept in memory and in the checkpoint), and an atomic checkpoint every
+``Checkpoint.every`` epochs after ``Checkpoint.warmup``. ``resume=True`` continues from the
+checkpoint in ``run_dir`` and ends with the same parameters as an uninterrupted run. At the end
+the best state is restored and reported, and the test set evaluated.
 
-Performer attention: the loop counts training batches (:class:`ProjectionRedraw`, outside the
-model's forward, so activation checkpointing, which repeats a forward, never double-counts) and
-redraws every performer projection right before the forward of batch ``count`` whenever
-``count > 0`` and ``count % Training.global_attn_redraw_interval == 0``, from
-``(Training.seed, count // interval)``: every rank draws the same projection. Evaluation never
-redraws. The count is kept in the checkpoint, so a resumed run redraws where the uninterrupted
-one would have.
+Everything else is a :class:`~hydragnn.train.callbacks.Callback`, built from the ``Training``
+section in this order: performer redraws, warmup, the weight average (``EMA``), intra-op thread
+tuning, the second stage, early stopping, the time budget (``max_time_s``), TensorBoard scalars;
+then the user's (``Training.callbacks`` and the ``callbacks`` argument). The checkpoint keeps
+``{"callbacks": {key: state}}``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +33,9 @@ from hydragnn.data.loaders import set_epoch
 from hydragnn.models.metrics import format_errors
 
 from .averaging import WeightAverage
+from .callbacks import Callback, EarlyStopping, TensorBoardScalars, build_callbacks, check_unique, nested
 from .checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
-from .config import TrainingConfig, parse_training
+from .config import TRAINING, TrainingConfig, parse_training
 from .epoch import train_epoch as _train_epoch  # a module global: profilers and harnesses wrap it
 from .errors import CheckpointError, TrainingAborted
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
@@ -53,7 +46,7 @@ from .strategies.base import Strategy
 from .strategies.optim import adopt_fast_step
 from .threads import ThreadTuner
 
-__all__ = ["CHECKPOINT_NAME", "ProjectionRedraw", "train_validate_test"]
+__all__ = ["CHECKPOINT_NAME", "TrainingLoop", "builtin_callbacks", "train_validate_test"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -100,6 +93,300 @@ def _clone_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
+
+
+def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, progress: Progress) -> list[Callback]:
+    """The callbacks the ``Training`` section asks for, in the order they run."""
+    module = strategy.unwrap()
+    callbacks: list[Callback] = [ProjectionRedraw(cfg.global_attn_redraw_interval, cfg.seed)]
+    if cfg.scheduler.warmup_steps:
+        callbacks.append(Warmup(cfg.scheduler.warmup_steps))
+    if cfg.ema.enabled:
+        callbacks.append(WeightAverage(module, cfg.ema.decay))
+    measure = strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile
+    callbacks.append(ThreadTuner(cfg.intra_op_threads, measure=measure, log=lambda line: progress.log(1, line)))
+    callbacks.append(SecondStage(cfg.second_stage, cfg.num_epoch, cfg.max_time_s))
+    if cfg.early_stopping.enabled:
+        callbacks.append(EarlyStopping(cfg.early_stopping.patience))
+    if cfg.max_time_s is not None:
+        callbacks.append(TimeBudget(cfg.max_time_s, cfg.num_epoch))
+    if writer is not None:
+        callbacks.append(TensorBoardScalars(writer))
+    return callbacks
+
+
+def _legacy_states(ckpt: Mapping[str, Any]) -> dict[str, Any]:
+    """Callback states of a checkpoint written before callbacks had their own section."""
+    states: dict[str, Any] = {
+        "warmup": {"done": ckpt.get("warmup_done", 0)},
+        "second_stage": {"epoch": ckpt.get("second_stage_epoch")},
+    }
+    if "ema" in ckpt:
+        states["ema"] = ckpt["ema"]
+    return states
+
+
+class TrainingLoop:
+    """One training run's state and its epochs (what :func:`train_validate_test` drives).
+
+    Callbacks read and change it: ``cfg`` (the ``TrainingConfig``), ``strategy``, ``module`` (the
+    plain model), ``optimizer``, ``scheduler``, ``epoch`` (the current one), ``start_epoch``,
+    ``history`` (per-epoch records), ``best_loss`` / ``best_epoch`` / ``since_best``,
+    ``train_batches`` (training forwards over the run, resumed segments included),
+    ``step_scheduler`` (cleared by the second stage), ``resumed``, :meth:`train_time_s`,
+    :meth:`log` and :meth:`request_stop`. The checkpoint keeps the loop's counters, the model,
+    optimizer, scheduler, RNG and best state, and ``{"callbacks": {key: state}}``.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainingConfig,
+        strategy: Strategy,
+        scheduler: Any,
+        progress: Progress,
+        ckpt_path: Path,
+        callbacks: Sequence[Callback],
+        fingerprint: Mapping[str, Any] | None = None,
+    ) -> None:
+        check_unique(callbacks)
+        self.cfg, self.strategy, self.scheduler, self.progress = cfg, strategy, scheduler, progress
+        self.module, self.optimizer = strategy.unwrap(), strategy.optimizer
+        self.ckpt_path, self.callbacks, self.fingerprint = ckpt_path, list(callbacks), fingerprint
+        self.history: list[dict[str, Any]] = []
+        self.best_loss, self.best_epoch, self.best_state = math.inf, -1, None
+        self.epoch, self.start_epoch, self.since_best = -1, 0, 0
+        self.skipped_batches, self.seen_batches, self.train_batches = 0, 0, 0
+        self.step_scheduler, self.resumed = True, False
+        self.stop_reason: str | None = None
+        self._stop_message = ""
+        self._used_s, self._t0 = 0.0, time.perf_counter()
+
+    # ------------------------------------------------------------------ what callbacks use
+    def log(self, line: str) -> None:
+        """One line on the console and in the run log (rank 0)."""
+        self.progress.log(1, line)
+
+    def train_time_s(self) -> float:
+        """Seconds of training over the whole run so far, resumed segments included (this rank's clock)."""
+        return self._used_s + time.perf_counter() - self._t0
+
+    def request_stop(self, reason: str, message: str) -> None:
+        """End training after the current epoch (before the first, from ``on_fit_start``); the
+        first request wins. Every rank must request alike."""
+        if self.stop_reason is None:
+            self.stop_reason, self._stop_message = reason, message
+
+    # ------------------------------------------------------------------ resume
+    def resume(self) -> None:
+        """Restore the run from :attr:`ckpt_path` (model, optimizer, scheduler, counters, RNG, callbacks).
+
+        Raises:
+            CheckpointError: no readable training checkpoint, a different fingerprint, or states
+                that do not fit this model / optimizer / callbacks.
+        """
+        path = self.ckpt_path
+        ckpt = load_checkpoint(path)
+        if not isinstance(ckpt, dict) or "model" not in ckpt or "epoch" not in ckpt:
+            raise CheckpointError(f"{path}: not a training checkpoint (no 'model' / 'epoch')")
+        if self.fingerprint is not None:
+            check_fingerprint(ckpt.get("fingerprint"), self.fingerprint, str(path))
+        states = ckpt.get("callbacks")
+        states = _legacy_states(ckpt) if states is None else states
+        try:
+            self.strategy.load_model_state_dict(ckpt["model"])
+            if ckpt.get("optimizer") is not None:
+                self.strategy.load_optimizer_state_dict(ckpt["optimizer"])
+            if self.scheduler is not None and ckpt.get("scheduler") is not None:
+                self.scheduler.load_state_dict(ckpt["scheduler"])
+            self._load_callback_states(states)
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(f"{path}: does not fit this model / optimizer / callbacks: {exc}") from exc
+        self.start_epoch = int(ckpt["epoch"]) + 1
+        self.best_loss, self.best_epoch = float(ckpt["best_val_loss"]), int(ckpt["best_epoch"])
+        self.best_state, self.since_best = ckpt["best_state"], int(ckpt["since_best"])
+        self.skipped_batches = int(ckpt["skipped_batches"])
+        self.seen_batches = int(ckpt.get("seen_batches", 0))
+        self.train_batches = int(ckpt.get("train_batches", 0))
+        self.history = list(ckpt["history"])
+        set_rng_state(ckpt["rng"])
+        # a checkpoint written before train_time_s was stored: the epochs' own seconds
+        self._used_s = float(ckpt.get("train_time_s", sum(h.get("seconds", 0.0) for h in self.history)))
+        self.resumed = True
+        max_time = self.cfg.max_time_s
+        left = "" if max_time is None else f"; {max(max_time - self._used_s, 0.0):.1f} s of max_time_s left"
+        self.log(f"resumed from {path} after epoch {self.start_epoch - 1} ({self._used_s:.1f} s trained{left})")
+
+    def _load_callback_states(self, states: Mapping[str, Any]) -> None:
+        names = {cb.name for cb in self.callbacks}
+        for cb in self.callbacks:
+            if cb.name in states:
+                cb.load_state_dict(states[cb.name])
+            elif cb.state_dict() is not None:
+                self.log(f"the checkpoint holds no state of callback {cb.name!r}: it starts afresh")
+        ignored = sorted(set(states) - names)
+        if ignored:
+            self.log(f"the checkpoint's states of callbacks {ignored} are not used: no such callback in this run")
+
+    # ------------------------------------------------------------------ the run
+    def run(self, train_loader, val_loader, test_loader, log_name: str) -> dict[str, Any]:
+        """Train from :attr:`start_epoch`, restore the best state, test; returns the summary
+        (see :func:`train_validate_test`)."""
+        self._t0 = time.perf_counter()
+        self.strategy.begin_training()
+        try:
+            for cb in self.callbacks:
+                cb.on_fit_start(self)
+            self.log(f"training {log_name}: {self.cfg.num_epoch} epochs, {len(train_loader)} batches per epoch per rank")
+            if self.stop_reason is not None:
+                self.log(self._stop_message)
+            else:
+                for epoch in range(self.start_epoch, self.cfg.num_epoch):
+                    self._epoch(epoch, train_loader, val_loader)
+                    if self.stop_reason is not None:
+                        self.log(self._stop_message)
+                        break
+            summary = self._restore_best()
+            if test_loader is not None:
+                self._test(test_loader, summary)
+            return summary
+        finally:
+            self.strategy.end_training()
+            for cb in self.callbacks:
+                cb.on_fit_end(self)
+
+    def _epoch(self, epoch: int, train_loader, val_loader) -> None:
+        t0 = time.perf_counter()
+        self.epoch = epoch
+        for cb in self.callbacks:
+            cb.on_epoch_start(self, epoch)
+        set_epoch(train_loader, epoch)
+        train_loss, train_heads, skipped, gps = _train_epoch(
+            self.strategy, train_loader, epoch, self.cfg.nan_policy, self.progress, self
+        )
+        self._count_skipped(skipped, len(train_loader), epoch)
+        with nested([cb.evaluating(self) for cb in self.callbacks]):
+            val_loss, val_heads, val_errors = self._validate(val_loader, train_loss, train_heads)
+            improved = val_loss < self.best_loss
+            if improved:
+                self.best_loss, self.best_epoch, self.since_best = val_loss, epoch, 0
+                self.best_state = _clone_state(self.strategy.model_state_dict())
+            else:
+                self.since_best += 1
+        lr = _lr(self.optimizer)
+        if self.step_scheduler:
+            _scheduler_step(self.scheduler, val_loss)
+        record = {
+            "epoch": epoch,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "train_heads": train_heads,
+            "val_heads": val_heads,
+            "val_errors": val_errors,
+            "lr": lr,
+            "skipped_batches": skipped,
+            "graphs_per_s": gps,
+            "seconds": time.perf_counter() - t0,
+        }
+        for cb in self.callbacks:
+            cb.on_epoch_end(self, record)
+        self.history.append(record)
+        self.progress.log(
+            2,
+            f"epoch {epoch}: loss train {train_loss:.4g} val {val_loss:.4g}"
+            + (f" | val MAE {fmt_errors(val_errors)}" if val_errors else f" ({fmt_losses(train_heads)})")
+            + f" | lr {lr:.3g} | {gps:.1f} graphs/s | {record['seconds']:.1f} s{' *' if improved else ''}",
+        )
+        ck = self.cfg.checkpoint
+        last = self.stop_reason is not None or epoch + 1 == self.cfg.num_epoch
+        if ck.enabled and epoch + 1 >= ck.warmup and ((epoch + 1) % ck.every == 0 or last):
+            self._checkpoint(epoch)
+
+    def _count_skipped(self, skipped: int, batches: int, epoch: int) -> None:
+        self.skipped_batches += skipped
+        self.seen_batches += batches
+        if self.skipped_batches > self.cfg.max_skipped_fraction * self.seen_batches:
+            raise TrainingAborted(
+                f"{self.skipped_batches} of {self.seen_batches} training batches so far had a non-finite loss and were "
+                f"skipped (more than max_skipped_fraction={self.cfg.max_skipped_fraction:g}) at epoch {epoch}: the "
+                "model is diverging; lower the learning rate, clip gradients (clip_grad_norm) or check the data. No "
+                "artifact was written"
+            )
+
+    def _validate(self, val_loader, train_loss: float, train_heads: dict[str, float]):
+        """(loss, {head: loss}, errors per head or None); without a validation set, the training loss."""
+        if val_loader is None:
+            return train_loss, train_heads, None
+        val_loss, val_heads, _, _, extras = evaluate_losses(self.strategy, val_loader)
+        return val_loss, val_heads, extras["errors"]
+
+    def _checkpoint(self, epoch: int) -> None:
+        """Write the training state atomically (rank 0), then wait for every rank."""
+        state = {
+            "model": _clone_state(self.strategy.model_state_dict()),
+            "optimizer": self.strategy.optimizer_state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "epoch": epoch,
+            "best_val_loss": self.best_loss,
+            "best_epoch": self.best_epoch,
+            "best_state": self.best_state,
+            "since_best": self.since_best,
+            "skipped_batches": self.skipped_batches,
+            "seen_batches": self.seen_batches,
+            "train_batches": self.train_batches,
+            "history": self.history,
+            "train_time_s": self.train_time_s(),
+            "rng": get_rng_state(),
+            "fingerprint": dict(self.fingerprint) if self.fingerprint is not None else None,
+            "callbacks": {
+                cb.name: state for cb in self.callbacks if (state := cb.state_dict()) is not None
+            },
+        }
+        if self.strategy.is_main:
+            atomic_save(state, self.ckpt_path)
+        self.strategy.barrier()
+
+    def _restore_best(self) -> dict[str, Any]:
+        """Load the best state into the model; the summary without the test entries."""
+        if self.best_epoch < 0 and self.history:
+            raise TrainingAborted(
+                f"no epoch of {len(self.history)} reached a finite validation loss (last: "
+                f"{self.history[-1]['val_loss']}); {self.skipped_batches} batch(es) were skipped for a non-finite "
+                "loss. No artifact was written"
+            )
+        if self.best_state is not None:
+            self.strategy.load_model_state_dict(self.best_state)
+            what = "EMA weights" if self.cfg.ema.enabled else "weights"
+            self.log(f"best epoch {self.best_epoch} (val loss {self.best_loss:.6g}); its {what} are restored")
+        if self.skipped_batches:
+            self.log(f"{self.skipped_batches} batch(es) skipped for a non-finite loss")
+        reason = self.stop_reason or "num_epoch"
+        summary: dict[str, Any] = {
+            "best_epoch": self.best_epoch,
+            "best_val_loss": self.best_loss,
+            "epochs_run": len(self.history),
+            "stopped_early": reason != "num_epoch",
+            "stop_reason": reason,
+            "skipped_batches": self.skipped_batches,
+            "train_batches": self.train_batches,
+            "train_time_s": self.train_time_s(),
+            "history": self.history,
+            "test": None,
+        }
+        for cb in self.callbacks:
+            summary.update(cb.summary())
+        return summary
+
+    def _test(self, test_loader, summary: dict[str, Any]) -> None:
+        """The best model's test losses and errors per head, into ``summary``."""
+        loss, heads, trues, preds, extras = evaluate_losses(self.strategy, test_loader, collect=True)
+        trues, preds, natoms = gather_rows(self.strategy, trues, preds, extras.get("natoms"))
+        summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, natoms, head_units(self.module))}
+        summary["test_targets"], summary["test_predictions"], summary["test_natoms"] = trues, preds, natoms
+        self.log(f"test loss {loss:.6g}; errors per head (energies per atom, vectors per component):")
+        for line in format_errors(summary["test"]["mae"]):
+            self.log(line)
+
+
 def train_validate_test(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None,
@@ -116,6 +403,7 @@ def train_validate_test(
     run_dir: str | os.PathLike | None = None,
     resume: bool = False,
     fingerprint: Mapping[str, Any] | None = None,
+    callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
     """Train with validation, keep the best model by validation loss, then test it.
 
@@ -140,19 +428,24 @@ def train_validate_test(
         fingerprint: what the checkpoint means (``{JSON path: value}``, see
             :func:`hydragnn.train.run_folder.fingerprint`): stored in every checkpoint, and on
             ``resume`` compared with the stored one (a difference is a ``CheckpointError``).
+        callbacks: the user's :class:`~hydragnn.train.callbacks.Callback` objects, run after the
+            built-in ones and those of ``Training.callbacks``.
 
     Returns:
         ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "stop_reason",
         "second_stage_epoch", "skipped_batches", "train_batches", "projection_redraws",
         "train_time_s", "history": [per-epoch dicts], "test": {"loss", "heads", "mae"}}``
-        (``stop_reason``: ``"num_epoch"``, ``"early_stopping"`` or ``"max_time_s"``;
-        ``train_batches`` and ``train_time_s``: training batches and seconds of training loop
-        over the whole run, resumed segments included; ``projection_redraws``:
-        performer redraws in this call; ``test.mae``: per head ``mae``, ``rmse``, ``unit``).
+        and the callbacks' ``summary()`` entries (``stop_reason``: ``"num_epoch"``,
+        ``"early_stopping"``, ``"max_time_s"`` or a callback's; ``train_batches`` and
+        ``train_time_s``: training batches and seconds of training loop over the whole run,
+        resumed segments included; ``projection_redraws``: performer redraws in this call;
+        ``test.mae``: per head ``mae``, ``rmse``, ``unit``).
 
     Raises:
         TrainingAborted: a non-finite loss under ``nan_policy: "error"``.
         CheckpointError: ``resume`` without a readable checkpoint that fits the model.
+        ConfigError: a ``Training.callbacks`` entry that names no known callback or gives it
+            options it does not take.
     """
     cfg = _training_config(nn_config)
     if strategy is not None and strategy.optimizer is None and cfg.clip_grad_norm is not None:
@@ -162,231 +455,11 @@ def train_validate_test(
         strategy.compile()
     if strategy.max_grad_norm is None:
         strategy.max_grad_norm = cfg.clip_grad_norm
-    optimizer = strategy.optimizer
-    module = strategy.unwrap()
     progress = Progress(verbosity, strategy.is_main)
     run_dir = Path(run_dir) if run_dir is not None else Path("logs") / log_name
-    ckpt_path = run_dir / CHECKPOINT_NAME
-
-    history: list[dict[str, Any]] = []
-    best_loss, best_epoch, best_state = math.inf, -1, None
-    start_epoch, since_best, skipped_total, batches_total = 0, 0, 0, 0
-    redraw = ProjectionRedraw(module, cfg.global_attn_redraw_interval, cfg.seed)
-    warmup = Warmup(optimizer, cfg.scheduler.warmup_steps)
-    average = WeightAverage(module, cfg.ema.decay) if cfg.ema.enabled else None
-    stage = SecondStage(cfg.second_stage, cfg.num_epoch, cfg.max_time_s)
-    second_stage_epoch: int | None = None
-    used_s = 0.0  # training time of the run's earlier segments
+    user = build_callbacks(cfg.callbacks, f"{TRAINING}.callbacks") + list(callbacks)
+    every = builtin_callbacks(cfg, strategy, writer, progress) + user
+    loop = TrainingLoop(cfg, strategy, scheduler, progress, run_dir / CHECKPOINT_NAME, every, fingerprint)
     if resume:
-        ckpt = load_checkpoint(ckpt_path)
-        if not isinstance(ckpt, dict) or "model" not in ckpt or "epoch" not in ckpt:
-            raise CheckpointError(f"{ckpt_path}: not a training checkpoint (no 'model' / 'epoch')")
-        if fingerprint is not None:
-            check_fingerprint(ckpt.get("fingerprint"), fingerprint, str(ckpt_path))
-        try:
-            strategy.load_model_state_dict(ckpt["model"])
-            if ckpt.get("optimizer") is not None:
-                strategy.load_optimizer_state_dict(ckpt["optimizer"])
-            if scheduler is not None and ckpt.get("scheduler") is not None:
-                scheduler.load_state_dict(ckpt["scheduler"])
-            if average is not None:
-                average.load_state_dict(ckpt["ema"])
-        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-            raise CheckpointError(f"{ckpt_path}: does not fit this model / optimizer: {exc}") from exc
-        start_epoch = int(ckpt["epoch"]) + 1
-        best_loss, best_epoch = float(ckpt["best_val_loss"]), int(ckpt["best_epoch"])
-        best_state = ckpt["best_state"]
-        since_best = int(ckpt["since_best"])
-        skipped_total = int(ckpt["skipped_batches"])
-        batches_total = int(ckpt.get("seen_batches", 0))
-        history = list(ckpt["history"])
-        redraw.batches = int(ckpt.get("train_batches", 0))
-        warmup.done = int(ckpt.get("warmup_done", 0))
-        second_stage_epoch = ckpt.get("second_stage_epoch")
-        if second_stage_epoch is not None:
-            stage.started = True
-            stage.reweigh(module)
-        set_rng_state(ckpt["rng"])
-        # a checkpoint written before train_time_s was stored: the epochs' own seconds
-        used_s = float(ckpt.get("train_time_s", sum(h.get("seconds", 0.0) for h in history)))
-        left = "" if cfg.max_time_s is None else f"; {max(cfg.max_time_s - used_s, 0.0):.1f} s of max_time_s left"
-        progress.log(1, f"resumed from {ckpt_path} after epoch {start_epoch - 1} ({used_s:.1f} s trained{left})")
-
-    threads = ThreadTuner(
-        cfg.intra_op_threads,
-        measure=strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile,
-        log=lambda line: progress.log(1, line),
-    )
-    strategy.begin_training()
-    try:
-        units = head_units(module)
-        budget = TimeBudget(cfg.max_time_s, used_s)
-        progress.log(1, f"training {log_name}: {cfg.num_epoch} epochs, {len(train_loader)} batches per epoch per rank")
-        stop_reason, end_epoch = "num_epoch", cfg.num_epoch
-        if resume and history and start_epoch < end_epoch:
-            elapsed, out_of_time = budget.check(history[-1].get("seconds", 0.0), strategy)
-            if out_of_time:
-                stop_reason, end_epoch = "max_time_s", start_epoch
-                progress.log(
-                    1,
-                    f"time budget spent: {elapsed:.1f} s of max_time_s={cfg.max_time_s:g} s used, too little left for another "
-                    f"epoch (the last took {history[-1].get('seconds', 0.0):.1f} s), so none is trained; raise "
-                    "NeuralNetwork.Training.max_time_s to train more",
-                )
-        for epoch in range(start_epoch, end_epoch):
-            t0 = time.perf_counter()
-            elapsed, _ = budget.check(0.0, strategy)
-            if stage.due(epoch, elapsed):
-                changed = stage.apply(optimizer, module)
-                stage.started, second_stage_epoch = True, epoch
-                best_loss, since_best = math.inf, 0
-                progress.log(
-                    1,
-                    f"second stage from epoch {epoch}: learning rate {_lr(optimizer):.3g} (constant), loss weights "
-                    f"{changed or 'unchanged'}; the best model is now chosen among second-stage epochs",
-                )
-            set_epoch(train_loader, epoch)
-            train_loss, train_heads, skipped, gps = _train_epoch(
-                strategy, train_loader, epoch, cfg.nan_policy, progress, redraw, warmup, average, threads
-            )
-            skipped_total += skipped
-            batches_total += len(train_loader)
-            if skipped_total > cfg.max_skipped_fraction * batches_total:
-                raise TrainingAborted(
-                    f"{skipped_total} of {batches_total} training batches so far had a non-finite loss and were skipped "
-                    f"(more than max_skipped_fraction={cfg.max_skipped_fraction:g}) at epoch {epoch}: the model is "
-                    "diverging; lower the learning rate, clip gradients (clip_grad_norm) or check the data. No artifact "
-                    "was written"
-                )
-            averaged = average.applied(module) if average is not None else contextlib.nullcontext()
-            with averaged:
-                if val_loader is not None:
-                    val_loss, val_heads, _, _, val_extras = evaluate_losses(strategy, val_loader)
-                    val_errors = val_extras["errors"]
-                else:
-                    val_loss, val_heads, val_errors = train_loss, train_heads, None
-                improved = val_loss < best_loss
-                if improved:
-                    best_loss, best_epoch, since_best = val_loss, epoch, 0
-                    best_state = _clone_state(strategy.model_state_dict())
-                else:
-                    since_best += 1
-            lr = _lr(optimizer)
-            if not stage.started:
-                _scheduler_step(scheduler, val_loss)
-            record = {
-                "epoch": epoch,
-                "train_loss": train_loss,
-                "val_loss": val_loss,
-                "train_heads": train_heads,
-                "val_heads": val_heads,
-                "val_errors": val_errors,
-                "lr": lr,
-                "second_stage": stage.started,
-                "skipped_batches": skipped,
-                "graphs_per_s": gps,
-                "seconds": time.perf_counter() - t0,
-            }
-            history.append(record)
-            if writer is not None and strategy.is_main:
-                writer.add_scalar("loss/train", train_loss, epoch)
-                writer.add_scalar("loss/val", val_loss, epoch)
-                writer.add_scalar("lr", lr, epoch)
-                for name in train_heads:
-                    writer.add_scalar(f"train/{name}", train_heads[name], epoch)
-                    writer.add_scalar(f"val/{name}", val_heads[name], epoch)
-                for name, err in (val_errors or {}).items():
-                    writer.add_scalar(f"val_mae/{name}", err["mae"], epoch)
-                    writer.add_scalar(f"val_rmse/{name}", err["rmse"], epoch)
-                writer.flush()
-            progress.log(
-                2,
-                f"epoch {epoch}: loss train {train_loss:.4g} val {val_loss:.4g}"
-                + (f" | val MAE {fmt_errors(val_errors)}" if val_errors else f" ({fmt_losses(train_heads)})")
-                + f" | lr {lr:.3g} | {gps:.1f} graphs/s | {record['seconds']:.1f} s{' *' if improved else ''}",
-            )
-            stop = cfg.early_stopping.enabled and since_best >= cfg.early_stopping.patience
-            if stop:
-                stop_reason = "early_stopping"
-            elif epoch + 1 < cfg.num_epoch:
-                elapsed, out_of_time = budget.check(record["seconds"], strategy)
-                if out_of_time:
-                    stop, stop_reason = True, "max_time_s"
-            ck = cfg.checkpoint
-            if (
-                ck.enabled
-                and (epoch + 1 >= ck.warmup)
-                and ((epoch + 1) % ck.every == 0 or stop or epoch + 1 == cfg.num_epoch)
-            ):
-                state = {
-                    "model": _clone_state(strategy.model_state_dict()),
-                    "optimizer": strategy.optimizer_state_dict(),
-                    "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                    "epoch": epoch,
-                    "best_val_loss": best_loss,
-                    "best_epoch": best_epoch,
-                    "best_state": best_state,
-                    "since_best": since_best,
-                    "skipped_batches": skipped_total,
-                    "seen_batches": batches_total,
-                    "train_batches": redraw.batches,
-                    "warmup_done": warmup.done,
-                    "second_stage_epoch": second_stage_epoch,
-                    "history": history,
-                    "train_time_s": budget.elapsed,
-                    "rng": get_rng_state(),
-                    "fingerprint": dict(fingerprint) if fingerprint is not None else None,
-                }
-                if average is not None:
-                    state["ema"] = average.state_dict()
-                if strategy.is_main:
-                    atomic_save(state, ckpt_path)
-                strategy.barrier()
-            if stop:
-                if stop_reason == "early_stopping":
-                    progress.log(1, f"early stopping after epoch {epoch}: no better validation loss for {since_best} epochs")
-                else:
-                    progress.log(
-                        1,
-                        f"time budget max_time_s={cfg.max_time_s:g} s: stopping after epoch {epoch} ({elapsed:.1f} s "
-                        f"used, the last epoch took {record['seconds']:.1f} s); the best model is kept",
-                    )
-                break
-
-        if best_epoch < 0 and history:
-            raise TrainingAborted(
-                f"no epoch of {len(history)} reached a finite validation loss (last: {history[-1]['val_loss']}); "
-                f"{skipped_total} batch(es) were skipped for a non-finite loss. No artifact was written"
-            )
-        if best_state is not None:
-            strategy.load_model_state_dict(best_state)
-            what = "EMA weights" if average is not None else "weights"
-            progress.log(1, f"best epoch {best_epoch} (val loss {best_loss:.6g}); its {what} are restored")
-        if skipped_total:
-            progress.log(1, f"{skipped_total} batch(es) skipped for a non-finite loss")
-        summary: dict[str, Any] = {
-            "best_epoch": best_epoch,
-            "best_val_loss": best_loss,
-            "epochs_run": len(history),
-            "stopped_early": stop_reason != "num_epoch",
-            "stop_reason": stop_reason,
-            "second_stage_epoch": second_stage_epoch,
-            "skipped_batches": skipped_total,
-            "train_batches": redraw.batches,
-            "projection_redraws": redraw.redraws,
-            "train_time_s": budget.elapsed,
-            "history": history,
-            "test": None,
-        }
-        if test_loader is not None:
-            loss, heads, trues, preds, extras = evaluate_losses(strategy, test_loader, collect=True)
-            trues, preds, natoms = gather_rows(strategy, trues, preds, extras.get("natoms"))
-            summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, natoms, units)}
-            summary["test_targets"], summary["test_predictions"], summary["test_natoms"] = trues, preds, natoms
-            progress.log(1, f"test loss {loss:.6g}; errors per head (energies per atom, vectors per component):")
-            for line in format_errors(summary["test"]["mae"]):
-                progress.log(1, line)
-        return summary
-    finally:
-        strategy.end_training()
-        threads.restore()
+        loop.resume()
+    return loop.run(train_loader, val_loader, test_loader, log_name)

@@ -24,15 +24,15 @@ from hydragnn.data.atomic import atomic_write
 from hydragnn.data.threads import configure_threads
 from hydragnn.models import ModelConfig, build_model, save_artifact
 from hydragnn.models.encoders import get_encoder
-from hydragnn.models.encoders.pna import degree_histogram
-from hydragnn.models.metrics import format_errors, jsonable, training_label_keys
+from hydragnn.models.metrics import format_errors, jsonable
 
+from .callbacks import Callback
 from .checkpoint import load_checkpoint
 from .config import RunConfig, load_config
-from .data import cuau_samples, load_run_data, prepare_samples, split_indices
+from .data import load_run_data
 from .energy_check import composition_baseline, energy_warnings
 from .errors import CheckpointError, TrainError
-from .evaluate import mae_report
+from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
 from .finetune import initialise_from, load_base
 from .loop import CHECKPOINT_NAME, train_validate_test
 from .plots import parity_plots
@@ -42,17 +42,7 @@ from .run_folder import check_fingerprint, fingerprint, prepare_run_folder
 from .strategies import build_optimizer_factory, make_strategy
 from .strategies.base import Strategy
 
-__all__ = [
-    "build_scheduler",
-    "cuau_samples",
-    "degree_histogram",
-    "fill_data_statistics",
-    "fill_degree_histogram",
-    "format_errors",
-    "prepare_samples",
-    "run_training",
-    "split_indices",
-]
+__all__ = ["build_scheduler", "fill_data_statistics", "run_training"]
 
 
 # ----------------------------------------------------------------------------- data
@@ -69,10 +59,6 @@ def fill_data_statistics(model_config: ModelConfig, trainset: Sequence) -> Model
         return model_config
     updates = get_encoder(model_config.mpnn_type).data_statistics(model_config.encoder, trainset)
     return ModelConfig.from_dict({**model_config.raw, **updates}) if updates else model_config
-
-
-fill_degree_histogram = fill_data_statistics
-"""The name this function had while it filled only ``pna_deg``."""
 
 
 # ----------------------------------------------------------------------------- training pieces
@@ -113,6 +99,7 @@ def run_training(
     verbosity: int | None = None,
     overwrite: bool = False,
     init_from: str | os.PathLike | None = None,
+    callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
     """Run the whole pipeline of a config and fill the run folder.
 
@@ -126,6 +113,8 @@ def run_training(
         overwrite: replace the run files of a previous run in ``run_dir``.
         init_from: a model artifact to fine-tune (overrides ``Training.init_from``; see
             :mod:`hydragnn.train.finetune`).
+        callbacks: the user's training-loop callbacks (:mod:`hydragnn.train.callbacks`), run
+            after the built-in ones and those of ``Training.callbacks``.
 
     Returns:
         The metrics dict also written to ``metrics.json``, with ``paths`` (artifact, config,
@@ -142,143 +131,164 @@ def run_training(
         strategy.barrier()
         with run_log(run_dir, level, is_main=strategy.is_main, append=resume):
             progress.log(1, configure_threads())
-            return _run(cfg, run_dir, strategy, progress, level, resume, t_start)
+            run = _Run(cfg, run_dir, strategy, progress, level)
+            return run.execute(resume, callbacks, t_start)
     finally:
         strategy.teardown()
 
 
-def _run(
-    cfg: RunConfig, run_dir: Path, strategy: Strategy, progress: Progress, level: int, resume: bool, t_start: float
-) -> dict[str, Any]:
-    """:func:`run_training` once the run folder is ready and its log open."""
-    t0 = time.perf_counter()
-    data = load_run_data(
-        cfg, is_main=strategy.is_main, barrier=strategy.barrier, log=lambda line: progress.log(1, line)
-    )
-    if cfg.schema is None:
-        cfg = dataclasses.replace(cfg, schema=data.schema)
-    trainset, valset, testset = data.train, data.val, data.test
-    progress.log(
-        1,
-        f"dataset {cfg.dataset.name}: {len(trainset)} train, {len(valset or ())} val, {len(testset or ())} test "
-        f"samples ready in {time.perf_counter() - t0:.1f} s",
-    )
-    if cfg.mlip_defaults:
-        progress.log(
-            1,
-            "interatomic-potential defaults for what the config leaves out (hydragnn.train.mlip_defaults): "
-            + ", ".join(cfg.mlip_defaults),
+class _Run:
+    """:func:`run_training` once the run folder is ready and its log open: data, model, training,
+    then the run folder's files (rank 0)."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, strategy: Strategy, progress: Progress, level: int) -> None:
+        self.cfg, self.run_dir, self.strategy, self.progress, self.level = cfg, run_dir, strategy, progress, level
+        self.log = lambda line: progress.log(1, line)
+
+    def execute(self, resume: bool, callbacks: Sequence[Callback], t_start: float) -> dict[str, Any]:
+        data, meaning = self._data(resume)
+        cfg, tr = self.cfg, self.cfg.training
+        loaders = create_dataloaders(data.train, data.val, data.test, tr.batch_size, batching=tr.batching, seed=tr.seed)
+        model, facts = self._model(data)
+        self.strategy.max_grad_norm = tr.clip_grad_norm
+        self.strategy.setup(model, build_optimizer_factory(tr.optimizer))
+        if self.strategy.is_main:
+            cfg.save(self.run_dir / "config.json")
+        scheduler = build_scheduler(cfg, self.strategy.optimizer)
+        writer = _writer(self.run_dir, self.strategy.is_main, self.progress)
+        try:
+            summary = train_validate_test(
+                model, self.strategy.optimizer, *loaders, writer, scheduler, tr, cfg.dataset.name, self.level,
+                strategy=self.strategy, run_dir=self.run_dir, resume=resume, fingerprint=meaning, callbacks=callbacks,
+            )  # fmt: skip
+        finally:
+            if writer is not None:
+                writer.close()
+        facts["composition_baseline_energy_mae"] = self._energy_warnings(data, facts.pop("model_config"), summary)
+        metrics = self._metrics(data, summary, facts)
+        paths: dict[str, Any] = {}
+        if self.strategy.is_main:
+            paths = self._write(data, summary, metrics, facts, tensorboard=writer is not None)
+            metrics["wall_s"] = time.perf_counter() - t_start
+            metrics["paths"] = paths
+            self._write_metrics(metrics)
+            paths["metrics"] = str(self.run_dir / "metrics.json")
+            for name, errors in (metrics["test_by_head"] or {}).items():
+                self.log(f"test errors of the structures of energy head {name!r}:")
+                for line in format_errors(errors):
+                    self.log(line)
+            self.log(f"artifact {paths['artifact']}")
+        self.strategy.barrier()
+        metrics["paths"] = paths
+        return metrics
+
+    def _data(self, resume: bool):
+        """The prepared splits (the config completed with the inferred schema) and the fingerprint."""
+        t0 = time.perf_counter()
+        cfg, strategy = self.cfg, self.strategy
+        data = load_run_data(cfg, is_main=strategy.is_main, barrier=strategy.barrier, log=self.log)
+        if cfg.schema is None:
+            self.cfg = cfg = dataclasses.replace(cfg, schema=data.schema)
+        self.log(
+            f"dataset {cfg.dataset.name}: {len(data.train)} train, {len(data.val or ())} val, "
+            f"{len(data.test or ())} test samples ready in {time.perf_counter() - t0:.1f} s"
         )
-    meaning = fingerprint(cfg.to_dict(), data.files)
-    if resume:
-        check_fingerprint(_stored_fingerprint(run_dir / CHECKPOINT_NAME), meaning, str(run_dir))
-    tr = cfg.training
-    train_loader, val_loader, test_loader = create_dataloaders(
-        trainset, valset, testset, tr.batch_size, batching=tr.batching, seed=tr.seed
-    )
-    base = load_base(tr.init_from, cfg.schema, tr.fine_tune, data.species) if tr.init_from is not None else None
-    model_config = fill_data_statistics(cfg.model_config, trainset)
-    model_config, references = resolve_reference_energies(cfg, model_config, data, lambda line: progress.log(1, line))
-    model_config, scale_shift = resolve_scale_shift(cfg, model_config, data, lambda line: progress.log(1, line))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(tr.seed)
-        model = build_model(model_config, cfg.schema)
-    fine_tuned = None
-    if base is not None:
-        fine_tuned = initialise_from(model, base, tr.fine_tune, lambda m: progress.log(1, m))
-        fine_tuned["artifact"] = tr.init_from
-        del base
-    if data.heads:
-        model.head_weights = torch.tensor(data.head_weights, dtype=torch.float64)
-        progress.log(1, f"energy heads (loss weights): {dict(zip(data.heads, data.head_weights, strict=True))}")
-    n_params = sum(p.numel() for p in model.parameters())
-    progress.log(
-        1, f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}"
-    )
-    strategy.max_grad_norm = tr.clip_grad_norm
-    strategy.setup(model, build_optimizer_factory(tr.optimizer))
-    if strategy.is_main:
-        cfg.save(run_dir / "config.json")
-    scheduler = build_scheduler(cfg, strategy.optimizer)
-    writer = _writer(run_dir, strategy.is_main, progress)
-    try:
-        summary = train_validate_test(
-            model,
-            strategy.optimizer,
-            train_loader,
-            val_loader,
-            test_loader,
-            writer,
-            scheduler,
-            tr,
-            cfg.dataset.name,
-            level,
-            strategy=strategy,
-            run_dir=run_dir,
-            resume=resume,
-            fingerprint=meaning,
-        )
-    finally:
-        if writer is not None:
-            writer.close()
-    baseline = None
-    if model_config.mlip.enabled and not data.heads:
-        baseline = composition_baseline(trainset, valset, model_config.mlip.energy_name)
-        warnings = energy_warnings(
-            summary["history"], summary["best_epoch"], summary["second_stage_epoch"], baseline, model_config.mlip.energy_name
-        )
-        for line in warnings:
-            progress.log(1, f"warning: {line}")
-    by_head = _test_by_head(strategy, data, tr.batch_size) if data.heads and testset is not None else None
-    trues = summary.pop("test_targets", None)
-    preds = summary.pop("test_predictions", None)
-    natoms = summary.pop("test_natoms", None)
-    metrics: dict[str, Any] = {
-        "dataset": cfg.dataset.name,
-        "best_epoch": summary["best_epoch"],
-        "best_val_loss": summary["best_val_loss"],
-        "epochs_run": summary["epochs_run"],
-        "stopped_early": summary["stopped_early"],
-        "stop_reason": summary["stop_reason"],
-        "second_stage_epoch": summary["second_stage_epoch"],
-        "skipped_batches": summary["skipped_batches"],
-        "train_time_s": summary["train_time_s"],
-        "test": summary["test"],
-        "test_by_head": by_head,
-        "history": summary["history"],
-        "num_parameters": n_params,
-        "world_size": strategy.world_size,
-        "reference_energies": references,
-        "energy_scale_shift": scale_shift,
-        "composition_baseline_energy_mae": baseline,
-        "energy_heads": dict(zip(data.heads, data.head_weights, strict=True)) or None,
-        "init_from": fine_tuned,
-        "data_files": data.files,
-    }
-    paths: dict[str, Any] = {}
-    if strategy.is_main:
-        plain = strategy.unwrap()
-        paths["artifact"] = str(
-            save_artifact(
-                plain,
-                run_dir / "model.hydra",
-                species=data.species,
-                extra={
-                    "best_epoch": summary["best_epoch"],
-                    "best_val_loss": jsonable(summary["best_val_loss"]),
-                    "dataset": cfg.dataset.name,
-                    "config": cfg.to_dict(),
-                    "reference_energies": references,
-                    "energy_scale_shift": scale_shift,
-                    "init_from": fine_tuned,
-                },
+        if cfg.mlip_defaults:
+            self.log(
+                "interatomic-potential defaults for what the config leaves out (hydragnn.train.mlip_defaults): "
+                + ", ".join(cfg.mlip_defaults)
             )
-        )
-        paths["config"] = str(run_dir / "config.json")
-        paths["log"] = str(run_dir / LOG_NAME)
-        paths["tensorboard"] = str(run_dir / "tensorboard") if writer is not None else None
-        if testset is not None:
-            paths["test_set"] = str(write_dataset(run_dir / "test_set.pkl", testset, "pickle", schema=cfg.schema))
+        meaning = fingerprint(cfg.to_dict(), data.files)
+        if resume:
+            check_fingerprint(_stored_fingerprint(self.run_dir / CHECKPOINT_NAME), meaning, str(self.run_dir))
+        return data, meaning
+
+    def _model(self, data) -> tuple[torch.nn.Module, dict[str, Any]]:
+        """The model of the config with the statistics of the training data (and the fine-tuning
+        base's weights); facts about it for the metrics and the artifact."""
+        cfg, tr = self.cfg, self.cfg.training
+        base = load_base(tr.init_from, cfg.schema, tr.fine_tune, data.species) if tr.init_from is not None else None
+        model_config = fill_data_statistics(cfg.model_config, data.train)
+        model_config, references = resolve_reference_energies(cfg, model_config, data, self.log)
+        model_config, scale_shift = resolve_scale_shift(cfg, model_config, data, self.log)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(tr.seed)
+            model = build_model(model_config, cfg.schema)
+        fine_tuned = None
+        if base is not None:
+            fine_tuned = initialise_from(model, base, tr.fine_tune, self.log)
+            fine_tuned["artifact"] = tr.init_from
+            del base
+        if data.heads:
+            model.head_weights = torch.tensor(data.head_weights, dtype=torch.float64)
+            self.log(f"energy heads (loss weights): {dict(zip(data.heads, data.head_weights, strict=True))}")
+        n_params = sum(p.numel() for p in model.parameters())
+        self.log(f"model {cfg.model_config.mpnn_type}: {n_params} parameters, precision {cfg.model_config.precision}")
+        facts = {
+            "model_config": model_config,
+            "num_parameters": n_params,
+            "reference_energies": references,
+            "energy_scale_shift": scale_shift,
+            "init_from": fine_tuned,
+        }
+        return model, facts
+
+    def _energy_warnings(self, data, model_config: ModelConfig, summary: dict[str, Any]) -> float | None:
+        """Warn when the energy error sat at the composition baseline; returns that baseline."""
+        if not model_config.mlip.enabled or data.heads:
+            return None
+        name = model_config.mlip.energy_name
+        baseline = composition_baseline(data.train, data.val, name)
+        for line in energy_warnings(
+            summary["history"], summary["best_epoch"], summary["second_stage_epoch"], baseline, name
+        ):
+            self.log(f"warning: {line}")
+        return baseline
+
+    def _metrics(self, data, summary: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+        """``metrics.json``'s content (without ``wall_s`` and ``paths``)."""
+        tr = self.cfg.training
+        by_head = _test_by_head(self.strategy, data, tr.batch_size) if data.heads and data.test is not None else None
+        keys = ("best_epoch", "best_val_loss", "epochs_run", "stopped_early", "stop_reason", "second_stage_epoch")
+        return {
+            "dataset": self.cfg.dataset.name,
+            **{k: summary[k] for k in keys},
+            "skipped_batches": summary["skipped_batches"],
+            "train_time_s": summary["train_time_s"],
+            "test": summary["test"],
+            "test_by_head": by_head,
+            "history": summary["history"],
+            "num_parameters": facts["num_parameters"],
+            "world_size": self.strategy.world_size,
+            "reference_energies": facts["reference_energies"],
+            "energy_scale_shift": facts["energy_scale_shift"],
+            "composition_baseline_energy_mae": facts["composition_baseline_energy_mae"],
+            "energy_heads": dict(zip(data.heads, data.head_weights, strict=True)) or None,
+            "init_from": facts["init_from"],
+            "data_files": data.files,
+        }
+
+    def _write(self, data, summary: dict[str, Any], metrics: dict[str, Any], facts, tensorboard: bool) -> dict:
+        """The artifact, the test split and the parity plots (rank 0); returns their paths."""
+        cfg, run_dir = self.cfg, self.run_dir
+        extra = {
+            "best_epoch": summary["best_epoch"],
+            "best_val_loss": jsonable(summary["best_val_loss"]),
+            "dataset": cfg.dataset.name,
+            "config": cfg.to_dict(),
+            **{k: facts[k] for k in ("reference_energies", "energy_scale_shift", "init_from")},
+        }
+        plain = self.strategy.unwrap()
+        paths: dict[str, Any] = {
+            "artifact": str(save_artifact(plain, run_dir / "model.hydra", species=data.species, extra=extra)),
+            "config": str(run_dir / "config.json"),
+            "log": str(run_dir / LOG_NAME),
+            "tensorboard": str(run_dir / "tensorboard") if tensorboard else None,
+        }
+        if data.test is not None:
+            paths["test_set"] = str(write_dataset(run_dir / "test_set.pkl", data.test, "pickle", schema=cfg.schema))
+        trues, preds = summary.pop("test_targets", None), summary.pop("test_predictions", None)
+        natoms = summary.pop("test_natoms", None)
         if trues:
             try:
                 plots = parity_plots(trues, preds, run_dir, natoms=natoms, mae=summary["test"]["mae"])
@@ -287,30 +297,21 @@ def _run(
                     f"{run_dir}: cannot write the parity plots ({exc}); free some space and run again with --resume"
                 ) from exc
             paths["plots"] = [str(p) for p in plots]
-        metrics["wall_s"] = time.perf_counter() - t_start
-        metrics["paths"] = paths
+        return paths
+
+    def _write_metrics(self, metrics: dict[str, Any]) -> None:
+        path = self.run_dir / "metrics.json"
         try:
-            atomic_write(run_dir / "metrics.json", (json.dumps(jsonable(metrics), indent=2) + "\n").encode())
+            atomic_write(path, (json.dumps(jsonable(metrics), indent=2) + "\n").encode())
         except OSError as exc:
             raise TrainError(
-                f"{run_dir / 'metrics.json'}: cannot be written ({exc}); model.hydra and the training "
+                f"{path}: cannot be written ({exc}); model.hydra and the training "
                 "checkpoint are in place: free some space and run again with --resume to finish"
             ) from exc
-        paths["metrics"] = str(run_dir / "metrics.json")
-        for name, errors in (by_head or {}).items():
-            progress.log(1, f"test errors of the structures of energy head {name!r}:")
-            for line in format_errors(errors):
-                progress.log(1, line)
-        progress.log(1, f"artifact {paths['artifact']}")
-    strategy.barrier()
-    metrics["paths"] = paths
-    return metrics
 
 
 def _test_by_head(strategy, data, batch_size: int) -> dict[str, Any]:
     """Test errors of each source's own test structures (``Dataset.sources``), head by head."""
-    from .evaluate import evaluate_losses, gather_rows, head_units
-
     units = head_units(strategy.unwrap())
     out = {}
     for name, part in zip(data.heads, data.parts, strict=True):
@@ -328,39 +329,3 @@ def _stored_fingerprint(path: Path) -> dict[str, Any] | None:
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{path}: not a training checkpoint (found a {type(ckpt).__name__})")
     return ckpt.get("fingerprint")
-
-
-def predict(
-    artifact: str | os.PathLike,
-    dataset: str | os.PathLike,
-    *,
-    batch_size: int = 16,
-    labels: Mapping[str, Any] | None = None,
-    head: str | None = None,
-) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Evaluate a saved model on a dataset container or on a file ASE reads.
-
-    A file's labels are read under the keys of the model's training config (stored in the
-    artifact) unless ``labels`` (:class:`~hydragnn.data.AseSource` keyword arguments such as
-    ``energy_key``) says otherwise. ``head`` names the energy head of a model with several (one
-    per training source; default: the first).
-
-    Returns:
-        ``({"loss", "heads", "mae"}, targets, predictions)``; ``mae`` holds each head's
-        ``mae``, ``rmse``, ``unit`` and ``count``.
-    """
-    from hydragnn.models import load_artifact
-
-    from .data import evaluation_samples
-    from .evaluate import _as_strategy, evaluate_losses, head_units
-
-    model = load_artifact(artifact)
-    if head is not None:
-        model.select_head(head)
-    options: dict[str, Any] = training_label_keys(model)  # the served head's source, with several
-    options.update(labels or {})
-    samples = evaluation_samples(dataset, model.schema, model.cutoff, model.config.attention.pe_dim, options)
-    _, _, loader = create_dataloaders(None, None, samples, batch_size)
-    loss, heads, trues, preds, extras = evaluate_losses(_as_strategy(model), loader, collect=True)
-    report = mae_report(trues, preds, extras.get("natoms"), head_units(model))
-    return {"loss": loss, "heads": heads, "mae": report}, trues, preds

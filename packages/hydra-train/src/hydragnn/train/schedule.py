@@ -1,84 +1,114 @@
-"""What changes during a run besides the scheduler: LR warmup, the second stage, the time budget.
+"""Callbacks that change a run besides the scheduler: LR warmup, the second stage, performer
+redraws, the time budget (each a :class:`~hydragnn.train.callbacks.Callback`).
 
 * :class:`Warmup` scales the learning rate of the first ``warmup_steps`` optimizer steps by
   ``(k + 1) / warmup_steps`` around the step only: the value the scheduler keeps in the
   optimizer is never changed, so epoch-level schedulers see their own values.
 * :class:`SecondStage` switches, once, to a constant learning rate and new MLIP loss weights
   (MACE's stage two), at the first epoch boundary past ``start`` of the epochs or of the time
-  budget.
-* :class:`ProjectionRedraw` counts training batches and redraws performer projections every
-  ``global_attn_redraw_interval`` of them.
-* :class:`TimeBudget` says, at an epoch boundary, whether another epoch of the length of the
-  last one would overrun ``max_time_s`` (the whole run's, resumed segments included); under
-  torch.distributed every rank gets rank 0's answer.
+  budget; the best model is then chosen among second-stage epochs and the scheduler rests.
+* :class:`ProjectionRedraw` redraws performer projections every ``global_attn_redraw_interval``
+  training batches, by the loop's batch count (which the checkpoint keeps).
+* :class:`TimeBudget` stops at the epoch boundary where another epoch of the length of the last
+  one would overrun ``max_time_s`` (the whole run's, resumed segments included).
+
+Decisions that depend on time use rank 0's clock (:func:`rank0_values`), so every rank of a
+distributed run decides alike.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
 
 from hydragnn.models import redraw_projections
 
+from .callbacks import Callback
 from .config_sections import SecondStageConfig
 from .strategies.base import Strategy
 
-__all__ = ["ProjectionRedraw", "SecondStage", "TimeBudget", "Warmup"]
+if TYPE_CHECKING:
+    from .loop import TrainingLoop
+
+__all__ = ["ProjectionRedraw", "SecondStage", "TimeBudget", "Warmup", "rank0_values"]
 
 
-class Warmup:
+def rank0_values(strategy: Strategy, *values: float) -> list[float]:
+    """``values`` as rank 0 has them, on every rank (one all-reduce under torch.distributed)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    if strategy.distributed:
+        t = strategy.all_reduce_sum(t * (1.0 if strategy.is_main else 0.0))
+    return [float(v) for v in t]
+
+
+class Warmup(Callback):
     """Linear learning-rate warmup over the first ``steps`` optimizer steps.
 
     Args:
-        optimizer: the optimizer whose param groups are scaled.
         steps: warmup length in optimizer steps (0: off).
-        done: steps already taken (from a checkpoint).
+        done: steps already taken.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, steps: int, done: int = 0) -> None:
-        self.optimizer, self.steps, self.done = optimizer, steps, done
+    key = "warmup"
+
+    def __init__(self, steps: int, done: int = 0) -> None:
+        self.steps, self.done = steps, done
         self._saved: list[float] | None = None
 
     @property
     def active(self) -> bool:
         return self.done < self.steps
 
-    def before_step(self) -> None:
+    def before_step(self, loop: TrainingLoop) -> None:
         """Scale every group's learning rate for the coming step."""
         if not self.active:
             return
         factor = (self.done + 1) / self.steps
-        self._saved = [group["lr"] for group in self.optimizer.param_groups]
-        for group, lr in zip(self.optimizer.param_groups, self._saved, strict=True):
+        groups = loop.optimizer.param_groups
+        self._saved = [group["lr"] for group in groups]
+        for group, lr in zip(groups, self._saved, strict=True):
             group["lr"] = lr * factor
 
-    def after_step(self) -> None:
+    def after_step(self, loop: TrainingLoop, graphs: int, loss: float) -> None:
         """Restore the scheduled learning rates and count the step."""
         if self._saved is not None:
-            for group, lr in zip(self.optimizer.param_groups, self._saved, strict=True):
+            for group, lr in zip(loop.optimizer.param_groups, self._saved, strict=True):
                 group["lr"] = lr
             self._saved = None
         if self.active:
             self.done += 1
 
+    def state_dict(self) -> dict[str, int]:
+        return {"done": self.done}
 
-class SecondStage:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.done = int(state["done"])
+
+
+class SecondStage(Callback):
     """The switch to the second stage.
 
     Args:
         config: ``Training.SecondStage``.
         num_epoch: ``Training.num_epoch``.
         max_time_s: ``Training.max_time_s`` (or ``None``).
-        started: whether a checkpoint says it has begun already.
+
+    Attributes:
+        epoch: the epoch it began at (``None`` before); the checkpoint keeps it.
     """
 
-    def __init__(self, config: SecondStageConfig, num_epoch: int, max_time_s: float | None, started: bool = False):
+    key = "second_stage"
+
+    def __init__(self, config: SecondStageConfig, num_epoch: int, max_time_s: float | None) -> None:
         self.config, self.num_epoch, self.max_time_s = config, num_epoch, max_time_s
-        self.started = started
+        self.epoch: int | None = None
+
+    @property
+    def started(self) -> bool:
+        return self.epoch is not None
 
     @property
     def first_epoch(self) -> int:
@@ -114,60 +144,106 @@ class SecondStage:
                 changed[name] = weight
         return changed
 
+    def on_fit_start(self, loop: TrainingLoop) -> None:
+        if self.started:  # resumed inside the second stage
+            self.reweigh(loop.module)
+            loop.step_scheduler = False
 
-class TimeBudget:
-    """``Training.max_time_s`` against the run's training time: ``used_s`` of its earlier
-    (resumed) segments plus this segment's, measured from construction."""
+    def on_epoch_start(self, loop: TrainingLoop, epoch: int) -> None:
+        if not self.config.enabled or self.started:
+            return
+        elapsed = rank0_values(loop.strategy, loop.train_time_s())[0] if self.max_time_s is not None else 0.0
+        if not self.due(epoch, elapsed):
+            return
+        changed = self.apply(loop.optimizer, loop.module)
+        self.epoch, loop.step_scheduler = epoch, False
+        loop.best_loss, loop.since_best = math.inf, 0
+        loop.log(
+            f"second stage from epoch {epoch}: learning rate {loop.optimizer.param_groups[0]['lr']:.3g} (constant), "
+            f"loss weights {changed or 'unchanged'}; the best model is now chosen among second-stage epochs"
+        )
 
-    def __init__(self, max_time_s: float | None, used_s: float = 0.0) -> None:
-        self.max_time_s, self.used_s = max_time_s, float(used_s)
-        self.t0 = time.perf_counter()
+    def on_epoch_end(self, loop: TrainingLoop, record: dict[str, Any]) -> None:
+        record["second_stage"] = self.started
 
-    @property
-    def elapsed(self) -> float:
-        """Seconds of training over the whole run so far."""
-        return self.used_s + time.perf_counter() - self.t0
+    def summary(self) -> dict[str, int | None]:
+        return {"second_stage_epoch": self.epoch}
 
-    def check(self, last_epoch_s: float, strategy: Strategy) -> tuple[float, bool]:
-        """Rank 0's elapsed time and whether one more epoch of ``last_epoch_s`` would overrun the
-        budget (every rank gets rank 0's values, so all decide alike)."""
-        values = torch.tensor([self.elapsed, float(last_epoch_s)], dtype=torch.float64)
-        if strategy.distributed:
-            values = strategy.all_reduce_sum(values * (1.0 if strategy.is_main else 0.0))
-        elapsed, last = float(values[0]), float(values[1])
-        return elapsed, self.max_time_s is not None and elapsed + last > self.max_time_s
+    def state_dict(self) -> dict[str, int | None]:
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.epoch = None if state.get("epoch") is None else int(state["epoch"])
 
 
-class ProjectionRedraw:
-    """Training-batch counter that redraws performer projections every ``interval`` batches.
+class TimeBudget(Callback):
+    """``Training.max_time_s`` against the run's training time (:meth:`TrainingLoop.train_time_s`,
+    resumed segments included): stop at the epoch boundary where one more epoch of the length of
+    the last would overrun it; a resumed run whose budget is spent trains no epoch."""
+
+    key = "time_budget"
+
+    def __init__(self, max_time_s: float, num_epoch: int) -> None:
+        self.max_time_s, self.num_epoch = max_time_s, num_epoch
+
+    def check(self, loop: TrainingLoop, last_epoch_s: float) -> tuple[float, bool]:
+        """Rank 0's elapsed time and whether one more epoch of ``last_epoch_s`` would overrun."""
+        elapsed, last = rank0_values(loop.strategy, loop.train_time_s(), last_epoch_s)
+        return elapsed, elapsed + last > self.max_time_s
+
+    def on_fit_start(self, loop: TrainingLoop) -> None:
+        if not (loop.resumed and loop.history and loop.start_epoch < self.num_epoch):
+            return
+        last = loop.history[-1].get("seconds", 0.0)
+        elapsed, out_of_time = self.check(loop, last)
+        if out_of_time:
+            loop.request_stop(
+                "max_time_s",
+                f"time budget spent: {elapsed:.1f} s of max_time_s={self.max_time_s:g} s used, too little left for "
+                f"another epoch (the last took {last:.1f} s), so none is trained; raise "
+                "NeuralNetwork.Training.max_time_s to train more",
+            )
+
+    def on_epoch_end(self, loop: TrainingLoop, record: dict[str, Any]) -> None:
+        if loop.stop_reason is not None or record["epoch"] + 1 >= self.num_epoch:
+            return
+        elapsed, out_of_time = self.check(loop, record["seconds"])
+        if out_of_time:
+            loop.request_stop(
+                "max_time_s",
+                f"time budget max_time_s={self.max_time_s:g} s: stopping after epoch {record['epoch']} ({elapsed:.1f} s "
+                f"used, the last epoch took {record['seconds']:.1f} s); the best model is kept",
+            )
+
+
+class ProjectionRedraw(Callback):
+    """Redraws performer projections every ``interval`` training batches.
+
+    Right before the forward of training batch ``count`` (the loop's
+    :attr:`~TrainingLoop.train_batches`, resumed runs included) whenever ``count > 0`` and
+    ``count % interval == 0``, from ``(seed, count // interval)``: every rank draws the same.
+    Counting in the loop, outside the model's forward, means activation checkpointing (which
+    repeats a forward) never double-counts.
 
     Args:
-        model: the plain model (its :class:`~hydragnn.models.attention.PerformerAttention`
-            modules are redrawn; a model without any is left alone).
         interval: ``Training.global_attn_redraw_interval`` (``None``: never redraw).
         seed: ``Training.seed`` (the same on every rank).
-        batches: training batches already counted (from a checkpoint when resuming).
 
     Attributes:
-        batches: training batches counted so far; redraws: redraws done by this object.
+        redraws: redraws done by this object (a model without performer modules has none).
     """
 
-    def __init__(self, model: nn.Module, interval: int | None, seed: int, batches: int = 0) -> None:
-        self.model = model
-        self.interval = interval
-        self.seed = seed
-        self.batches = batches
+    key = "projection_redraw"
+
+    def __init__(self, interval: int | None, seed: int) -> None:
+        self.interval, self.seed = interval, seed
         self.redraws = 0
 
-    def before_forward(self) -> int:
-        """Call right before the forward of a training batch: redraws when the interval is
-        reached. Returns the number of performer modules redrawn (0 when none or not due)."""
-        if self.interval is None or self.batches == 0 or self.batches % self.interval:
-            return 0
-        redrawn = redraw_projections(self.model, self.seed, self.batches // self.interval)
-        self.redraws += bool(redrawn)
-        return redrawn
+    def before_forward(self, loop: TrainingLoop, batch_index: int) -> None:
+        count = loop.train_batches
+        if self.interval is None or count == 0 or count % self.interval:
+            return
+        self.redraws += bool(redraw_projections(loop.module, self.seed, count // self.interval))
 
-    def after_batch(self) -> None:
-        """Call once per training batch after its forward (skipped batches count too)."""
-        self.batches += 1
+    def summary(self) -> dict[str, int]:
+        return {"projection_redraws": self.redraws}

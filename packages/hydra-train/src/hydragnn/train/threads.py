@@ -19,10 +19,16 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 
 from hydragnn.data.threads import set_intra_op_threads
+
+from .callbacks import Callback
+
+if TYPE_CHECKING:
+    from .loop import TrainingLoop
 
 __all__ = ["ThreadTuner"]
 
@@ -35,14 +41,16 @@ TIE = 1.03
 """Counts whose median is within this factor of the fastest's tie; the fewest threads wins."""
 
 
-class ThreadTuner:
+class ThreadTuner(Callback):
     """Chooses and holds the intra-op thread count of one training run.
 
-    ``setting``: ``"auto"`` or a positive count. ``measure``: whether ``"auto"`` may time steps
-    here (see the module docstring); when not, the count stays. The loop calls :meth:`new_epoch`
-    before an epoch's first batch, :meth:`step_done` after each optimizer step, and
-    :meth:`restore` when training ends. ``clock``: seconds, monotonic.
+    ``setting``: ``"auto"`` or a positive count (set by :meth:`start`, which the loop calls at fit start). ``measure``: whether
+    ``"auto"`` may time steps here (see the module docstring); when not, the count stays. As a
+    callback: :meth:`new_epoch` before an epoch's first batch, :meth:`step_done` after each
+    optimizer step, :meth:`restore` when training ends. ``clock``: seconds, monotonic.
     """
+
+    key = "threads"
 
     def __init__(
         self,
@@ -57,7 +65,6 @@ class ThreadTuner:
         self.schedule: list[tuple[int, bool]] = []
         if isinstance(setting, int):
             self.chosen = setting
-            set_intra_op_threads(setting)
         elif measure and self.original > 1:
             counts = [self.original]
             while counts[-1] > 1:
@@ -66,7 +73,6 @@ class ThreadTuner:
             self.samples: dict[int, list[float]] = {c: [] for c in counts}
             blocks = [(c, i > 0) for _ in range(ROUNDS) for c in counts for i in range(BLOCK)]
             self.schedule = [(self.original, False)] * WARMUP + blocks  # (count, timed) per coming step
-            set_intra_op_threads(self.original)
         self._last: float | None = None
         self._running = self.original if self.chosen is None else self.chosen
 
@@ -112,3 +118,20 @@ class ThreadTuner:
         """Give the process its thread count back."""
         if torch.get_num_threads() != self.original:
             set_intra_op_threads(self.original)
+
+    def start(self) -> None:
+        """Set the run's first count (the fixed one, or the starting count of the measurement)."""
+        if self.chosen is not None or self.schedule:
+            set_intra_op_threads(self._running)
+
+    def on_fit_start(self, loop: TrainingLoop) -> None:
+        self.start()
+
+    def on_epoch_start(self, loop: TrainingLoop, epoch: int) -> None:
+        self.new_epoch()
+
+    def after_step(self, loop: TrainingLoop, graphs: int, loss: float) -> None:
+        self.step_done(graphs)
+
+    def on_fit_end(self, loop: TrainingLoop) -> None:
+        self.restore()

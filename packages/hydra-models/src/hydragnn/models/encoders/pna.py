@@ -7,7 +7,7 @@ aggregation of :class:`.pnaplus.GatedPNAConv`, without PNAPlus's learned radial 
 ``W_g e_ij``). The degree scalers use the envelope-weighted degree ``sum_j env_ij`` and are
 normalised by a degree histogram given at construction (``pna_deg``; hydra-train's pipeline
 fills it from the training split's in-degrees when the config leaves it unset, see
-``hydragnn.train.pipeline.fill_degree_histogram``; a default typical of atomistic neighbour
+``hydragnn.train.pipeline.fill_data_statistics``; a default typical of atomistic neighbour
 counts otherwise), never computed in forward. Messages are aggregated in float32 when the model runs in bfloat16.
 
 Why the envelope: with PyG's unweighted aggregators a neighbour's message does not vanish at the
