@@ -3,9 +3,11 @@
 :func:`make_strategy` turns the ``NeuralNetwork.Training`` section into a
 :class:`~hydragnn.train.strategies.base.Strategy`; :func:`build_optimizer_factory` turns its
 ``Optimizer`` section into the factory that :meth:`Strategy.setup` calls. Distributed runs are
-started with ``torchrun``; a distributed strategy initialises the default process group from
-torchrun's environment (:func:`init_distributed`) unless one already exists, and destroys it in
-``teardown()`` only if it created it.
+started with ``torchrun``, ``srun`` (SLURM), ``mpirun`` (Open MPI), ``jsrun`` (LSF) or a PMI
+launcher (:mod:`.launch` reads their variables); a distributed strategy initialises the default
+process group from that environment (:func:`init_distributed`) unless one already exists, and
+destroys it in ``teardown()`` only if it created it. A one-process strategy under a launch of
+several ranks is refused.
 
 Support matrix (measured with ``torchrun --nproc_per_node=2`` on gloo, CPU; see
 ``tests/test_strategies_dist.py``):
@@ -35,9 +37,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config_sections import LocalSGDConfig, OptimizerConfig, ParallelismConfig, check_parallelism
+from ..errors import ConfigError
 from . import ddp, deepspeed_engine, fsdp, fsdp2, localsgd  # noqa: F401  (register the strategies)
-from ._dist import destroy_distributed, init_distributed
+from ._dist import DistributedStrategy, destroy_distributed, init_distributed
 from .base import STRATEGIES, OptimizerFactory, Strategy, register_strategy
+from .launch import LaunchEnv, detect_launch
 from .optim import OPTIMIZERS, OptimizerBuilder, adopt_fast_step, build_optimizer_factory
 
 __all__ = [
@@ -45,10 +49,12 @@ __all__ = [
     "STRATEGIES",
     "OptimizerBuilder",
     "OptimizerFactory",
+    "LaunchEnv",
     "Strategy",
     "adopt_fast_step",
     "build_optimizer_factory",
     "destroy_distributed",
+    "detect_launch",
     "init_distributed",
     "make_strategy",
     "parse_parallelism",
@@ -118,4 +124,11 @@ def make_strategy(training: Any) -> Strategy:
             for but not installed.
     """
     name, options = parse_parallelism(training)
+    launch = detect_launch()
+    if launch is not None and launch.world_size > 1 and not issubclass(STRATEGIES[name], DistributedStrategy):
+        raise ConfigError(
+            f"{_WHERE}.Parallelism.strategy: {name!r} trains in one process, but {launch.launcher} started "
+            f"{launch.world_size} ranks (this is rank {launch.rank}): each would train alone and write the same run "
+            "folder; set Parallelism.strategy to 'ddp' (or 'fsdp', 'deepspeed', ...) or start one process"
+        )
     return STRATEGIES[name](options)

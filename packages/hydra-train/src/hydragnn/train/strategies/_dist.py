@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from ..errors import ConfigError, TrainingAborted
 from .base import Strategy
+from .launch import detect_launch, export_torch_env
 
 DEFAULT_TIMEOUT_S = 300.0
 _PEER_FAILURE_MARKERS = (
@@ -30,16 +31,19 @@ _PEER_FAILURE_MARKERS = (
 
 
 def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = None) -> bool:
-    """Initialise the default process group from torchrun's environment, if none exists.
+    """Initialise the default process group from the launcher's environment, if none exists.
 
-    Reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (set by ``torchrun``).
-    Without them (a plain ``python`` run) a one-process group on an in-memory store is created,
-    so a distributed strategy also runs, trivially, in one process.
+    Reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` (set by ``torchrun``),
+    first writing them from the variables of ``srun``, ``mpirun``, ``jsrun`` or a PMI launcher
+    when one of those started the process (:mod:`.launch`). Without any launcher (a plain
+    ``python`` run) a one-process group on an in-memory store is created, so a distributed
+    strategy also runs, trivially, in one process.
 
     Args:
         timeout_s: timeout of the process group: a collective waiting longer than this on a
             peer raises instead of hanging (gloo honours it for every collective).
-        backend: ``"gloo"`` or ``"nccl"``; default ``nccl`` when CUDA is available, else ``gloo``.
+        backend: ``"gloo"``, ``"nccl"`` or ``"xccl"``; default ``HYDRAGNN_BACKEND`` when set, else
+            ``nccl`` when CUDA (or ROCm) is available, ``xccl`` on Intel XPUs, else ``gloo``.
 
     Returns:
         ``True`` when this call created the process group (the caller then owns it and
@@ -54,8 +58,11 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None =
         raise ConfigError("Training.Parallelism: torch.distributed is not available in this torch build")
     if dist.is_initialized():
         return False
+    launch = detect_launch()
+    if launch is not None and launch.launcher != "torchrun":
+        export_torch_env(launch)
     if backend is None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        backend = os.environ.get("HYDRAGNN_BACKEND") or _default_backend()
     timeout = datetime.timedelta(seconds=float(timeout_s))
     if "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ:
         if backend == "nccl":
@@ -64,6 +71,15 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None =
     else:
         dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     return True
+
+
+def _default_backend() -> str:
+    if torch.cuda.is_available():
+        return "nccl"
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        return "xccl"
+    return "gloo"
 
 
 def destroy_distributed() -> None:
