@@ -1,6 +1,6 @@
 """Every development task of the HydraGNN monorepo.
 
-    nox -s tests                 all four distributions installed editable together, all tests
+    nox -s tests                 the five distributions installed editable together, all tests
     nox -s tests-hydra-data      one distribution (and the layers below it) alone, its tests
     nox -s slow                  the long training runs (@pytest.mark.slow) that tests leaves out
     nox -s lint                  ruff
@@ -26,19 +26,21 @@ ROOT = pathlib.Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "constraints" / "dev.txt"))
 PYTHON = "3.11"
 
-# distribution -> (extras installed for development, sibling distributions it depends on)
+# distribution -> (extras installed for development, sibling distributions it depends on);
+# the four layers, then ``hydragnn`` (all four and the top-level ``hydragnn`` package)
 PACKAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "hydra-data": ("adios,test", ()),
     "hydra-models": ("fairchem,test", ("hydra-data",)),
     "hydra-train": ("deepspeed,test", ("hydra-data", "hydra-models")),
     "hydra-infer": ("test", ("hydra-data", "hydra-models")),
+    "hydragnn": ("test", ("hydra-data", "hydra-models", "hydra-train", "hydra-infer")),
 }
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
 # what the main job needs (no test tools, DeepSpeed, Triton or torch-sim)
-DEMO_EXTRAS = {"hydra-data": "adios", "hydra-models": "", "hydra-train": "", "hydra-infer": ""}
+DEMO_EXTRAS = {"hydra-data": "adios", "hydra-models": "", "hydra-train": "", "hydra-infer": "", "hydragnn": ""}
 
 
 def _editable(dist: str, extras: str) -> list[str]:
@@ -75,7 +77,7 @@ def _pytest(
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """All four distributions installed editable together; every package's tests."""
+    """Every distribution installed editable together (the four layers and ``hydragnn``); all their tests."""
     dists = list(PACKAGES)
     _install_editable(session, dists)
     _pytest(session, dists, extra_paths=(str(ROOT / "tools" / "tests"),))

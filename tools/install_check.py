@@ -15,7 +15,9 @@ first):
    followed by the checks for what that line promises (imports, the command-line tools on the
    venv's PATH: ``hydragnn-evaluate`` and ``hydragnn-export`` for the inference line, ``hydragnn-train`` and
    ``hydragnn-predict`` for the training line; a calculator answering on a real model artifact
-   for the inference line).
+   for the inference line; for the ``hydragnn`` line, the top-level package: ``import hydragnn``
+   loads no torch, reaches the four layers as attributes from wheels in one site-packages, and
+   gives the seed's ``hydragnn.preprocess`` and ``hydragnn.utils.model``).
 
 ``dist`` replaces the README's ``dist`` (where ``nox -s wheels`` writes). The layering proof of
 DESIGN.md is part of it: a line that brought a forbidden distribution fails. Incremental installs
@@ -43,10 +45,11 @@ OPTIONAL = {"hydra-infer": ("HydraTorchSimModel",)}
 
 # what an environment holding this distribution (and what it needs) must NOT hold
 FORBIDDEN = {
-    "hydra-data": ("hydra-models", "hydra-train", "hydra-infer", "adios2", "deepspeed"),
-    "hydra-models": ("hydra-train", "hydra-infer", "adios2", "deepspeed"),
-    "hydra-infer": ("hydra-train", "deepspeed", "adios2", "tensorboard"),
-    "hydra-train": ("hydra-infer", "deepspeed", "adios2"),
+    "hydra-data": ("hydra-models", "hydra-train", "hydra-infer", "hydragnn", "adios2", "deepspeed"),
+    "hydra-models": ("hydra-train", "hydra-infer", "hydragnn", "adios2", "deepspeed"),
+    "hydra-infer": ("hydra-train", "hydragnn", "deepspeed", "adios2", "tensorboard"),
+    "hydra-train": ("hydra-infer", "hydragnn", "deepspeed", "adios2"),
+    "hydragnn": ("deepspeed", "adios2"),
 }
 
 CHECK_LAYER = """
@@ -60,7 +63,7 @@ for name in m.__all__:  # every public name, so that every submodule behind it i
     except ImportError as exc:  # a name of an optional extra: the error must say how to install it
         assert name in {optional!r} and "pip install" in str(exc), (name, exc)
 import hydragnn
-assert getattr(hydragnn, "__file__", None) is None, "hydragnn must be a namespace package"
+assert getattr(hydragnn, "__file__", None) is None, "without the hydragnn distribution, hydragnn is a namespace"
 def installed(name):
     try:
         md.distribution(name)
@@ -90,6 +93,36 @@ atoms.calc = HydraASECalculator(str(path))
 e, f = atoms.get_potential_energy(), atoms.get_forces()
 assert f.shape == (len(atoms), 3) and abs(float(e)) < 1e6, (e, f.shape)
 print(f"served a SchNet artifact: {len(atoms)} Cu atoms, energy {float(e):.4f} eV")
+"""
+
+
+# the hydragnn line's promise: the top-level package over the layers' wheels, the seed's names
+CHECK_TOP = """
+import importlib.metadata as md, subprocess, sys
+code = (
+    "import sys, hydragnn; assert 'torch' not in sys.modules, 'import hydragnn loaded torch'; "
+    "t = hydragnn.train; assert 'torch' not in sys.modules and 'test' in dir(t); print(hydragnn.__version__)"
+)
+out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+assert out == md.version("hydragnn"), (out, md.version("hydragnn"))
+import hydragnn
+from pathlib import Path
+for layer in ("data", "models", "train", "infer"):
+    module = getattr(hydragnn, layer)
+    assert module.__version__ == md.version("hydra-" + layer), layer
+    assert str(Path(module.__file__).parent.parent) in hydragnn.__path__, (layer, hydragnn.__path__)
+from hydragnn.utils.model import load_existing_model, load_model, save_model
+assert load_model is load_existing_model is hydragnn.train.load_existing_model
+assert hydragnn.preprocess.create_dataloaders is hydragnn.data.create_dataloaders
+def installed(name):
+    try:
+        md.distribution(name)
+        return True
+    except md.PackageNotFoundError:
+        return False
+present = [d for d in {forbidden!r} if installed(d)]
+assert not present, f"pip install hydragnn brought {{present}}"
+print("hydragnn", out, "loads no torch on import; layers:", ", ".join(md.version("hydra-" + x) for x in ("data", "models", "train", "infer")))
 """
 
 
@@ -188,6 +221,8 @@ def run(dist_dir: pathlib.Path, venv_dir: pathlib.Path, readme: pathlib.Path, co
     for line in lines[2:]:
         print(f"README: {line}", flush=True)
         user_line(venv, line, dist_dir, constraints)
+        if requirements_of(line) == ["hydragnn"]:  # the plain line: nothing optional may come along
+            venv.python_code(CHECK_TOP.format(forbidden=FORBIDDEN["hydragnn"]))
         venv.python_code(
             "import importlib.metadata as md\n"
             f"for d in {requirements_of(line)!r}:\n"

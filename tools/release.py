@@ -6,9 +6,10 @@
 Steps: validate the version (PEP 440, greater than the current one); check that every sibling
 that depends on this distribution still admits the new version through its declared range
 (with ``--update-siblings`` rewrite those ranges to the compatible ``>=X.Y,<X.(Y+1)`` instead of
-failing); set ``src/hydragnn/<pkg>/__about__.py``; move the CHANGELOG's ``## Unreleased`` section
-under ``## <version> (<date>)``, leaving a fresh empty ``Unreleased``; print the tag
-``<dist>-v<version>``. Nothing is written when a check fails.
+failing); set ``src/hydragnn/<pkg>/__about__.py`` (``src/hydragnn/__about__.py`` for the
+``hydragnn`` distribution, which depends on all four layers: release it last); move the
+CHANGELOG's ``## Unreleased`` section under ``## <version> (<date>)``, leaving a fresh empty
+``Unreleased``; print the tag ``<dist>-v<version>``. Nothing is written when a check fails.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ class ReleaseError(Exception):
 
 
 def _about_path(root: pathlib.Path, dist: str) -> pathlib.Path:
-    return root / "packages" / dist / "src" / "hydragnn" / dist.removeprefix("hydra-") / "__about__.py"
+    """``src/hydragnn/<pkg>/__about__.py`` of a layer; ``src/hydragnn/__about__.py`` of ``hydragnn``."""
+    package = root / "packages" / dist / "src" / "hydragnn"
+    return package / "__about__.py" if dist == "hydragnn" else package / dist.removeprefix("hydra-") / "__about__.py"
 
 
 def current_version(root: pathlib.Path, dist: str) -> Version:

@@ -73,7 +73,7 @@ def make_batch(schema: Schema, n: int, radius: float, pe_dim: int) -> Batch:
     samples = []
     for i, s in enumerate(generate_cuau(n)):
         if "charge" in schema:
-            s.charge = torch.zeros(1)
+            s.charge = torch.zeros(1, 1)
         data = add_edges(prepare(s, schema, index=i), radius)
         samples.append(add_positional_encodings(data, pe_dim) if pe_dim else data)
     return Batch.from_data_list(samples)

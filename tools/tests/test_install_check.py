@@ -19,7 +19,10 @@ def test_readme_lines_are_the_users_pip_lines():
     assert firsts[:2] == ["hydra-infer", "hydra-train"]
     assert all("--find-links dist" in line for line in lines)
     everything = install_check.requirements_of(lines[-1])
-    assert {"hydra-train", "hydra-infer", "hydra-data"} <= set(everything)
+    assert {"hydragnn", "hydra-train", "hydra-infer", "hydra-data"} <= set(everything)
+    # the one-line install of all four layers and the top-level package, checked before any extra comes in
+    requirements = [install_check.requirements_of(line) for line in lines]
+    assert ["hydragnn"] in requirements[2:-1]
 
 
 def test_requirements_of_skips_options_and_extras():

@@ -71,6 +71,17 @@ def test_update_siblings_moves_ranges_to_the_compatible_one(repo):
         assert str(req.specifier) == f"<{old.major}.{old.minor + 2},>={old.major}.{old.minor + 1}", str(req)
 
 
+def test_the_hydragnn_distribution_releases_like_a_layer(repo):
+    # its version lives in src/hydragnn/__about__.py (no layer subpackage), and it depends on all four
+    assert release_mod._about_path(repo, "hydragnn") == repo / "packages/hydragnn/src/hydragnn/__about__.py"
+    assert sorted({sib for sib, _, _ in release_mod.dependents(repo, "hydra-train")}) == ["hydragnn"]
+    old = release_mod.current_version(repo, "hydragnn")
+    new = f"{old.major}.{old.minor}.{old.micro + 1}"
+    assert release_mod.release(repo, "hydragnn", new, date="2026-11-29") == f"hydragnn-v{new}"
+    assert str(release_mod.current_version(repo, "hydragnn")) == new
+    assert f"## {new} (2026-11-29)" in (repo / "packages/hydragnn/CHANGELOG.md").read_text()
+
+
 @pytest.mark.parametrize("bad, pattern", [("nonsense", "not a PEP 440"), ("0.0.1", "must be greater")])
 def test_bad_versions_refused(repo, bad, pattern):
     with pytest.raises(release_mod.ReleaseError, match=pattern):

@@ -25,7 +25,7 @@ def _raw(n: int = 12, seed: int = 0) -> list[Data]:
                 pos=torch.randn(k, 3, generator=gen),
                 energy=torch.randn(1, 1, generator=gen, dtype=torch.float64) * 50 - 300,
                 forces=torch.randn(k, 3, generator=gen) * torch.tensor([1.0, 2.0, 5.0]) + 3,
-                dipole=torch.randn(2, generator=gen),  # graph vector stored as (dim,)
+                dipole=torch.randn(1, 2, generator=gen),  # graph vector, (1, dim)
                 const=torch.full((k,), 7.0),
             )
         )

@@ -34,7 +34,7 @@ def make_sample(n=4, e=5, seed=0, **overrides):
         pos=torch.randn(n, 3, generator=g, dtype=torch.float64),
         spin=torch.randn(n, 2, generator=g),
         edge_index=torch.randint(0, n, (2, e), generator=g),
-        bond=torch.randn(e, generator=g),
+        bond=torch.randn(e, 1, generator=g),
         charge=torch.tensor([[1.0]]),
         energy=torch.tensor([[-3.5]]),
         forces=torch.randn(n, 3, generator=g),
@@ -109,17 +109,38 @@ def test_preparing_twice_gives_the_same_result():
         assert torch.equal(once[key], twice[key]), key
 
 
-def test_one_dimensional_sources_for_dim1_are_reshaped():
-    s = make_sample(atomic_number=torch.tensor([1, 2, 3, 4]), energy=torch.tensor(-2.0), charge=torch.tensor([0.0]))
-    d = prepare(s, SCHEMA)
-    assert d.x[:, 0].tolist() == [1, 2, 3, 4]
-    assert d.graph_output[0, 0] == -2.0 and d.graph_attr.shape == (1, 1)
-    assert s.atomic_number.shape == (4,)  # the source is left as it was
-
-
-def test_graph_vector_given_flat_is_accepted():
-    d = prepare(make_sample(dipole=torch.tensor([1.0, 2.0, 3.0])), SCHEMA)
-    assert d.graph_output.shape == (1, 4)
+@pytest.mark.parametrize(
+    ("overrides", "pattern"),
+    [
+        (
+            {"atomic_number": torch.tensor([1, 2, 3, 4])},
+            r"'atomic_number' \(node, dim 1\): wrong shape: expected shape \(N=4 from 'pos', 1\).*found shape \(4,\) "
+            r"int64; node variables have shape \(N, dim\): use atomic_number.reshape\(-1, 1\)",
+        ),
+        (
+            {"bond": torch.zeros(5)},
+            r"'bond' \(edge, dim 1\): wrong shape.*found shape \(5,\) float32; edge variables have shape \(E, dim\): "
+            r"use bond.reshape\(-1, 1\)",
+        ),
+        (
+            {"energy": torch.tensor(-2.0)},
+            r"'energy' \(graph, dim 1\): wrong shape.*found shape \(\) float32; graph variables have shape "
+            r"\(1, dim\): use energy.reshape\(1, 1\)",
+        ),
+        (
+            {"dipole": torch.tensor([1.0, 2.0, 3.0])},
+            r"'dipole' \(graph, dim 3\): wrong shape.*found shape \(3,\) float32; graph variables have shape "
+            r"\(1, dim\): use dipole.reshape\(1, 3\)",
+        ),
+    ],
+)
+def test_flat_sources_refused_with_the_shape_to_give(overrides, pattern):
+    # the seed: node variables (N, dim), edge variables (E, dim), graph variables (1, dim); a flat
+    # or scalar tensor is refused and the message says which reshape gives the contract's shape
+    with pytest.raises(SchemaError, match=pattern):
+        prepare(make_sample(**overrides), SCHEMA, index=2)
+    fixed = {k: v.reshape(-1, SCHEMA[k].dim) for k, v in overrides.items()}
+    prepare(make_sample(**fixed), SCHEMA, index=2)  # the reshape the message names is accepted
 
 
 REAL = r"with a real dtype \(floating or integer\)"
@@ -222,3 +243,16 @@ def test_batched_y_loc_locates_each_graph_outputs():
 def test_non_data_input_rejected():
     with pytest.raises(SchemaError, match="sample 3: expected a torch_geometric Data, found dict"):
         prepare({"pos": torch.zeros(1, 3)}, SCHEMA, index=3)
+
+
+def test_schema_without_outputs_prepares_samples_for_prediction():
+    # the seed: "Edge inputs, graph inputs, and outputs are optional"; with none declared the
+    # prepared sample has inputs only, and stale targets from a labelled source are removed
+    schema = Schema.from_dict({"inputs": SCHEMA.to_dict()["inputs"]})
+    stale = prepare(make_sample(), SCHEMA)  # carries y, y_loc and the *_output tensors
+    d = prepare(stale, schema, index=0)
+    assert d.x.shape == (4, 3) and d.edge_attr.shape == (5, 1) and d.graph_attr.shape == (1, 1)
+    for key in ("y", "y_loc", "node_output", "edge_output", "graph_output"):
+        assert key not in d, key
+    batch = Batch.from_data_list([d, prepare(make_sample(n=3, e=2, seed=1), schema)])
+    assert batch.x.shape == (7, 3) and batch.graph_attr.shape == (2, 1) and batch.num_graphs == 2

@@ -123,5 +123,28 @@ def test_missing_fields_and_wrong_containers():
         Schema.from_dict(variant(outputs__0__name=""))
     with pytest.raises(SchemaError, match="Variables.inputs: expected a list"):
         Schema.from_dict({"inputs": {"a": 1}, "outputs": []})
-    with pytest.raises(SchemaError, match="at least one output"):
-        Schema.from_dict({"inputs": BASE["inputs"], "outputs": []})
+
+
+def test_feature_role_written_explicitly_is_the_default():
+    # the seed: "ordinary inputs use the default feature role"; writing it is the same as leaving it out
+    spec = copy.deepcopy(BASE)
+    for entry in spec["inputs"]:
+        if entry["name"] != "pos":
+            entry["role"] = "feature"
+    s = Schema.from_dict(spec)
+    assert s == Schema.from_dict(BASE) and s.to_dict() == Schema.from_dict(BASE).to_dict()
+    assert [v.name for v in s.feature_inputs("node")] == ["atomic_number"] and s["charge"].role is None
+    with pytest.raises(SchemaError, match="'pos'.*must declare role 'position'"):
+        Schema.from_dict(variant(inputs__1__role="feature"))  # pos is never an ordinary feature
+    with pytest.raises(SchemaError, match=r"unknown role 'coordinates'; expected one of \['feature', 'position'\]"):
+        Schema.from_dict(variant(inputs__0__role="coordinates"))
+
+
+@pytest.mark.parametrize("outputs", [[], None])
+def test_outputs_are_optional(outputs):
+    # the seed: "Edge inputs, graph inputs, and outputs are optional" (absent or an empty list)
+    spec = {"inputs": BASE["inputs"]} if outputs is None else {"inputs": BASE["inputs"], "outputs": outputs}
+    s = Schema.from_dict(spec)
+    assert s.outputs == () and not s.has_outputs and Schema.from_dict(BASE).has_outputs
+    assert s.to_dict()["outputs"] == [] and Schema.from_dict(s.to_dict()) == s
+    assert s.output_slices() == {} and s.input_dim("node") == 1

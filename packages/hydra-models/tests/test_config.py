@@ -241,3 +241,12 @@ def test_num_species_auto():
     feat = _schema(inputs=[{"name": "feat", "level": "node", "dim": 1}, MLIP_VARS["inputs"][1]])
     assert build_model(_arch(), feat).dims.num_species == 0
     assert build_model(_arch(num_species=100), feat).dims.num_species == 100
+
+
+@pytest.mark.parametrize("mlip", [False, True])
+def test_schema_without_outputs_is_refused_with_a_reason(mlip):
+    # hydra-data prepares samples from a schema without outputs (prediction inputs); a model
+    # needs at least one output to predict and train on, and says so
+    schema = Schema.from_dict({"inputs": MLIP_VARS["inputs"]})
+    with pytest.raises(ModelConfigError, match=r"Variables.outputs: a model needs at least one output to predict and train on"):
+        build_model(_arch(enable_interatomic_potential=mlip), schema)

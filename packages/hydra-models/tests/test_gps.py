@@ -63,6 +63,21 @@ def test_config_errors_name_the_key(arch, match):
         ModelConfig.from_dict(arch)
 
 
+@pytest.mark.parametrize("engine", ["None", None])
+def test_engine_none_as_the_seed_writes_it_means_no_global_attention(engine):
+    # the seed lists the accepted engines as "EquivariantTransformer, GPS, None": the string "None"
+    # is the same as JSON null (and leaves hidden_dim free of the heads rule)
+    from hydragnn.models.config_parse import to_json
+
+    arch = small_arch("SchNet", global_attn_engine=engine, global_attn_heads=3)
+    cfg = ModelConfig.from_dict(arch)
+    assert cfg.attention.engine is None and to_json(cfg.attention)["global_attn_engine"] is None
+    model = build_model(arch, CLUSTER_SCHEMA)
+    assert model.encoder.mixers is None and model.global_stage is None
+    with pytest.raises(ModelConfigError, match=r'global_attn_engine: expected one of .* or "None" \(or null\), found \'none\''):
+        ModelConfig.from_dict({**arch, "global_attn_engine": "none"})
+
+
 # ----------------------------------------------------------------------------- every combination
 @pytest.mark.parametrize("attn_type", ["multihead", "performer"])
 @pytest.mark.parametrize("encoder_name", MIXING_ENCODERS)

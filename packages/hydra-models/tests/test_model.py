@@ -54,7 +54,7 @@ def _generic_batch(count: int = 3):
             edge_shift=base.edge_shift,
             charge_in=torch.randn(n, 2, generator=g),
             bond_in=torch.randn(e, 2, generator=g),
-            temperature=torch.rand(1, generator=g),
+            temperature=torch.rand(1, 1, generator=g),
             band_gap=torch.randn(1, 2, generator=g),
             moment=torch.randn(n, 3, generator=g),
             bond_order=torch.randn(e, 1, generator=g),

@@ -134,6 +134,14 @@ def test_variables_error_is_a_config_error():
         load_config(cfg)
 
 
+def test_a_schema_without_outputs_is_refused_for_training():
+    # hydra-data accepts a schema without outputs (samples for prediction); a training run does not
+    cfg = config()
+    cfg["Variables"]["outputs"] = []
+    with pytest.raises(ConfigError, match=r"^Variables.outputs: a training run needs at least one output to train on"):
+        load_config(cfg)
+
+
 def test_training_model_keys_are_copied_into_the_architecture():
     cfg = config(precision="fp64", loss_function_type="mae")
     run = load_config(cfg)

@@ -1,23 +1,15 @@
 """``prepare(sample, schema)``: turn a raw sample into the prepared-graph contract.
 
-Shape conventions accepted for a source attribute of width ``dim`` (N nodes, E edges):
+Every source attribute of width ``dim`` must have the shape the seed's contract names (N nodes,
+E edges): node variables ``(N, dim)``, edge variables ``(E, dim)``, graph variables
+``(1, dim)``; PyG then batches graph variables into ``(B, dim)`` with no special rule. A flat
+``(N,)``, ``(dim,)`` or scalar is refused with a message giving the shape to use (for example
+``atomic_number.reshape(-1, 1)`` or ``energy.reshape(1, 1)``).
 
-========  ==========================  ===============================
-level     accepted                    stored in derived tensor as
-========  ==========================  ===============================
-node      ``(N, dim)``; ``(N,)`` if   ``(N, dim)``
-          ``dim == 1``
-edge      ``(E, dim)``; ``(E,)`` if   ``(E, dim)``
-          ``dim == 1``
-graph     ``(1, dim)``; ``(dim,)``;   ``(1, dim)``
-          ``()`` if ``dim == 1``
-========  ==========================  ===============================
-
-Source attributes themselves are left untouched on the prepared sample (a ``(N,)`` source stays
-``(N,)``); only the derived tensors are reshaped. Feature tensors (``x``, ``edge_attr``,
-``graph_attr``) and targets (``node_output``, ``edge_output``, ``graph_output``, ``y``) are
-floating point: integer sources (atomic numbers, say) are cast to the default dtype, floating
-sources keep their promoted dtype.
+Source attributes themselves are left untouched on the prepared sample. Feature tensors
+(``x``, ``edge_attr``, ``graph_attr``) and targets (``node_output``, ``edge_output``,
+``graph_output``, ``y``) are floating point: integer sources (atomic numbers, say) are cast to
+the default dtype, floating sources keep their promoted dtype.
 """
 
 from __future__ import annotations
@@ -78,7 +70,7 @@ def _counts(sample: Data, schema: Schema, where: str) -> dict[str, Any]:
 
 
 def _checked(sample: Data, var: Variable, counts: dict[str, Any], where: str) -> torch.Tensor:
-    """The source tensor of ``var`` validated and reshaped to ``(rows, dim)``."""
+    """The source tensor of ``var`` validated to be ``(rows, dim)``; flat shapes are refused."""
     label = f"{where}: variable {var.name!r} ({var.level}, dim {var.dim})"
     if var.level == "edge" and "edge" not in counts:
         raise SchemaError(f"{label}: edge-level variables need 'edge_index' (2, E) on the sample; none found")
@@ -100,11 +92,14 @@ def _checked(sample: Data, var: Variable, counts: dict[str, Any], where: str) ->
     shape = tuple(t.shape)
     if shape == (rows, var.dim):
         return t
-    if var.dim == 1 and var.level != "graph" and shape == (rows,):
-        return t.reshape(rows, 1)
-    if var.level == "graph" and (shape == (var.dim,) or (var.dim == 1 and shape == ())):
-        return t.reshape(1, var.dim)
-    raise SchemaError(f"{label}: wrong shape: expected {expected}, found {_describe(t)}")
+    hint = ""
+    if t.numel() == rows * var.dim and t.dim() < 2:
+        lead = {"node": ("N", -1), "edge": ("E", -1), "graph": ("1", 1)}[var.level]
+        hint = (
+            f"; {var.level} variables have shape ({lead[0]}, dim): "
+            f"use {var.name}.reshape({lead[1]}, {var.dim})"
+        )
+    raise SchemaError(f"{label}: wrong shape: expected {expected}, found {_describe(t)}{hint}")
 
 
 def _check_geometry(data: Data, counts: dict[str, Any], where: str) -> None:
@@ -148,7 +143,9 @@ def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:
         inputs), ``node_output [N, On]`` / ``edge_output [E, Oe]`` / ``graph_output [1, Og]``
         (outputs present at that level), ``y [sum of output sizes, 1]`` (all outputs flattened
         in JSON order) and ``y_loc [1, n_outputs + 1]`` (int64 boundaries of each output in
-        ``y``). ``pos`` is the same tensor object as the source (autograd is preserved).
+        ``y``). A schema without outputs gives no ``y`` / ``y_loc`` / ``*_output`` (stale ones
+        are removed): a sample for prediction. ``pos`` is the same tensor object as the source
+        (autograd is preserved).
 
     Raises:
         SchemaError: naming the sample index, the variable, expected and found shape/dtype.
@@ -180,6 +177,8 @@ def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:
             data[output_key] = torch.cat([t.to(dtype) for t in outs], dim=1)
 
     targets = [checked[v.name] for v in schema.outputs]
+    if not targets:
+        return data
     y_dtype = _float_dtype(targets)
     flat = [t.reshape(-1).to(y_dtype) for t in targets]
     data.y = torch.cat(flat).reshape(-1, 1)

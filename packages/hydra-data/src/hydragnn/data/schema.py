@@ -10,11 +10,14 @@ A schema comes from the JSON ``Variables`` section::
 Rules (each raises :class:`SchemaError` naming the variable):
 
 * every variable has ``name`` (non-empty str), ``level`` (``node``, ``edge`` or ``graph``) and
-  ``dim`` (int > 0); ``role`` is optional and the only known role is ``"position"``;
+  ``dim`` (int > 0); ``role`` is optional: ``"feature"`` (the default, same as no role) or
+  ``"position"``;
 * ``role: "position"`` is allowed only on an input named ``pos`` at node level with dim 3, and an
   input named ``pos`` must carry that role;
-* outputs cannot have a role;
+* outputs cannot have a role (an explicit ``"feature"`` is the default and allowed);
 * at least one ordinary (non-position) node input is required;
+* outputs are optional (``"outputs"`` absent or ``[]``): such a schema prepares samples for
+  prediction only, and building a model from it is refused by ``hydragnn.models``;
 * the derived names in :data:`RESERVED_NAMES` cannot be used; names are unique across inputs and
   outputs; unknown keys and levels are rejected.
 """
@@ -29,7 +32,8 @@ from .errors import SchemaError, did_you_mean
 
 Level = Literal["node", "edge", "graph"]
 LEVELS: tuple[str, ...] = ("node", "edge", "graph")
-ROLES: tuple[str, ...] = ("position",)
+ROLES: tuple[str, ...] = ("feature", "position")
+"""Known roles; ``"feature"`` is the default and is stored as ``role=None``."""
 RESERVED_NAMES: frozenset[str] = frozenset(
     {"x", "edge_attr", "graph_attr", "y", "y_loc", "node_output", "edge_output", "graph_output"}
 )
@@ -48,13 +52,19 @@ class Variable:
         level: ``"node"`` (shape ``[N, dim]``), ``"edge"`` (``[E, dim]``) or ``"graph"``
             (``[1, dim]``).
         dim: number of feature columns (> 0).
-        role: ``"position"`` for the ``pos`` input, otherwise ``None``.
+        role: ``"position"`` for the ``pos`` input, otherwise ``None`` (an ordinary feature;
+            ``role="feature"`` is accepted and normalised to ``None``, so both spellings give
+            equal variables and the same JSON form).
     """
 
     name: str
     level: Level
     dim: int
     role: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role == "feature":
+            object.__setattr__(self, "role", None)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "level": self.level, "dim": self.dim}
@@ -92,7 +102,9 @@ def _parse_variable(entry: Any, where: str) -> Variable:
         raise SchemaError(f"{label}: 'dim' must be an integer > 0, found {dim!r}")
     role = entry.get("role")
     if role is not None and role not in ROLES:
-        raise SchemaError(f"{label}: unknown role {role!r}; expected one of {list(ROLES)} or no role")
+        raise SchemaError(
+            f"{label}: unknown role {role!r}; expected one of {list(ROLES)} or no role (same as 'feature')"
+        )
     return Variable(name=name, level=level, dim=dim, role=role)
 
 
@@ -122,7 +134,7 @@ class Schema:
                 if var.name in seen:
                     raise SchemaError(f"{where}: duplicate name, already declared in Variables.{seen[var.name]}")
                 seen[var.name] = kind
-                if kind == "outputs" and var.role is not None:
+                if kind == "outputs" and var.role is not None:  # "feature" is already None
                     raise SchemaError(f"{where}: outputs cannot have a role, found role {var.role!r}")
                 if var.role == "position":
                     if kind != "inputs" or var.name != "pos" or var.level != "node" or var.dim != 3:
@@ -139,8 +151,6 @@ class Schema:
             raise SchemaError(
                 "Variables.inputs: at least one ordinary node input (level 'node', no role) is required to build x"
             )
-        if not self.outputs:
-            raise SchemaError("Variables.outputs: at least one output variable is required")
         object.__setattr__(self, "_by_name", {v.name: v for v in (*self.inputs, *self.outputs)})
 
     @classmethod
@@ -148,7 +158,8 @@ class Schema:
         """Parse the JSON ``Variables`` section.
 
         Args:
-            variables: ``{"inputs": [...], "outputs": [...]}``.
+            variables: ``{"inputs": [...], "outputs": [...]}``; ``"outputs"`` may be absent or
+                empty (a schema for prediction only, see :attr:`has_outputs`).
 
         Raises:
             SchemaError: on any rule violation; the message names the variable.
@@ -165,7 +176,7 @@ class Schema:
             )
         parsed: dict[str, list[Variable]] = {}
         for kind in ("inputs", "outputs"):
-            entries = variables.get(kind)
+            entries = variables.get(kind, [] if kind == "outputs" else None)
             if not isinstance(entries, list):
                 raise SchemaError(f"Variables.{kind}: expected a list of variables, found {type(entries).__name__}")
             parsed[kind] = [_parse_variable(e, f"Variables.{kind}[{i}]") for i, e in enumerate(entries)]
@@ -183,6 +194,11 @@ class Schema:
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
+
+    @property
+    def has_outputs(self) -> bool:
+        """Whether any output is declared; without one, samples can be prepared but not trained on."""
+        return bool(self.outputs)
 
     @property
     def position(self) -> Variable | None:

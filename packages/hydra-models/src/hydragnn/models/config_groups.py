@@ -161,6 +161,17 @@ class MLIPConfig:
         )
 
 
+def parse_attn_engine(value: Any, where: str, error: Error = ModelConfigError) -> str | None:
+    """``global_attn_engine``: ``"GPS"``, ``"EquivariantTransformer"``, or no global attention
+    written as JSON null or as the string ``"None"`` (the seed's spelling), both giving ``None``."""
+    if value is None or value == "None":
+        return None
+    value = parse_value(value, str, where, error)
+    if value not in GLOBAL_ATTN_ENGINES:
+        raise error(f'{where}: expected one of {sorted(GLOBAL_ATTN_ENGINES)} or "None" (or null), found {value!r}')
+    return value
+
+
 @dataclass(frozen=True)
 class GlobalAttentionConfig:
     """The global-attention keys (``config.attention``; JSON keys in brackets, then defaults).
@@ -168,7 +179,8 @@ class GlobalAttentionConfig:
     Attributes:
         engine (``global_attn_engine``) [null]: ``GPS`` (global attention mixed into every conv
             layer of the encoder) or ``EquivariantTransformer`` (all-to-all equivariant
-            attention layers after the encoder, or alone when ``mpnn_type`` is null).
+            attention layers after the encoder, or alone when ``mpnn_type`` is null); null or
+            the string ``"None"`` for none (stored as ``None``).
         attn_type (``global_attn_type``) ["multihead"]: GPS attention, ``multihead`` (exact
             softmax, per graph) or ``performer`` (random features, linear in the atoms).
         heads (``global_attn_heads``) [4]: attention heads; ``hidden_dim`` must be a multiple.
@@ -178,7 +190,7 @@ class GlobalAttentionConfig:
             ``pe_dim`` random-walk return probabilities per node, computed with the data.
     """
 
-    engine: str | None = field(default=None, metadata={"json": "global_attn_engine", "choices": GLOBAL_ATTN_ENGINES})
+    engine: str | None = field(default=None, metadata={"json": "global_attn_engine", "parse": parse_attn_engine})
     attn_type: str = field(default="multihead", metadata={"json": "global_attn_type", "choices": GLOBAL_ATTN_TYPES})
     heads: int = field(default=4, metadata={"json": "global_attn_heads", **_POSITIVE})
     layers: int | None = field(default=None, metadata={"json": "global_attn_layers", **_POSITIVE})

@@ -54,6 +54,11 @@ class HydraModel(nn.Module):
 
     def __init__(self, config: ModelConfig, schema: Schema) -> None:
         super().__init__()
+        if not schema.has_outputs:
+            raise ModelConfigError(
+                "Variables.outputs: a model needs at least one output to predict and train on; the schema "
+                "declares none (a schema without outputs only prepares samples for prediction)"
+            )
         self.config = config
         self.schema = schema
         self.mlip = config.mlip.enabled

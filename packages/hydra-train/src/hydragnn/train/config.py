@@ -207,6 +207,11 @@ def load_config(
         except SchemaError as exc:
             msg = str(exc)
             raise ConfigError(msg if msg.startswith("Variables") else f"Variables: {msg}") from exc
+        if not schema.has_outputs:
+            raise ConfigError(
+                "Variables.outputs: a training run needs at least one output to train on; none is declared "
+                "(a schema without outputs only prepares samples for prediction)"
+            )
     nn = section(top[NN], NN, {"Architecture", "Training"})
 
     def parse(values: Any) -> TrainingConfig:
