@@ -21,16 +21,9 @@ import torch
 from torch import nn
 
 from ..encoder_configs.geometric import EGNNConfig
-from ..nn.radial import BesselRBF, CosineCutoff
 from ..nn.scatter import scatter_sum
-from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .equivariant_utils import (
-    AtomEmbedding,
-    call_layer,
-    check_dims,
-    edge_attributes,
-    edge_geometry,
-)
+from .base import EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .equivariant_utils import EquivariantEncoder
 
 
 class EGCL(nn.Module):
@@ -99,22 +92,16 @@ def squared_distance(rel: torch.Tensor, inv_r2: float) -> torch.Tensor:
 
 
 @register_encoder("EGNN")
-class EGNN(Encoder):
+class EGNN(EquivariantEncoder):
     """EGNN encoder: returns ``NodeEmbedding(scalar h [N, H], vector [N, 3, C])`` (``vector``
     None when nothing reads it, see the module docstring)."""
 
     Config = EGNNConfig
-    equivariant = True
-    needs_pos = True
 
     def __init__(self, dims: EncoderDims, config: EGNNConfig | None = None) -> None:
-        config = EGNNConfig() if config is None else config
         super().__init__(dims, config)
-        check_dims(dims, "EGNN")
+        config = self.config
         channels = config.num_vector_channels or dims.hidden_dim
-        self.embedding = AtomEmbedding(dims)
-        self.rbf = BesselRBF(dims.radius, dims.num_radial)
-        self.cutoff = CosineCutoff(dims.radius)
         edge_feat = dims.num_radial + max(dims.edge_in, 0)
         self.tracks_vectors = config.update_coords or dims.vector_output
         self.update_coords = config.update_coords
@@ -137,21 +124,16 @@ class EGNN(Encoder):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
-        length, _ = edge_geometry(inputs, "EGNN")
-        h = self.embedding(inputs.x)
-        length = length.to(h.dtype)
+        h, length, _, edge_attr = self.edge_inputs(inputs)
         assert inputs.edge_vec is not None
         edge_vec = inputs.edge_vec.to(h.dtype)
         edge_feat = self.rbf(length)
-        edge_attr = edge_attributes(inputs, self.dims, "EGNN", h.dtype)
         if edge_attr is not None:
             edge_feat = torch.cat([edge_feat, edge_attr], dim=-1)
         fcut = self.cutoff(length).unsqueeze(-1)
         if not self.update_coords:  # every layer reads the input distances: computed once
             edge_feat = torch.cat([squared_distance(edge_vec, 1.0 / self.dims.radius**2), edge_feat], dim=-1)
         v = h.new_zeros((h.shape[0], 3, self.channels)) if self.tracks_vectors else None
-        for i, layer in enumerate(self.layers):
-            h_in = h
-            h, v = call_layer(layer, self.dims.conv_checkpointing, h, v, inputs.edge_index, edge_vec, edge_feat, fcut)
-            h = self.mix(i, h_in, h, inputs)
+        args = (inputs.edge_index, edge_vec, edge_feat, fcut)
+        h, v = self.run_layers(h, v, inputs, self.dims.conv_checkpointing, *args)
         return NodeEmbedding(scalar=h, vector=v)

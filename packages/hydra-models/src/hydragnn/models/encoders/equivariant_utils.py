@@ -13,9 +13,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..encoder_configs import EncoderConfig
 from ..errors import ModelConfigError, ModelError
+from ..nn import BesselRBF, CosineCutoff
 from ..nn.geometry import safe_norm, safe_unit_vectors
-from .base import EncoderDims, GraphInputs
+from .base import Encoder, EncoderDims, GraphInputs
 
 
 class AtomEmbedding(nn.Module):
@@ -105,3 +107,51 @@ def check_dims(dims: EncoderDims, encoder: str) -> None:
         )
     if dims.num_species <= 0 and dims.node_in <= 0:
         raise ModelConfigError(f"{encoder}: needs node input features (node_in > 0) or num_species > 0")
+
+
+class EquivariantEncoder(Encoder):
+    """Base of the encoders that carry invariant scalars ``s [N, H]`` and equivariant vectors
+    ``v [N, 3, C]`` per atom from positions (PAINN, PNAEq, EGNN).
+
+    It fills a missing config with the subclass's ``Config()``, checks the sizes, then builds,
+    in this order (so parameters draw from the RNG as each encoder always did), the atom
+    embedding, the Bessel radial basis (trainable when the config's ``trainable_rbf`` is) and the
+    cosine cutoff; the subclass builds ``layers`` after. :meth:`edge_inputs` is the common start
+    of ``forward``, :meth:`run_layers` the common layer loop (activation checkpointing per layer,
+    :meth:`Encoder.mix` after each).
+    """
+
+    equivariant = True
+    needs_pos = True
+
+    def __init__(self, dims: EncoderDims, config: EncoderConfig | None = None) -> None:
+        config = self.Config() if config is None else config
+        super().__init__(dims, config)
+        check_dims(dims, self.name)
+        self.embedding = AtomEmbedding(dims)
+        self.rbf = BesselRBF(dims.radius, dims.num_radial, trainable=getattr(config, "trainable_rbf", False))
+        self.cutoff = CosineCutoff(dims.radius)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def edge_inputs(
+        self, inputs: GraphInputs
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``(s [N, H], length [E], unit [E, 3], edge_attr [E, edge_in] or None)``: the embedded
+        atoms and the edge geometry and inputs in their dtype."""
+        length, unit = edge_geometry(inputs, self.name)
+        s = self.embedding(inputs.x)
+        edge_attr = edge_attributes(inputs, self.dims, self.name, s.dtype)
+        return s, length.to(s.dtype), unit.to(s.dtype), edge_attr
+
+    def run_layers(
+        self, s: torch.Tensor, v: torch.Tensor | None, inputs: GraphInputs, checkpointing: bool, *args: object
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``s, v = layer(s, v, *args)`` for every layer, each followed by :meth:`Encoder.mix`."""
+        for i, layer in enumerate(self.layers):
+            s_in = s
+            s, v = call_layer(layer, checkpointing, s, v, *args)  # type: ignore[misc]
+            s = self.mix(i, s_in, s, inputs)
+        return s, v

@@ -13,16 +13,9 @@ import torch
 from torch import nn
 
 from ..encoder_configs.geometric import PAINNConfig
-from ..nn import BesselRBF, CosineCutoff, EquivariantMessage, PaiNNUpdate, RadialEdges
-from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .equivariant_utils import (
-    AtomEmbedding,
-    VectorReadout,
-    call_layer,
-    check_dims,
-    edge_attributes,
-    edge_geometry,
-)
+from ..nn import EquivariantMessage, PaiNNUpdate, RadialEdges
+from .base import EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .equivariant_utils import EquivariantEncoder, VectorReadout
 
 
 class PaiNNMessage(nn.Module):
@@ -46,41 +39,26 @@ class PaiNNMessage(nn.Module):
 
 
 @register_encoder("PAINN")
-class PAINN(Encoder):
+class PAINN(EquivariantEncoder):
     """PaiNN encoder: returns ``NodeEmbedding(scalar [N, H], vector [N, 3, C])``."""
 
     Config = PAINNConfig
-    equivariant = True
-    needs_pos = True
 
     def __init__(self, dims: EncoderDims, config: PAINNConfig | None = None) -> None:
-        config = PAINNConfig() if config is None else config
         super().__init__(dims, config)
-        check_dims(dims, "PAINN")
-        hidden = dims.hidden_dim
-        self.embedding = AtomEmbedding(dims)
-        self.rbf = BesselRBF(dims.radius, dims.num_radial, trainable=config.trainable_rbf)
-        self.cutoff = CosineCutoff(dims.radius)
         filter_in = dims.num_radial + max(dims.edge_in, 0)
         self.layers = nn.ModuleList(
-            PaiNNMessage(hidden, filter_in, config.norm_eps) for _ in range(dims.num_conv_layers)
+            PaiNNMessage(dims.hidden_dim, filter_in, self.config.norm_eps) for _ in range(dims.num_conv_layers)
         )
-        self.readout = VectorReadout(hidden, config.num_vector_channels)
+        self.readout = VectorReadout(dims.hidden_dim, self.config.num_vector_channels)
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
-        length, unit = edge_geometry(inputs, "PAINN")
-        s = self.embedding(inputs.x)
-        length = length.to(s.dtype)
-        unit = unit.to(s.dtype)
-        edge_attr = edge_attributes(inputs, self.dims, "PAINN", s.dtype)
+        s, length, unit, edge_attr = self.edge_inputs(inputs)
         src, dst = inputs.edge_index[0], inputs.edge_index[1]
         edges = RadialEdges(src, dst, length, s.shape[0], s.dtype, self.rbf, self.cutoff, unit=unit, attr=edge_attr)
         checkpointing = self.dims.conv_checkpointing and torch.is_grad_enabled()
         if checkpointing:
             edges.materialize()
         v = s.new_zeros((s.shape[0], 3, s.shape[1]))
-        for i, layer in enumerate(self.layers):
-            s_in = s
-            s, v = call_layer(layer, checkpointing, s, v, edges)
-            s = self.mix(i, s_in, s, inputs)
+        s, v = self.run_layers(s, v, inputs, checkpointing, edges)
         return NodeEmbedding(scalar=s, vector=self.readout(v))

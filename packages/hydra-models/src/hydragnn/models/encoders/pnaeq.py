@@ -33,17 +33,9 @@ from ..encoder_configs.geometric import PNAEQ_AGGREGATORS as AGGREGATORS  # noqa
 from ..encoder_configs.geometric import PNAEQ_SCALERS as SCALERS  # noqa: F401  (re-exported)
 from ..encoder_configs.geometric import PNAEqConfig
 from ..nn.painn import PaiNNUpdate
-from ..nn.radial import BesselRBF, CosineCutoff
 from ..nn.scatter import scatter_sum
-from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .equivariant_utils import (
-    AtomEmbedding,
-    VectorReadout,
-    call_layer,
-    check_dims,
-    edge_attributes,
-    edge_geometry,
-)
+from .base import EncoderDims, GraphInputs, NodeEmbedding, register_encoder
+from .equivariant_utils import EquivariantEncoder, VectorReadout
 
 
 def soft_extreme(
@@ -164,37 +156,23 @@ class PNAEqLayer(nn.Module):
 
 
 @register_encoder("PNAEq")
-class PNAEq(Encoder):
+class PNAEq(EquivariantEncoder):
     """Equivariant PNA encoder: returns ``NodeEmbedding(scalar [N, H], vector [N, 3, C])``."""
 
     Config = PNAEqConfig
-    equivariant = True
-    needs_pos = True
 
     def __init__(self, dims: EncoderDims, config: PNAEqConfig | None = None) -> None:
-        config = PNAEqConfig() if config is None else config
         super().__init__(dims, config)
-        check_dims(dims, "PNAEq")
-        self.embedding = AtomEmbedding(dims)
-        self.rbf = BesselRBF(dims.radius, dims.num_radial, trainable=config.trainable_rbf)
-        self.cutoff = CosineCutoff(dims.radius)
         self.layers = nn.ModuleList(
-            PNAEqLayer(dims.hidden_dim, dims.num_radial, max(dims.edge_in, 0), config)
+            PNAEqLayer(dims.hidden_dim, dims.num_radial, max(dims.edge_in, 0), self.config)
             for _ in range(dims.num_conv_layers)
         )
-        self.readout = VectorReadout(dims.hidden_dim, config.num_vector_channels)
+        self.readout = VectorReadout(dims.hidden_dim, self.config.num_vector_channels)
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
-        length, unit = edge_geometry(inputs, "PNAEq")
-        s = self.embedding(inputs.x)
-        length = length.to(s.dtype)
-        unit = unit.to(s.dtype)
-        rbf = self.rbf(length)
-        fcut = self.cutoff(length)
-        edge_attr = edge_attributes(inputs, self.dims, "PNAEq", s.dtype)
+        s, length, unit, edge_attr = self.edge_inputs(inputs)
+        rbf, fcut = self.rbf(length), self.cutoff(length)
         v = s.new_zeros((s.shape[0], 3, s.shape[1]))
-        for i, layer in enumerate(self.layers):
-            s_in = s
-            s, v = call_layer(layer, self.dims.conv_checkpointing, s, v, inputs.edge_index, rbf, fcut, unit, edge_attr)
-            s = self.mix(i, s_in, s, inputs)
+        args = (inputs.edge_index, rbf, fcut, unit, edge_attr)
+        s, v = self.run_layers(s, v, inputs, self.dims.conv_checkpointing, *args)
         return NodeEmbedding(scalar=s, vector=self.readout(v))
