@@ -25,6 +25,7 @@ RADIUS = 3.0
 CASES = [
     ("PAINN", {}),
     ("PAINN", {"num_vector_channels": 5}),
+    ("PAINN", {"radial_mlp": 6}),
     ("EGNN", {}),
     ("EGNN", {"update_coords": False, "attention": True, "num_vector_channels": 4}),
     ("PNAEq", {}),

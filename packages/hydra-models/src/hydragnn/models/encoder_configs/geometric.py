@@ -85,15 +85,20 @@ class PAINNConfig(EncoderConfig):
             Vectors vanish at inversion-symmetric sites (most crystal sites), where the norm is
             a smoothed ``|x|`` of width ``sqrt(eps)``: PaiNN's 1e-8 puts a near-cusp in the
             energy there (forces jump over ~1e-4 Å, huge Hessians); 1e-2 keeps it smooth.
+        radial_mlp: width of a radial MLP in every layer (MACE's radial MLP): the filter becomes
+            ``Linear(R, m) -> SiLU -> Linear(m, m) -> SiLU -> Linear(m, 3H)`` of the radial basis
+            (edge inputs appended), where ``None`` keeps PaiNN's filter, linear in the basis.
     """
 
     num_vector_channels: int | None = None
     trainable_rbf: bool = False
     norm_eps: float = 1e-2
+    radial_mlp: int | None = None
 
     def __post_init__(self) -> None:
         check_positive("num_vector_channels", self.num_vector_channels)
         check_positive("norm_eps", self.norm_eps, allow_none=False)
+        check_positive("radial_mlp", self.radial_mlp)
 
 
 @register_encoder_config("EGNN")

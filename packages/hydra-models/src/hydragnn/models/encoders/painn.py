@@ -25,15 +25,24 @@ class PaiNNMessage(nn.Module):
     ``filter``: it holds the radial filter's weights), residuals, then the update block.
     """
 
-    def __init__(self, hidden: int, num_filter_in: int, eps: float) -> None:
+    def __init__(self, hidden: int, num_filter_in: int, eps: float, radial_mlp: int | None = None) -> None:
         super().__init__()
         self.hidden = hidden
         self.phi = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 3 * hidden))
+        self.radial: nn.Sequential | None = None
+        if radial_mlp is not None:
+            self.radial = nn.Sequential(
+                nn.Linear(num_filter_in, radial_mlp), nn.SiLU(), nn.Linear(radial_mlp, radial_mlp), nn.SiLU()
+            )
+            num_filter_in = radial_mlp
         self.filter = EquivariantMessage(num_filter_in, hidden)
         self.update = PaiNNUpdate(hidden, eps)
 
     def forward(self, s: torch.Tensor, v: torch.Tensor, edges: RadialEdges) -> tuple[torch.Tensor, torch.Tensor]:
-        """``s [N, H]``, ``v [N, 3, H]``, edges with unit vectors -> updated ``(s, v)``."""
+        """``s [N, H]``, ``v [N, 3, H]``, edges with unit vectors -> updated ``(s, v)``; with a
+        radial MLP the filter reads ``radial(basis_values) [E, m]``."""
+        if self.radial is not None:
+            edges = edges.with_basis_values(self.radial(edges.basis_values))
         ds, dv = self.filter(self.phi(s), v, edges)
         return self.update(s + ds, v + dv)
 
@@ -48,7 +57,8 @@ class PAINN(EquivariantEncoder):
         super().__init__(dims, config)
         filter_in = dims.num_radial + max(dims.edge_in, 0)
         self.layers = nn.ModuleList(
-            PaiNNMessage(dims.hidden_dim, filter_in, self.config.norm_eps) for _ in range(dims.num_conv_layers)
+            PaiNNMessage(dims.hidden_dim, filter_in, self.config.norm_eps, self.config.radial_mlp)
+            for _ in range(dims.num_conv_layers)
         )
         self.readout = VectorReadout(dims.hidden_dim, self.config.num_vector_channels)
 

@@ -111,6 +111,16 @@ class RadialEdges:
             self._shared_basis = self.basis(values).to(self.dtype)
         return self._shared_basis, inverse
 
+    def with_basis_values(self, values: torch.Tensor) -> RadialEdges:
+        """These edges with :attr:`basis_values` replaced by ``values [E, K]`` (a learned function
+        of them, such as a radial MLP); geometry and envelope values are shared, and no
+        :meth:`shared_basis_values` (the new values are not the basis module's)."""
+        out = RadialEdges(
+            self.src, self.dst, self.length, self.num_nodes, self.dtype, self.basis, self.envelope, self.unit
+        )
+        out._basis, out._env, out._shared = values, self.envelope_values, None
+        return out
+
     def materialize(self) -> RadialEdges:
         """Compute the basis and envelope values (and those at the distinct lengths) now, before
         checkpointed layers; returns self."""
