@@ -4,6 +4,7 @@
     nox -s tests-hydra-data      one distribution (and the layers below it) alone, its tests
     nox -s slow                  the long training runs (@pytest.mark.slow) that tests leaves out
     nox -s lint                  ruff
+    nox -s docs                  the documentation site in site/ (mkdocs build --strict)
     nox -s wheels                a wheel and an sdist per distribution in dist/ (twine-checked)
     nox -s build                 the wheels, then README.md's install lines in a fresh virtual
                                  environment, layer by layer (proves the layering)
@@ -126,6 +127,22 @@ def lint(session: nox.Session) -> None:
     """ruff over the whole tree."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", str(ROOT))
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """The documentation site in site/: README, docs/*.md and an API page per distribution.
+
+    ``mkdocs build --strict``: a warning (a broken link, a docstring griffe cannot parse) fails
+    the build. The API pages come from the sources read statically (tools/docs/hooks.py), so
+    nothing of the packages is installed or imported; versions are pinned in constraints/docs.txt.
+    Open site/index.html, or ``.nox/docs/bin/mkdocs serve`` for a live preview with search.
+    """
+    session.install("-c", str(ROOT / "constraints" / "docs.txt"), "mkdocs", "mkdocs-material", "mkdocstrings-python", "ruff")
+    session.run(
+        "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(ROOT / "site"),
+        *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 def _build_dists(session: nox.Session, dist_dir: pathlib.Path) -> list[pathlib.Path]:

@@ -19,8 +19,9 @@ first):
    loads no torch, reaches the four layers as attributes from wheels in one site-packages, and
    gives the seed's ``hydragnn.preprocess`` and ``hydragnn.utils.model``).
 
-``dist`` replaces the README's ``dist`` (where ``nox -s wheels`` writes). The layering proof of
-DESIGN.md is part of it: a line that brought a forbidden distribution fails. Incremental installs
+``dist`` replaces the README's ``dist`` (where ``nox -s wheels`` writes). The layering proof
+(docs/ARCHITECTURE.md: an arrow is the only allowed import direction) is part of it: a line that
+brought a forbidden distribution fails. Incremental installs
 in one venv give the same environment as a fresh one per line (each line's closure contains the
 previous one's), at the cost of one torch install instead of five.
 """
