@@ -1,7 +1,8 @@
 """Property-based fuzzing of every reader: each case ends in the package's own error or a correct
 result, never another exception, a crash or a hang (a per-case deadline).
 
-Targets: pickle and ``.pt`` containers (byte flips, truncations), ADIOS2 datasets (garbled
+Targets: pickle and ``.pt`` containers (byte flips, truncations), LSMS archives (tar.gz, zip) and
+LSMS text (byte flips, truncations), ADIOS2 datasets (garbled
 metadata with a recomputed integrity record, through the child-process check), model artifacts
 (byte flips; structurally valid manifests with hostile values, checksums recomputed), ``prepare``
 and the calculator (random bad inputs). ``HYDRAGNN_FUZZ_EXAMPLES`` sets the examples per target
@@ -14,12 +15,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import io
 import json
 import os
 import shutil
 import signal
+import tarfile
 import time
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +36,8 @@ from torch_geometric.data import Data
 from hydragnn.data import DataError, Schema, open_dataset, prepare, write_dataset
 from hydragnn.data.ase_source import AseSource, iter_frames
 from hydragnn.data.conversion import convert_source
+from hydragnn.data.lsms import iter_lsms, parse_lsms
+from hydragnn.data.lsms_synthetic import synthetic_alloy
 from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau, generate_cuau_atoms, write_extxyz
 from hydragnn.infer import HydraCalculator, InferenceError
 from hydragnn.models import ArtifactError, build_model, load_artifact, save_artifact
@@ -123,6 +129,55 @@ def test_pickle_container(pickle_file, samples, tmp_path_factory, changes, cut):
     path = tmp_path_factory.mktemp("case") / "ds.pkl"
     path.write_bytes(_garble(pickle_file.read_bytes(), changes, cut))
     _error_or_intact(path, samples)
+
+
+LSMS = synthetic_alloy(3, seed=0)
+
+
+def _lsms_archive(kind: str) -> bytes:
+    buf = io.BytesIO()
+    if kind == "zip":
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, text in LSMS:
+                zf.writestr(f"FePt/output_files/{name}", text)
+    else:
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for name, text in LSMS:
+                info = tarfile.TarInfo(f"FePt/output_files/{name}")
+                info.size = len(text.encode())
+                tar.addfile(info, io.BytesIO(text.encode()))
+    return buf.getvalue()
+
+
+@FUZZ
+@given(kind=st.sampled_from(["tar.gz", "zip"]), changes=flips, cut=st.none() | st.floats(0, 1))
+def test_lsms_archives(tmp_path_factory, kind, changes, cut):
+    """A damaged archive ends in a DataError (the compressions' and zip's CRCs are checked to the
+    end), or reads exactly the original structures."""
+    path = tmp_path_factory.mktemp("case") / f"raw.{kind}"
+    path.write_bytes(_garble(_lsms_archive(kind), changes, cut))
+    with case_deadline():
+        try:
+            got = [s for _, s in iter_lsms(path, n_atoms=32, elements=(26, 78))]
+        except DataError:
+            return
+    expected = [parse_lsms(text, name) for name, text in LSMS]
+    assert len(got) == len(expected) and all(_equal(a, b) for a, b in zip(got, expected))
+
+
+@FUZZ
+@given(changes=flips, cut=st.none() | st.floats(0, 1))
+def test_lsms_text(changes, cut):
+    """Damaged LSMS text ends in a DataError naming the file, or in a sample of the documented shapes."""
+    with case_deadline():
+        try:
+            d = parse_lsms(_garble(LSMS[1][1].encode(), changes, cut), "out_1")
+        except DataError as exc:
+            assert "out_1" in str(exc) and len(str(exc)) < 1000
+            return
+    n = d.atomic_number.shape[0]
+    assert d.pos.shape == (n, 3) and d.charge_density.shape == d.magnetic_moment.shape == (n, 1)
+    assert all(bool(torch.isfinite(t).all()) for t in (d.pos, d.charge_density, d.magnetic_moment, d.free_energy))
 
 
 @pytest.fixture(scope="module")

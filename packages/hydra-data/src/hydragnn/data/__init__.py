@@ -3,7 +3,8 @@
 Schema and sample preparation (Contract 1 of DESIGN.md), dataset containers, neighbor lists,
 loaders with cost-aware batching, normalization, ASE conversion (any file ASE reads, converted
 once into a cached prepared container), per-species reference energies, reference data from
-EMT, and a checksum-verified download cache.
+EMT, a checksum-verified download cache, and the published LSMS data sets upstream HydraGNN names
+(``CuAu_32atoms``, ``FePt_32atoms``, ``FeSi_1024atoms``: downloaded once, parsed, prepared and cached).
 
 Every public name is imported on first use (PEP 562), so ``from hydragnn.data import Schema``
 loads neither torch nor torch_geometric, and each layer pays only for what it touches; ``adios2``
@@ -40,6 +41,8 @@ _LAZY: dict[str, str] = {
     "convert_source": "conversion",
     "DownloadCache": "download",
     "download": "download",
+    "ArchiveError": "errors",
+    "ChecksumError": "errors",
     "CoincidentAtomsWarning": "errors",
     "ContainerError": "errors",
     "DataError": "errors",
@@ -49,6 +52,14 @@ _LAZY: dict[str, str] = {
     "NeighborListError": "errors",
     "SchemaError": "errors",
     "create_dataloaders": "loaders",
+    "format_lsms": "lsms",
+    "iter_lsms": "lsms",
+    "parse_lsms": "lsms",
+    "LSMS_VARIABLES": "named_datasets",
+    "NAMED_DATASETS": "named_datasets",
+    "NamedDataset": "named_datasets",
+    "fetch_raw": "named_fetch",
+    "prepare_named_dataset": "named_prepare",
     "set_epoch": "loaders",
     "add_edges": "neighbors",
     "brute_force_radius_graph": "neighbors",

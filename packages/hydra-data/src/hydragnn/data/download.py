@@ -5,6 +5,7 @@ Layout under the cache root (``$HYDRAGNN_CACHE``, else ``~/.cache/hydragnn``)::
     <root>/<sha256[:2]>/<sha256>/<filename>        verified file
     <root>/<sha256[:2]>/<sha256>/<filename>.part   download in progress (resumable)
     <root>/<sha256[:2]>/<sha256>/<filename>.lock   advisory lock between processes
+    <root>/unpinned/<sha256(url)[:16]>/<filename>.part   unpinned download in progress
 
 A cached file whose hash matches is returned without touching the network. Otherwise the
 content streams into ``.part``; an existing ``.part`` is resumed with an HTTP ``Range``
@@ -16,7 +17,10 @@ is kept).
 A transfer cut short (network error, timeout, or a body shorter than its ``Content-Length``)
 raises :class:`~hydragnn.data.errors.DownloadError` and keeps the ``.part`` for the next call.
 The hash is checked before the atomic rename; on mismatch the part is deleted and
-:class:`~hydragnn.data.errors.DownloadError` names the expected and actual hashes. Sources:
+:class:`~hydragnn.data.errors.ChecksumError` (a ``DownloadError``) names the expected and actual
+hashes. Content whose hash nobody published is fetched by :meth:`DownloadCache.fetch_unpinned`
+(trust on first use: the same transfer, then filed under the hash it has, which the caller
+records and pins from then on). Sources:
 ``http://``, ``https://``, ``file://`` URLs and plain local paths. Only the standard library
 (``urllib``) is used.
 """
@@ -36,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import DataError, DownloadError
+from .errors import ChecksumError, DataError, DownloadError
 
 __all__ = ["DownloadCache", "ProgressCallback", "default_cache_dir", "download", "sha256_file"]
 
@@ -223,8 +227,8 @@ class DownloadCache:
             Path of the verified file inside the cache.
 
         Raises:
-            DownloadError: on a network or file error (the message names the URL), or when the
-                content's hash differs from ``sha256`` (naming both hashes).
+            DownloadError: on a network or file error (the message names the URL).
+            ChecksumError: the content's hash differs from ``sha256`` (naming both hashes).
             DataError: on a malformed ``sha256`` or ``filename``.
         """
         sha = _normalise_sha(sha256)
@@ -250,12 +254,53 @@ class DownloadCache:
                 actual = sha256_file(part)
             if actual != sha:
                 part.unlink(missing_ok=True)
-                raise DownloadError(
+                raise ChecksumError(
                     f"{os.fspath(url)}: checksum mismatch: expected sha256 {sha}, got {actual}; "
                     "the partial file was deleted"
                 )
             os.replace(part, final)
         return final
+
+    def fetch_unpinned(
+        self,
+        url: str | os.PathLike[str],
+        filename: str | None = None,
+        progress: ProgressCallback | None = None,
+        timeout: float = 60.0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+    ) -> tuple[Path, str]:
+        """Download content whose checksum nobody published; return its cached file and SHA-256.
+
+        Trust on first use: the content streams into ``<root>/unpinned/<sha256(url)[:16]>/<filename>.part``
+        (resumed, bounded and locked as in :meth:`fetch`), is hashed, and moves to its content
+        address :meth:`path_for` ``(sha256, filename)``, where :meth:`fetch` and :meth:`lookup`
+        find it by that hash without any network. Nothing but the bounds vouches for the bytes:
+        the caller checks the content and records the hash it returns, so that later calls are
+        pinned. Always transfers (a resumable part excepted); look up a recorded hash first.
+
+        Returns:
+            ``(path, sha256)``.
+
+        Raises:
+            DownloadError: on a network or file error (the part is kept for resuming).
+            DataError: on a malformed ``filename``.
+        """
+        kind, location = _source(url)
+        name = _check_filename(filename if filename is not None else _default_filename(kind, location))
+        folder = self.root / "unpinned" / hashlib.sha256(os.fspath(url).encode()).hexdigest()[:16]
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DownloadError(f"{os.fspath(url)}: cannot create cache directory {folder}: {exc}") from exc
+        with _locked(folder / (name + ".lock")):
+            part = folder / (name + ".part")
+            self._transfer(kind, location, part, progress, timeout, _Limits(os.fspath(url), max_bytes, deadline_s))
+            sha = sha256_file(part)
+            final = self.path_for(sha, name)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(part, final)
+        return final, sha
 
     def _transfer(
         self, kind: str, location: str, part: Path, progress: ProgressCallback | None, timeout: float, limits: _Limits
@@ -354,7 +399,7 @@ def download(
         ``<cache_dir>/<sha256[:2]>/<sha256>/<filename>``.
 
     Raises:
-        DownloadError: on network or file errors, or a checksum mismatch.
+        DownloadError: on network or file errors; ChecksumError (a DownloadError) on a checksum mismatch.
         DataError: on a malformed ``sha256`` or ``filename``.
     """
     return DownloadCache(cache_dir).fetch(

@@ -31,6 +31,15 @@ class DownloadError(DataError, OSError):
     """A download failed or its content did not match the expected checksum."""
 
 
+class ChecksumError(DownloadError):
+    """Content whose SHA-256 differs from the one pinned for it (the message names both)."""
+
+
+class ArchiveError(DataError, ValueError):
+    """An archive (tar, zip) that is not one, is damaged, or holds what is refused: a member
+    outside the archive's folder, a link, a device, a member or a total over the size bounds."""
+
+
 class DataWarning(UserWarning):
     """Base class of the warnings hydra-data gives about data it accepts but you should check."""
 

@@ -3,7 +3,9 @@
 Everything is computed locally (no network) and is deterministic for a seed: the same call
 returns the same numbers bit for bit.
 
-* :func:`generate_cuau` — the ``CuAu_32atoms`` set: 2×2×2 conventional fcc supercells (32
+* :func:`generate_cuau` — the ``CuAu_32atoms`` set, computed with EMT (a local stand-in with the
+  cell size of upstream's LSMS set of that name, which ``Dataset.name`` alone selects:
+  :mod:`hydragnn.data.named_datasets`): 2×2×2 conventional fcc supercells (32
   atoms) with Au fractions cycling through ``(0, 0.25, 0.5, 0.75, 1)`` on randomly chosen
   sites, the Vegard lattice constant between EMT's Cu and Au, a random symmetric strain of a
   few percent and a Gaussian rattle of the positions.

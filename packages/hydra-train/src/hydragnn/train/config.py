@@ -196,7 +196,7 @@ def load_config(
         if key not in top:
             raise ConfigError(
                 f"{key}: required section missing"
-                + (" (a 'path' or 'train_file' of structures, or a 'generator')" if key == "Dataset" else "")
+                + (" (a 'path' or 'train_file' of structures, a 'generator', or the 'name' of a published data set)" if key == "Dataset" else "")
             )
     verb = section(top.get("Verbosity"), "Verbosity", {"level"})
     level = parse_value(verb.get("level", 2), int, "Verbosity.level", ConfigError, {"min": 0, "max": 4})

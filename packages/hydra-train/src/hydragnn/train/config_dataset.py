@@ -1,12 +1,20 @@
 """The ``Dataset`` section: where the structures come from and how their labels are read.
 
-Exactly one of three sources:
+Exactly one source:
 
 * ``path``: a prepared container (pickle / ``.pt`` / ADIOS2, used as stored) or any file ASE
   reads, split by ``split`` [0.8, 0.1, 0.1];
 * ``train_file`` (+ ``valid_file``, ``test_file``): files ASE reads; without ``valid_file``,
   ``valid_fraction`` [0.1] of the training file validates;
 * ``generator``: the EMT reference sets (``{"name": "cuau", "n_structures": 200, "seed": 0}``);
+* none of these, and a ``name`` of a published data set upstream HydraGNN names
+  (``CuAu_32atoms``, ``FePt_32atoms``, ``FeSi_1024atoms``; :mod:`hydragnn.data.named_datasets`):
+  its LSMS archive is downloaded once through the download cache, parsed, prepared against
+  ``Variables`` (default: upstream's ``examples/lsms/lsms.json``) and cached, then split by
+  ``split``; ``url`` [none] is the archive's URL or path (else ``$HYDRAGNN_DATASET_URL/<archive>``),
+  ``sha256`` [none] a checksum you trust for it; ``cache_dir`` [``$HYDRAGNN_CACHE`` or
+  ``~/.cache/hydragnn``], ``cache_format`` and ``cache_verify`` as for files. With another source,
+  ``name`` only names the run, as any name does;
 * ``sources``: a list of the above, each with a ``name`` and a loss ``weight`` [1.0]: one
   interatomic potential with one energy head per source (``Architecture.energy_heads``), e.g.
   your own data next to a replayed slice of the data a model was first trained on. Sources take
@@ -34,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydragnn.data.errors import did_you_mean
+from hydragnn.data.named_datasets import NAMED_DATASETS, named_dataset
 from hydragnn.models import config_parse as cp
 
 from .errors import ConfigError
@@ -45,6 +55,7 @@ CACHE_FORMATS = ("pt", "adios")
 GENERATORS = ("cuau",)
 LABEL_KEYS = ("energy_key", "forces_key", "stress_key")
 _FILES = ("path", "train_file", "valid_file", "test_file")
+_NAMED_ONLY = ("url", "sha256")
 _ASE_ONLY = (*LABEL_KEYS, "keys", "index", "config_types", "config_type_key", "file_format", "cache_verify")
 _NOT_JSON = {"explicit_keys"}
 """Fields that are no JSON key."""
@@ -85,6 +96,15 @@ def _index(index: Any, where: str, error: cp.Error) -> str:
             f"{where}: expected an ase.io index such as ':', '10:', '::2' or '-5:', found {index!r} ({exc})"
         ) from None
     return index
+
+
+def _sha256(value: Any, where: str, error: cp.Error) -> str | None:
+    if value is None:
+        return None
+    text = cp.parse_value(value, str, where, error).strip().lower()
+    if len(text) != 64 or any(c not in "0123456789abcdef" for c in text):
+        raise error(f"{where}: expected the archive's SHA-256 as 64 hexadecimal characters, found {value!r}")
+    return text
 
 
 def _config_types(types: Any, where: str, error: cp.Error) -> tuple[str, ...] | None:
@@ -139,8 +159,15 @@ class DatasetConfig:
     cache_dir: str | None = None
     cache_format: str = field(default="pt", metadata={"choices": CACHE_FORMATS})
     cache_verify: str = field(default="auto", metadata={"choices": ("auto", "hash")})
+    url: str | None = None
+    sha256: str | None = field(default=None, metadata={"parse": _sha256})
     sources: tuple[DatasetConfig, ...] = ()
     weight: float = field(default=1.0, metadata={"min": 0.0})
+
+    @property
+    def named(self) -> bool:
+        """Whether the data is the published data set ``name`` (no other source given)."""
+        return not self.sources and self.path is None and self.train_file is None and self.generator is None
 
     @property
     def files(self) -> dict[str, str]:
@@ -166,12 +193,24 @@ class DatasetConfig:
         for key in (*_FILES, "cache_dir"):
             if kw.get(key):
                 kw[key] = str((base or Path.cwd()) / Path(kw[key]).expanduser())
+        if kw.get("url") and "://" not in kw["url"]:  # a path, relative to the config's folder
+            kw["url"] = str((base or Path.cwd()) / Path(kw["url"]).expanduser())
         sources = [k for k in ("path", "generator", "train_file") if kw.get(k) is not None]
-        if len(sources) != 1:
+        name = kw.get("name", cls.name)
+        if len(sources) > 1 or (not sources and named_dataset(name) is None):
+            hint = did_you_mean([name], NAMED_DATASETS) if not sources else ""
             raise ConfigError(
                 f"{where}: give exactly one of 'path' (a dataset container or a file ASE reads), 'train_file' "
-                f"(with optional 'valid_file' / 'test_file') or 'generator'; found {sources or 'none'}"
+                f"(with optional 'valid_file' / 'test_file') or 'generator', or as 'name' alone a published data set "
+                f"({', '.join(NAMED_DATASETS)}); found {sources or f'none, and name {name!r}{hint}'}"
             )
+        given = sorted(k for k in _NAMED_ONLY if kw.get(k) is not None)
+        if given and sources:
+            raise ConfigError(f"{where}.{given[0]}: only for a published data set selected by 'name' alone")
+        if not sources:
+            ase_only = sorted(k for k in (*_ASE_ONLY, "format") if k in v and k != "cache_verify")
+            if ase_only:
+                raise ConfigError(f"{where}.{ase_only[0]}: not for the published data set {name!r} (LSMS files, read as published)")
         for key in ("valid_file", "test_file"):
             if kw.get(key) is not None and kw.get("train_file") is None:
                 raise ConfigError(f"{where}.{key}: only together with 'train_file'")
@@ -231,6 +270,11 @@ class DatasetConfig:
         out: dict[str, Any] = {"name": self.name, "seed": self.seed, "cutoff": self.cutoff}
         if self.weight != 1.0:
             out["weight"] = self.weight
+        if self.named:
+            out["split"] = list(self.split)
+            out.update({k: getattr(self, k) for k in (*_NAMED_ONLY, "cache_dir") if getattr(self, k) is not None})
+            out.update(cache_format=self.cache_format, cache_verify=self.cache_verify)
+            return out
         if self.generator is not None:
             out["generator"] = dataclasses.asdict(self.generator)
         for key in _FILES:

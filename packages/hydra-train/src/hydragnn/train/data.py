@@ -9,6 +9,9 @@
   into a cached prepared container (:func:`hydragnn.data.convert_source`); the validation and
   test files are read with the training file's schema. Under torchrun rank 0 converts first, the
   other ranks then read the cache.
+* A ``name`` alone of a published data set (``FePt_32atoms``, ...) is downloaded once, parsed
+  and prepared into a cached container (:func:`hydragnn.data.prepare_named_dataset`; rank 0
+  first, as for conversions), then split like a ``path``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from hydragnn.data import (
     convert_source,
     open_dataset,
     prepare,
+    prepare_named_dataset,
 )
 from hydragnn.data.containers.api import detect_format
 from hydragnn.data.reference import CUAU_VARIABLES
@@ -278,7 +282,9 @@ def load_run_data(
             train, val = [train[i] for i in keep], [train[i] for i in held]
         return RunData(schema, train, val or None, test or None, isolated, files)
 
-    if ds.generator is not None:
+    if ds.named:
+        schema, samples = _named_samples(cfg, is_main, barrier, log, files)
+    elif ds.generator is not None:
         schema = cfg.schema or Schema.from_dict(CUAU_VARIABLES)
         samples = prepare_samples(cuau_samples(ds.generator.n_structures, ds.generator.seed), schema, cutoff, pe_dim)
     elif detect_format(Path(ds.path)) is not None:
@@ -292,6 +298,27 @@ def load_run_data(
         raise DataError(str(exc)) from None
     pick = lambda idx: [samples[i] for i in idx] or None  # noqa: E731
     return RunData(schema, pick(train_idx), pick(val_idx), pick(test_idx), isolated, files)
+
+
+def _named_samples(
+    cfg: RunConfig, is_main: bool, barrier: Callable[[], None], log, files: list[dict[str, Any]]
+) -> tuple[Schema, list[Data]]:
+    """The published data set ``Dataset.name``, prepared and cached by hydra-data (rank 0 first,
+    then the other ranks open the cache); its raw archive joins ``files`` (the run's fingerprint)."""
+    ds, pe_dim = cfg.dataset, cfg.model_config.attention.pe_dim
+    cutoff = float(ds.cutoff)
+    named = dict(cutoff=cutoff, schema=cfg.schema, cache_dir=ds.cache_dir, container_format=ds.cache_format,
+                 url=ds.url, sha256=ds.sha256, verify=ds.cache_verify)  # fmt: skip
+    result = prepare_named_dataset(ds.name, log=log, **named) if is_main else None
+    barrier()
+    if result is None:
+        result = prepare_named_dataset(ds.name, **named)
+    files.append(
+        {"path": (result.record.get("raw") or {}).get("path", ds.name), "samples": len(result.dataset),
+         "cached": result.cached, "seconds": result.seconds, "entry": str(result.entry),
+         "sha256": result.record["fingerprint"]["file"].get("sha256")}
+    )  # fmt: skip
+    return result.schema, [_complete(result.dataset[i], cutoff, pe_dim) for i in range(len(result.dataset))]
 
 
 def _load_sources(cfg: RunConfig, is_main: bool, barrier: Callable[[], None], log) -> RunData:

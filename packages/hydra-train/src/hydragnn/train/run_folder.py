@@ -10,7 +10,8 @@ folder). A run that failed before its first checkpoint leaves at most ``config.j
 The fingerprint is the completed config flattened to JSON paths, without the keys that do not
 change what the trained weights mean (:data:`FREE_KEYS`: verbosity, the epoch count, the time
 budget, early stopping, checkpointing, the collective timeout, the dataset's name and cache
-location), plus the digests of the converted data files. A resumed run compares it with the one
+location, a published data set's URL and pinned checksum), plus the digests of the converted data
+files (a published data set's: its archive's). A resumed run compares it with the one
 stored in the checkpoint and names every path that differs.
 """
 
@@ -32,6 +33,8 @@ FREE_KEYS = (
     "Verbosity",
     "Dataset.name",
     "Dataset.cache_dir",
+    "Dataset.url",
+    "Dataset.sha256",
     "NeuralNetwork.Training.num_epoch",
     "NeuralNetwork.Training.max_time_s",
     "NeuralNetwork.Training.max_skipped_fraction",
