@@ -106,7 +106,7 @@ def ddp_config(tmp_path_factory):
 
 
 def _env() -> dict[str, str]:
-    drop = ("OMPI_", "PMIX_", "SLURM_", "RANK", "WORLD_")
+    drop = ("OMPI_", "PMIX_", "PMI_", "SLURM_", "RANK", "WORLD_")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop) or k == "SLURM_CONF"}
     return {**env, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -134,13 +134,28 @@ def standalone(ddp_config, tmp_path_factory):
     return _weights(run)
 
 
-MPIRUN = shutil.which("mpirun")
+def _launcher(exe: str, banner: str) -> str | None:
+    """The first ``exe`` on PATH, beside this Python or in /usr/bin whose ``--version`` shows
+    ``banner`` (an environment may hold several MPIs: MPICH's PyPI wheel puts its own ``mpirun``
+    into the virtual environment, Debian's openmpi-bin into /usr/bin)."""
+    folders = [*os.environ.get("PATH", "").split(os.pathsep), os.path.dirname(sys.executable), "/usr/bin"]
+    for folder in dict.fromkeys(f for f in folders if f):
+        path = os.path.join(folder, exe)
+        if os.access(path, os.X_OK):
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60, check=False)
+            if banner in out.stdout + out.stderr:
+                return path
+    return None
 
 
-@pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun is not installed (.ci/run installs openmpi-bin)")
+OPEN_MPI = _launcher("mpirun", "Open MPI")
+MPICH = _launcher("mpiexec", "HYDRA")  # MPICH's Hydra process manager: ranks get PMI_RANK / PMI_SIZE
+
+
+@pytest.mark.skipif(OPEN_MPI is None, reason="Open MPI's mpirun is not installed (.ci/run installs openmpi-bin)")
 def test_mpirun_trains_the_same_model_as_torchrun(ddp_config, standalone, tmp_path):
     run = tmp_path / "run"
-    proc = _train([MPIRUN, "-np", "2", "--oversubscribe", sys.executable], (ddp_config, "--run-dir", run))
+    proc = _train([OPEN_MPI, "-np", "2", "--oversubscribe", sys.executable], (ddp_config, "--run-dir", run))
     assert proc.stdout.count("run folder:") == 1  # rank 0 reports, rank 1 is quiet
     assert json.loads((run / "metrics.json").read_text())["world_size"] == 2
     weights = _weights(run)
@@ -148,12 +163,23 @@ def test_mpirun_trains_the_same_model_as_torchrun(ddp_config, standalone, tmp_pa
         assert torch.equal(weights[key], value), key
 
 
-@pytest.mark.skipif(MPIRUN is None, reason="Open MPI's mpirun is not installed (.ci/run installs openmpi-bin)")
+@pytest.mark.skipif(MPICH is None, reason="MPICH's mpiexec (Hydra) is not installed")
+def test_mpich_mpiexec_trains_the_same_model_as_torchrun(ddp_config, standalone, tmp_path):
+    """A PMI launcher for real: MPICH's Hydra (the same variables as Cray PALS on Aurora)."""
+    run = tmp_path / "run"
+    proc = _train([MPICH, "-n", "2", sys.executable], (ddp_config, "--run-dir", run))
+    assert proc.stdout.count("run folder:") == 1
+    weights = _weights(run)
+    for key, value in standalone.items():
+        assert torch.equal(weights[key], value), key
+
+
+@pytest.mark.skipif(OPEN_MPI is None, reason="Open MPI's mpirun is not installed (.ci/run installs openmpi-bin)")
 def test_mpirun_with_a_one_process_strategy_is_refused(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config("mlip", n=16, epochs=1)))
     proc = subprocess.run(
-        [MPIRUN, "-np", "2", "--oversubscribe", sys.executable, "-m", "hydragnn.train.cli", str(path), "--run-dir",
+        [OPEN_MPI, "-np", "2", "--oversubscribe", sys.executable, "-m", "hydragnn.train.cli", str(path), "--run-dir",
          str(tmp_path / "run")], capture_output=True, text=True, timeout=TIMEOUT_S, check=False, env=_env(),
     )  # fmt: skip
     assert proc.returncode != 0
