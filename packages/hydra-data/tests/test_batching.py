@@ -57,12 +57,13 @@ def test_config_parses_without_torch():
         ({"mode": "edge_budget", "max_nodes": 8}, "max_edges", "required"),
         ({"mode": "node_budget", "max_nodes": 8, "max_edges": 9}, "max_edges", "only allowed"),
         ({"mode": "node_budget", "max_nodes": 0}, "max_nodes", "integer > 0"),
-        ({"mode": "node_budget", "max_nodes": 8.5}, "max_nodes", "integer > 0"),
-        ({"mode": "node_budget", "max_nodes": True}, "max_nodes", "integer > 0"),
+        ({"mode": "node_budget", "max_nodes": 8.5}, "max_nodes", "expected int or null, found float 8.5"),
+        ({"mode": "node_budget", "max_nodes": True}, "max_nodes", "expected int or null, found bool True"),
         ({"mode": "node_budget", "max_nodes": 8, "max_graphs": -1}, "max_graphs", "integer > 0"),
+        ({"mode": "node_budget", "max_nodes": 8, "seed": -2}, "seed", "integer >= 0"),
         ({"mode": "node_budget", "max_nodes": 8, "oversized_sample": "drop"}, "oversized_sample", "single"),
-        ({"mode": "node_budget", "max_nodes": 8, "seed": "1"}, "seed", "integer >= 0"),
-        ({"mode": "node_budget", "max_nodes": 8, "drop_last": 1}, "drop_last", "true or false"),
+        ({"mode": "node_budget", "max_nodes": 8, "seed": "1"}, "seed", "expected int, found str"),
+        ({"mode": "node_budget", "max_nodes": 8, "drop_last": 1}, "drop_last", "expected bool, found int 1"),
     ],
 )
 def test_config_errors_name_key_path(section, key, expected):

@@ -53,8 +53,8 @@ def test_defaults_and_common_keys():
 def test_groups_read_the_flat_keys():
     """The groups (mlip, attention, conditioning, loss) take their keys from the flat section:
     the JSON keys are the common keys, a group's name is not a key, ``raw`` stays flat."""
+    from hydragnn.data.config_parse import key_values, to_json
     from hydragnn.models.config import COMMON_KEYS
-    from hydragnn.models.config_parse import key_values, to_json
 
     arch = _arch(
         enable_interatomic_potential=True,

@@ -67,7 +67,7 @@ def test_config_errors_name_the_key(arch, match):
 def test_engine_none_as_the_seed_writes_it_means_no_global_attention(engine):
     # the seed lists the accepted engines as "EquivariantTransformer, GPS, None": the string "None"
     # is the same as JSON null (and leaves hidden_dim free of the heads rule)
-    from hydragnn.models.config_parse import to_json
+    from hydragnn.data.config_parse import to_json
 
     arch = small_arch("SchNet", global_attn_engine=engine, global_attn_heads=3)
     cfg = ModelConfig.from_dict(arch)

@@ -31,8 +31,12 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Sampler
 
-from .batching_config import _WHERE, MODES, OVERSIZED_POLICIES, BatchingConfig, _is_int  # noqa: F401  (re-exported)
+from .batching_config import _WHERE, MODES, OVERSIZED_POLICIES, BatchingConfig  # noqa: F401  (re-exported)
 from .errors import DataError
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def sample_costs(dataset: Any, mode: str) -> list[int]:

@@ -8,25 +8,25 @@ Invariant: a constructed :class:`BatchingConfig` is valid (``__post_init__`` che
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, get_args
 
-from .errors import DataError, did_you_mean
+from . import config_parse as cp
+from .errors import DataError
 
+Mode = Literal["node_budget", "edge_budget"]
+OversizedPolicy = Literal["error", "single", "skip"]
 MODES: dict[str, str] = {"node_budget": "max_nodes", "edge_budget": "max_edges"}
 """Batching mode -> the config key holding its budget."""
-OVERSIZED_POLICIES: tuple[str, ...] = ("error", "single", "skip")
-_KEYS = ("mode", "max_nodes", "max_edges", "max_graphs", "oversized_sample", "seed", "drop_last")
+OVERSIZED_POLICIES: tuple[str, ...] = get_args(OversizedPolicy)
 _WHERE = "Training.Batching"
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+_POSITIVE = {"gt": 0, "noun": "an integer"}
 
 
 @dataclass(frozen=True)
 class BatchingConfig:
-    """Validated ``Training.Batching`` section.
+    """Validated ``Training.Batching`` section (parsed by :mod:`hydragnn.data.config_parse`,
+    like every config section of the project, plus the rules between the mode and its budget).
 
     Attributes:
         mode: ``"node_budget"`` (cost of a graph = its node count) or ``"edge_budget"``
@@ -45,38 +45,27 @@ class BatchingConfig:
         DataError: on construction with invalid values, naming ``Training.Batching.<key>``.
     """
 
-    mode: str
-    max_nodes: int | None = None
-    max_edges: int | None = None
-    max_graphs: int | None = None
-    oversized_sample: str = "error"
-    seed: int = 0
+    mode: Mode
+    max_nodes: int | None = field(default=None, metadata=_POSITIVE)
+    max_edges: int | None = field(default=None, metadata=_POSITIVE)
+    max_graphs: int | None = field(default=None, metadata=_POSITIVE)
+    oversized_sample: OversizedPolicy = "error"
+    seed: int = field(default=0, metadata={"min": 0, "noun": "an integer"})
     drop_last: bool = False
 
     def __post_init__(self) -> None:
-        w = _WHERE
-        if not isinstance(self.mode, str) or self.mode not in MODES:
-            raise DataError(f"{w}.mode: expected one of {list(MODES)}, found {self.mode!r}")
+        # a constructed config is valid: the field values pass the parser (types, ranges), then
+        # the rules between keys
+        cp.parse_fields(type(self), asdict(self), _WHERE, DataError)
         budget_key = MODES[self.mode]
-        for key in ("max_nodes", "max_edges", "max_graphs"):
-            value = getattr(self, key)
-            if value is not None and (not _is_int(value) or value <= 0):
-                raise DataError(f"{w}.{key}: expected an integer > 0, found {value!r}")
         if getattr(self, budget_key) is None:
-            raise DataError(f"{w}.{budget_key}: required by mode {self.mode!r} (an integer > 0); missing")
+            raise DataError(f"{_WHERE}.{budget_key}: required by mode {self.mode!r} (an integer > 0); missing")
         for mode, key in MODES.items():
             if mode != self.mode and getattr(self, key) is not None:
                 raise DataError(
-                    f"{w}.{key}: only allowed with mode {mode!r}; mode is {self.mode!r}, whose budget is {budget_key!r}"
+                    f"{_WHERE}.{key}: only allowed with mode {mode!r}; mode is {self.mode!r}, whose budget is "
+                    f"{budget_key!r}"
                 )
-        if not isinstance(self.oversized_sample, str) or self.oversized_sample not in OVERSIZED_POLICIES:
-            raise DataError(
-                f"{w}.oversized_sample: expected one of {list(OVERSIZED_POLICIES)}, found {self.oversized_sample!r}"
-            )
-        if not _is_int(self.seed) or self.seed < 0:
-            raise DataError(f"{w}.seed: expected an integer >= 0, found {self.seed!r}")
-        if not isinstance(self.drop_last, bool):
-            raise DataError(f"{w}.drop_last: expected true or false, found {self.drop_last!r}")
 
     @classmethod
     def from_dict(cls, section: Mapping[str, Any]) -> BatchingConfig:
@@ -91,15 +80,10 @@ class BatchingConfig:
         """
         if isinstance(section, BatchingConfig):
             return section
-        if not isinstance(section, Mapping):
-            raise DataError(f"{_WHERE}: expected an object with keys {list(_KEYS)}, found {type(section).__name__}")
-        unknown = sorted(set(section) - set(_KEYS))
-        if unknown:
-            hint = did_you_mean(unknown[:1], _KEYS)
-            raise DataError(f"{_WHERE}.{unknown[0]}: unknown key{hint}; allowed keys are {list(_KEYS)}")
-        if "mode" not in section:
+        values = cp.check_keys(section, _WHERE, cp.section_keys(cls), DataError)
+        if "mode" not in values:
             raise DataError(f"{_WHERE}.mode: missing; expected one of {list(MODES)}")
-        return cls(**dict(section))
+        return cp.parse_dataclass(cls, values, _WHERE, DataError)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, without unset budgets; ``from_dict(c.to_dict()) == c``."""

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
+from hydragnn.data.config_parse import is_flat, json_key
+
 from .config import ModelConfig
-from .config_parse import is_flat, json_key
 from .encoder_configs import ENCODER_CONFIGS
 from .errors import ArtifactError
 

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hydragnn.data.config_parse import parse_fields, parse_value, section_keys, unknown_keys
+
 from .config_groups import (
     CONDITIONING_MODES,
     ENERGY_LOSSES,
@@ -38,7 +40,6 @@ from .config_groups import (
     MLIPConfig,
 )
 from .config_names import ACTIVATION_NAMES, POOLING_NAMES, PRECISIONS
-from .config_parse import parse_fields, parse_value, section_keys, unknown_keys
 from .encoder_configs import EncoderConfig, EncoderEntry, encoder_entry
 from .errors import ModelConfigError
 from .heads_config import HeadsConfig

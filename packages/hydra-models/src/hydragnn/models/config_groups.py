@@ -22,8 +22,8 @@ from typing import Any
 
 from hydragnn.data import DataError
 from hydragnn.data.atomic_references import parse_reference_energies
+from hydragnn.data.config_parse import Error, parse_value
 
-from .config_parse import Error, parse_value
 from .energy_heads import EnergyHeadSpec, parse_energy_heads
 from .errors import ModelConfigError
 

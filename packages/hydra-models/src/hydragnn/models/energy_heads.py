@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config_parse import check_keys, parse_value
+from hydragnn.data.config_parse import check_keys, parse_value
+
 from .errors import ModelConfigError
 
 __all__ = ["EnergyHeadSpec", "parse_energy_heads"]

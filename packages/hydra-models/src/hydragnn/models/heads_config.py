@@ -1,7 +1,7 @@
 """The ``output_heads`` section of ``Architecture``: graph, node and edge head layer widths.
 
 The JSON keys of each head kind (``num_headlayers``, ``dim_headlayers``, ...) are the fields of a
-small dataclass parsed by :mod:`hydragnn.models.config_parse`; :meth:`HeadsConfig.from_dict`
+small dataclass parsed by :mod:`hydragnn.data.config_parse`; :meth:`HeadsConfig.from_dict`
 turns them into per-layer widths (an int width is repeated, a list gives one per layer).
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config_parse import check_keys, check_range, parse_dataclass
+from hydragnn.data.config_parse import check_keys, check_range, parse_dataclass
+
 from .errors import ModelConfigError
 
 ROOT = "NeuralNetwork.Architecture"

@@ -30,9 +30,9 @@ from typing import Any
 
 from hydragnn.data import Schema, SchemaError
 from hydragnn.data.atomic import atomic_write
+from hydragnn.data.config_parse import key_values, parse_value
 from hydragnn.models import ModelConfig, ModelConfigError
 from hydragnn.models.config import COMMON_KEYS as ARCH_COMMON_KEYS
-from hydragnn.models.config_parse import key_values, parse_value
 
 from .config_dataset import DatasetConfig, GeneratorConfig
 from .config_sections import (

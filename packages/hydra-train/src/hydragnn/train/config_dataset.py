@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydragnn.data import config_parse as cp
 from hydragnn.data.errors import did_you_mean
 from hydragnn.data.named_datasets import NAMED_DATASETS, named_dataset
-from hydragnn.models import config_parse as cp
 
 from .errors import ConfigError
 
@@ -130,7 +130,7 @@ class DatasetConfig:
     """A validated ``Dataset`` section (see the module docstring for the keys).
 
     Field annotations and metadata are the keys' types and ranges (parsed by
-    :mod:`hydragnn.models.config_parse`); :meth:`from_dict` adds the rules between keys and
+    :mod:`hydragnn.data.config_parse`); :meth:`from_dict` adds the rules between keys and
     resolves paths. ``explicit_keys`` (not a JSON key) holds the outputs whose label key the
     user gave: those labels must exist; a default key only adds its output when the file
     carries the label.

@@ -1,7 +1,7 @@
 """Typed sections of ``NeuralNetwork.Training`` (helpers of :mod:`hydragnn.train.config`).
 
 Each section is a frozen dataclass whose fields, annotations and ``metadata`` (ranges, choices)
-are its JSON keys and rules; :mod:`hydragnn.models.config_parse` parses it with
+are its JSON keys and rules; :mod:`hydragnn.data.config_parse` parses it with
 :class:`~hydragnn.train.errors.ConfigError` (messages name the JSON path). A section's
 ``from_dict`` adds only the rules between its keys. :func:`check_parallelism` holds the rules
 between sections (strategy, LocalSGD, ZeroRedundancyOptimizer), checked once where the
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from hydragnn.models import config_parse as cp
+from hydragnn.data import config_parse as cp
 
 from .errors import ConfigError
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from hydragnn.data import BatchingConfig, DataError
-from hydragnn.models.config_parse import parse_fields, section_keys
+from hydragnn.data.config_parse import parse_fields, section_keys
 
 from .callbacks import check_callback_specs
 from .config_sections import (

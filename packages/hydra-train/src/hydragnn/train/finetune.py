@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from ase.data import chemical_symbols
 
-from hydragnn.models.config_parse import parse_dataclass
+from hydragnn.data.config_parse import parse_dataclass
 
 from .errors import ConfigError
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hydragnn.data.config_parse import parse_dataclass
 from hydragnn.data.errors import did_you_mean
 
-from ..config_parse import parse_dataclass
 from ..errors import ModelConfigError
 
 ROOT = "NeuralNetwork.Architecture"
@@ -31,7 +31,7 @@ class EncoderConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], where: str = ROOT) -> EncoderConfig:
-        """Parse the encoder keys with :func:`~hydragnn.models.config_parse.parse_dataclass`
+        """Parse the encoder keys with :func:`~hydragnn.data.config_parse.parse_dataclass`
         (messages spell the expected type as the field's annotation, e.g. ``int|None``)."""
         return parse_dataclass(cls, values, where, ModelConfigError, annotation_text=True)
 

@@ -1,9 +1,10 @@
-"""One annotation-driven parser for the JSON config sections of hydra-models and hydra-train.
+"""One annotation-driven parser for the JSON config sections of every layer (hydra-data's
+``Training.Batching``, hydra-models' ``Architecture``, hydra-train's ``Training`` and ``Dataset``).
 
 A section is a frozen dataclass: each field's type annotation says what JSON value it takes and
 its ``metadata`` adds the rest. :func:`parse_dataclass` checks a JSON object against it and
-returns the instance; the error class is a parameter (``ModelConfigError`` here,
-``ConfigError`` in hydra-train) and every message starts with the JSON path of the value.
+returns the instance; the error class is a parameter (``DataError`` in hydra-data,
+``ModelConfigError`` in hydra-models, ``ConfigError`` in hydra-train) and every message starts with the JSON path of the value.
 
 Annotations: ``int``, ``float``, ``bool``, ``str``, ``Literal[...]``, ``tuple[X, ...]``,
 ``list[X]``, ``dict[str, X]``, ``X | Y`` (``X | None``: null allowed), a nested dataclass, ``Any``
@@ -33,7 +34,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from hydragnn.data.errors import did_you_mean
+from .errors import did_you_mean
 
 Error = type[Exception]
 
