@@ -1,19 +1,15 @@
 """The LSMS raw format: one structure per text file, read into a sample of the project's schema.
 
-The format, as upstream HydraGNN reads it (``hydragnn/preprocess/lsms_raw_dataset_loader.py``,
-its first ``RawDataLoader`` for ``CuAu_32atoms`` / ``FePt_32atoms`` / ``FeSi_1024atoms``, and
+The format, as upstream HydraGNN reads it (``preprocess/lsms_raw_dataset_loader.py``,
 ``examples/lsms/lsms_preprocess.py``)::
 
     E  [further graph values]                       line 1: total energy (Rydberg) first
     Z  k  x  y  z  q  m  [further columns]          one line per atom
     ...
 
-Atom columns: 0 the atomic number ``Z`` (the proton count; ``26`` or ``26.0``), 1 not read (an
-index in upstream's test generator), 2-4 the Cartesian position as the file gives it (LSMS works
-in atomic units; upstream's example uses ``radius`` 7 with them), 5 the electronic charge of the
-atom ``q``, 6 its magnetic moment ``m``; further columns are not read. Blank lines are ignored;
-anything else that does not parse is an error naming the file and the line. Values must be
-finite, ``Z`` an integer in 1..118.
+Column 1 is not read; positions stay in the file's unit (LSMS: atomic units). Blank lines are
+ignored; anything that does not parse, a non-finite value or a ``Z`` outside 1..118 is an error
+naming the file and the line.
 
 :func:`parse_lsms` builds (``N`` atoms, float64 unless ``dtype`` says otherwise):
 
@@ -29,10 +25,9 @@ finite, ``Z`` an integer in 1..118.
 ``free_energy_per_atom``           ``[1, 1]``  the same value, under upstream's newer name
 =================================  ==========  =====================================================
 
-No cell: the files carry none, and upstream's example trains without periodic boundaries.
-:func:`iter_lsms` reads every file of an archive or folder (:func:`hydragnn.data.archives.iter_files`:
-no extraction, bounded, links and paths outside the archive refused), skipping documentation
-(:data:`SKIPPED_SUFFIXES`, ``README*``, ``LICENSE*``).
+No cell (the files carry none). :func:`iter_lsms` reads every file of an archive or folder
+(:func:`hydragnn.data.archives.iter_files`: bounded, no extraction, links and escaping paths
+refused), skipping documentation (:data:`SKIPPED_SUFFIXES`, ``README*``, ``LICENSE*``).
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from torch_geometric.data import Data
 
@@ -38,6 +39,7 @@ from .conversion_cache import RECORD, atomic_json, changes, open_entry, publish,
 from .download import ProgressCallback
 from .errors import ContainerError, DataError, SchemaError
 from .lsms import iter_lsms
+from .named_datasets import NamedDataset
 from .named_fetch import RawData, dataset_home, fetch_raw, forget_pin, lookup_entry
 from .neighbors import add_edges
 from .prepare import prepare
@@ -134,6 +136,37 @@ def prepare_named_dataset(
     if log is not None:
         why = f"rebuilding ({'; '.join(changes(known[0][1]['fingerprint'], fingerprint))})" if known else "preparing"
         log(f"{entry.name}: {why} {raw.path} into {final}")
+    built, record = _write_prepared(entry, raw, resolved, float(cutoff), container_format, final, fingerprint, cache_dir)
+    final = publish(built, final, digest, data_name)
+    for old_entry, old in known:
+        if old_entry != final and old["fingerprint"].get("file", {}).get("sha256") != fingerprint["file"]["sha256"]:
+            shutil.rmtree(old_entry, ignore_errors=True)  # made from other raw data of this name
+    n, prep_s = record["samples"], record["seconds"]
+    if log is not None:
+        log(
+            f"{entry.name}: {n} samples prepared in {prep_s:.1f} s "
+            f"({1000 * prep_s / max(n, 1):.1f} ms per structure; raw data verified by: {raw.verified})"
+        )
+    seconds = time.perf_counter() - t0
+    return ConvertedSource(open_dataset(final / data_name), resolved, (), record, False, seconds, final)
+
+
+def _write_prepared(
+    entry: NamedDataset,
+    raw: RawData,
+    schema: Schema,
+    cutoff: float,
+    container_format: str,
+    final: Path,
+    fingerprint: dict[str, Any],
+    cache_dir: str | os.PathLike | None,
+) -> tuple[Path, dict[str, Any]]:
+    """Prepare every LSMS sample of ``raw`` into a temporary folder beside ``final``; returns that
+    folder and its record (written in it). On a failure the folder is removed, and a failure of the
+    content (not of the disk) forgets a first-use checksum pin."""
+    t0 = time.perf_counter()
+    folder = final.parent
+    data_name = f"data.{_SUFFIX[container_format]}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         built = Path(tempfile.mkdtemp(prefix=f".{final.name}.part-", dir=folder))
@@ -144,39 +177,30 @@ def prepare_named_dataset(
     def samples() -> Iterator[Data]:
         for where, sample in iter_lsms(raw.path, n_atoms=entry.n_atoms, elements=entry.elements):
             try:
-                prepared = prepare(sample, resolved, index=count[0])
+                prepared = prepare(sample, schema, index=count[0])
             except SchemaError as exc:
                 raise SchemaError(f"{where}: {exc}") from None
             count[0] += 1
-            yield add_edges(prepared, float(cutoff))
+            yield add_edges(prepared, cutoff)
 
+    full_digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
     try:
-        write_dataset(built / data_name, samples(), container_format, schema=resolved,
-                      metadata={"source": f"{entry.name} ({raw.origin})", "digest": digest})
+        write_dataset(built / data_name, samples(), container_format, schema=schema,
+                      metadata={"source": f"{entry.name} ({raw.origin})", "digest": full_digest})
     except BaseException as exc:
         shutil.rmtree(built, ignore_errors=True)
         if isinstance(exc, DataError) and not isinstance(exc, (SchemaError, ContainerError)):  # the content, not the disk
             forget_pin(entry, raw, cache_dir)
         raise
-    seconds = time.perf_counter() - t0
     record = {
-        "digest": digest,
+        "digest": full_digest,
         "fingerprint": fingerprint,
         "created": time.time(),
-        "schema": resolved.to_dict(),
+        "schema": schema.to_dict(),
         "isolated_atoms": [],
         "samples": count[0],
         "raw": {"path": str(raw.path), "origin": raw.origin, "verified": raw.verified},
-        "seconds": seconds,
+        "seconds": time.perf_counter() - t0,
     }
     atomic_json(built / RECORD, record)
-    final = publish(built, final, digest, data_name)
-    for old_entry, old in known:
-        if old_entry != final and old["fingerprint"].get("file", {}).get("sha256") != fingerprint["file"]["sha256"]:
-            shutil.rmtree(old_entry, ignore_errors=True)  # made from other raw data of this name
-    if log is not None:
-        log(
-            f"{entry.name}: {count[0]} samples prepared in {seconds:.1f} s "
-            f"({1000 * seconds / max(count[0], 1):.1f} ms per structure; raw data verified by: {raw.verified})"
-        )
-    return ConvertedSource(open_dataset(final / data_name), resolved, (), record, False, seconds, final)
+    return built, record

@@ -9,12 +9,10 @@ Exactly one source:
 * ``generator``: the EMT reference sets (``{"name": "cuau", "n_structures": 200, "seed": 0}``);
 * none of these, and a ``name`` of a published data set upstream HydraGNN names
   (``CuAu_32atoms``, ``FePt_32atoms``, ``FeSi_1024atoms``; :mod:`hydragnn.data.named_datasets`):
-  its LSMS archive is downloaded once through the download cache, parsed, prepared against
-  ``Variables`` (default: upstream's ``examples/lsms/lsms.json``) and cached, then split by
-  ``split``; ``url`` [none] is the archive's URL or path (else ``$HYDRAGNN_DATASET_URL/<archive>``),
-  ``sha256`` [none] a checksum you trust for it; ``cache_dir`` [``$HYDRAGNN_CACHE`` or
-  ``~/.cache/hydragnn``], ``cache_format`` and ``cache_verify`` as for files. With another source,
-  ``name`` only names the run, as any name does;
+  its LSMS archive is fetched once (``url`` [none] or ``$HYDRAGNN_DATASET_URL/<archive>``,
+  ``sha256`` [none] a checksum you trust), prepared against ``Variables`` (default: upstream's
+  ``examples/lsms/lsms.json``), cached under ``cache_dir`` [``$HYDRAGNN_CACHE`` or
+  ``~/.cache/hydragnn``] and split by ``split``; with another source ``name`` only names the run;
 * ``sources``: a list of the above, each with a ``name`` and a loss ``weight`` [1.0]: one
   interatomic potential with one energy head per source (``Architecture.energy_heads``), e.g.
   your own data next to a replayed slice of the data a model was first trained on. Sources take
@@ -22,16 +20,14 @@ Exactly one source:
   unless they set them.
 
 For files ASE reads: ``energy_key`` ["energy"], ``forces_key`` ["forces"], ``stress_key``
-["stress"] name the file labels of those outputs (null: not trained on), ``keys``
-(``{output: label}``) any other head; ``index`` [":"] slices the frames (``ase.io.read``'s
+["stress"] name the labels of those outputs (null: not trained on), ``keys`` any other head; ``index`` [":"] slices the frames (``ase.io.read``'s
 syntax), ``config_types`` keeps only those config types (``config_type_key`` ["config_type"]),
 ``file_format`` names an ``ase.io`` format the extension does not reveal. Each file is converted
 once into a prepared container (``cache_format`` ["pt"] or ``"adios"``) under ``cache_dir``
 [``<file's folder>/.hydragnn_cache``] and reused until the file, the keys, the schema or the
-cutoff change. A file is known unchanged by its sha256 when it is under 64 MiB, else by its path,
-size and modification time; ``cache_verify`` ``"hash"`` (default ``"auto"``) hashes large files
-too (a file rewritten to the same size with its time restored is then noticed). Relative paths are relative to the config file's folder (to the working folder
-for a config given as a dict); the completed config stores them absolute.
+cutoff change (a file under 64 MiB is known by its sha256, a larger one by path, size and mtime
+unless ``cache_verify`` is ``"hash"``). Relative paths are relative to the config file's folder
+(the working folder for a dict); the completed config stores them absolute.
 """
 
 from __future__ import annotations

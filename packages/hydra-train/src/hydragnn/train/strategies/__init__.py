@@ -6,11 +6,9 @@
 started with ``torchrun``, ``srun`` (SLURM), ``mpirun`` (Open MPI), ``jsrun`` (LSF) or a PMI
 launcher (:mod:`.launch` reads their variables); a distributed strategy initialises the default
 process group from that environment (:func:`init_distributed`) unless one already exists, and
-destroys it in ``teardown()`` only if it created it. A one-process strategy under a launch of
-several ranks is refused.
+destroys it in ``teardown()`` only if it created it; a one-process strategy under several ranks is refused.
 
-Support matrix (measured with ``torchrun --nproc_per_node=2`` on gloo, CPU; see
-``tests/test_strategies_dist.py``):
+Support matrix (``torchrun --nproc_per_node=2``, gloo, CPU; ``tests/test_strategies_dist.py``):
 
 ==========  ===========  ==========================  =========================================
 strategy    MLIP forces  model_state_dict            optimizer_state_dict
@@ -28,7 +26,7 @@ deepspeed   ZeRO 1/2     full, every rank (ZeRO-3    ``None`` (ZeRO-partitioned;
             ConfigError)
 ==========  ===========  ==========================  =========================================
 
-Every ``model_state_dict()`` loads (strictly) into a plain single-process ``HydraModel``.
+Every ``model_state_dict()`` loads strictly into a plain single-process ``HydraModel``.
 """
 
 from __future__ import annotations
