@@ -20,8 +20,7 @@ import numpy as np
 from ase.calculators.calculator import Calculator, PropertyNotImplementedError, all_changes
 from ase.stress import full_3x3_to_voigt_6_stress
 
-from .calculator import HydraCalculator
-from .neighbors import md_skin
+from .calculator import md_calculator
 
 
 class HydraASECalculator(Calculator):
@@ -39,13 +38,7 @@ class HydraASECalculator(Calculator):
     default_parameters: dict[str, Any] = {}
 
     def __init__(self, calc_or_path: Any, *, skin: float | None = None, **calculator_kwargs: Any) -> None:
-        if isinstance(calc_or_path, HydraCalculator):
-            self.hydra = calc_or_path
-            if skin is not None:
-                self.hydra.skin = skin
-        else:
-            self.hydra = HydraCalculator(calc_or_path, **calculator_kwargs)
-            self.hydra.skin = md_skin(self.hydra, skin)
+        self.hydra = md_calculator(calc_or_path, skin, **calculator_kwargs)
         info = self.hydra.info
         self._head_names: dict[str, str] = {}  # model output name -> ASE property name
         if info.atomic_energy is not None:

@@ -51,7 +51,7 @@ from .modes import (
     make_graph_engine,
     resolve_cuda_graph,
 )
-from .neighbors import NeighborCache, check_skin
+from .neighbors import NeighborCache, check_skin, md_skin
 from .outputs import convert
 
 _THREADS: list[str] = []
@@ -381,3 +381,17 @@ class HydraCalculator:
         self._warnings.warn("compile", "failure", compile_failure_message(exc), GraphFallbackWarning)
         self.compile_model = False
         self._build_forward()
+
+
+def md_calculator(calc_or_path: Any, skin: float | None = None, **calculator_kwargs: Any) -> HydraCalculator:
+    """The calculator an MD adapter (ASE, torch-sim) wraps: ``calc_or_path`` itself when it is a
+    :class:`HydraCalculator` (its skin replaced only when ``skin`` is given), else a new one on
+    that artifact or model with ``calculator_kwargs`` and the MD skin
+    (:func:`~.neighbors.md_skin`: neighbour lists reused between steps where the model allows)."""
+    if isinstance(calc_or_path, HydraCalculator):
+        if skin is not None:
+            calc_or_path.skin = skin
+        return calc_or_path
+    calc = HydraCalculator(calc_or_path, **calculator_kwargs)
+    calc.skin = md_skin(calc, skin)
+    return calc

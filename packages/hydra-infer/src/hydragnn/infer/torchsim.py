@@ -13,9 +13,8 @@ from typing import Any
 
 import torch
 
-from .calculator import HydraCalculator
+from .calculator import md_calculator
 from .errors import InferenceError
-from .neighbors import md_skin
 
 try:
     import torch_sim as ts
@@ -55,13 +54,7 @@ class HydraTorchSimModel(ModelInterface):
         **calculator_kwargs: Any,
     ) -> None:
         super().__init__()
-        if isinstance(calc_or_path, HydraCalculator):
-            self.hydra = calc_or_path
-            if skin is not None:
-                self.hydra.skin = skin
-        else:
-            self.hydra = HydraCalculator(calc_or_path, **calculator_kwargs)
-            self.hydra.skin = md_skin(self.hydra, skin)
+        self.hydra = md_calculator(calc_or_path, skin, **calculator_kwargs)
         if compute_forces and self.hydra.info.forces is None:
             raise InferenceError("compute_forces: the model predicts no forces")
         if compute_stress and self.hydra.info.stress is None:
