@@ -43,9 +43,13 @@ def test_defaults_are_single_process():
     assert not dist.is_initialized()
 
 
-def test_parse_dict_and_object_forms():
+def test_parse_the_raw_section_or_the_parsed_one():
+    from hydragnn.train.config import parse_training
+
     section = {"Parallelism": {"strategy": "ddp", "timeout_s": 20}, "LocalSGD": {"enabled": True, "warmup_steps": 3}}
-    assert parse_parallelism(section) == parse_parallelism(types.SimpleNamespace(**section))
+    assert parse_parallelism(section) == parse_parallelism(parse_training(section))
+    with pytest.raises(ConfigError, match="NeuralNetwork.Training"):  # one shape: no attribute objects
+        parse_parallelism(types.SimpleNamespace(**section))
     name, options = parse_parallelism(section)
     assert name == "localsgd"
     assert options["timeout_s"] == 20.0 and options["warmup_steps"] == 3 and options["synchronization_period"] == 4

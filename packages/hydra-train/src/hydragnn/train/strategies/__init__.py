@@ -31,10 +31,9 @@ Every ``model_state_dict()`` loads strictly into a plain single-process ``HydraM
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from ..config_sections import LocalSGDConfig, OptimizerConfig, ParallelismConfig, check_parallelism
+from ..config_sections import LocalSGDConfig, ParallelismConfig
 from ..errors import ConfigError
 from . import ddp, deepspeed_engine, fsdp, fsdp2, localsgd  # noqa: F401  (register the strategies)
 from ._dist import DistributedStrategy, destroy_distributed, init_distributed
@@ -81,11 +80,9 @@ def parse_parallelism(training: Any) -> tuple[str, dict[str, Any]]:
     """Validate ``Parallelism`` / ``LocalSGD`` (and ``Optimizer.use_zero_redundancy``).
 
     Args:
-        training: a parsed :class:`~hydragnn.train.config.TrainingConfig` (taken as it is), the
-            raw JSON dict of ``NeuralNetwork.Training``, or an object with attributes
-            ``Parallelism`` / ``LocalSGD`` / ``Optimizer`` holding those sections as dicts (a
-            missing section takes every default). Raw sections are parsed once by the
-            section dataclasses of :mod:`hydragnn.train.config_sections`.
+        training: a parsed :class:`~hydragnn.train.config.TrainingConfig`, or the raw JSON
+            ``NeuralNetwork.Training`` section (parsed here by
+            :func:`~hydragnn.train.config_training.parse_training`, as the pipeline parses it).
 
     Returns:
         See :func:`strategy_options`.
@@ -93,16 +90,10 @@ def parse_parallelism(training: Any) -> tuple[str, dict[str, Any]]:
     Raises:
         ConfigError: naming the JSON path, the expected and the found value.
     """
-    if hasattr(training, "parallelism") and hasattr(training, "local_sgd"):
-        return strategy_options(training.parallelism, training.local_sgd)
+    from ..config_training import parse_training
 
-    def get(name: str) -> Any:
-        return training.get(name) if isinstance(training, Mapping) else getattr(training, name, None)
-
-    par = ParallelismConfig.from_dict(get("Parallelism"), f"{_WHERE}.Parallelism")
-    lsgd = LocalSGDConfig.from_dict(get("LocalSGD"), f"{_WHERE}.LocalSGD")
-    check_parallelism(par, lsgd, OptimizerConfig.from_dict(get("Optimizer"), f"{_WHERE}.Optimizer"), _WHERE)
-    return strategy_options(par, lsgd)
+    cfg = parse_training(training, _WHERE)
+    return strategy_options(cfg.parallelism, cfg.local_sgd)
 
 
 def make_strategy(training: Any) -> Strategy:
