@@ -115,49 +115,32 @@ _UNCONFIRMED = (
     "found in the sources stored for this project: url and sha256 are unknown (None)."
 )
 
+def _lsms_set(
+    name: str, title: str, n_atoms: int, elements: tuple[int, int], max_gib: int, landing: tuple[str, ...] = (),
+    note: str = "",
+) -> NamedDataset:
+    """One of upstream's LSMS sets: archive ``<name>.tar.gz``, no confirmed URL or checksum yet."""
+    return NamedDataset(
+        name=name, title=title, archive=f"{name}.tar.gz", url=None, sha256=None, max_bytes=max_gib << 30,
+        n_atoms=n_atoms, elements=elements, landing=(CONSTELLATION, WIKI, *landing),
+        provenance=_UNCONFIRMED.format(name=name) + note,
+    )
+
+
+_PROPERTIES = "LSMS DFT (total energy, charges, magnetic moments)"
 NAMED_DATASETS: dict[str, NamedDataset] = {
     d.name: d
     for d in (
-        NamedDataset(
-            name="CuAu_32atoms",
-            title="Cu-Au binary alloy, 32-atom cells, LSMS DFT (total energy, charges, magnetic moments)",
-            archive="CuAu_32atoms.tar.gz",
-            url=None,
-            sha256=None,
-            max_bytes=16 << 30,
-            n_atoms=32,
-            elements=(29, 79),
-            landing=(CONSTELLATION, WIKI),
-            provenance=_UNCONFIRMED.format(name="CuAu_32atoms"),
-        ),
-        NamedDataset(
-            name="FePt_32atoms",
-            title="Fe-Pt binary alloy, 32-atom BCT cells, LSMS DFT (total energy, charges, magnetic moments)",
-            archive="FePt_32atoms.tar.gz",
-            url=None,
-            sha256=None,
-            max_bytes=16 << 30,
-            n_atoms=32,
-            elements=(26, 78),
-            landing=(CONSTELLATION, WIKI, "https://github.com/ORNL/HydraGNN/issues/246"),
-            provenance=_UNCONFIRMED.format(name="FePt_32atoms")
-            + " Upstream issue #246 calls the archive FePt.zip and points to examples/lsms (config lsms.json, "
+        _lsms_set("CuAu_32atoms", f"Cu-Au binary alloy, 32-atom cells, {_PROPERTIES}", 32, (29, 79), 16),
+        _lsms_set(
+            "FePt_32atoms", f"Fe-Pt binary alloy, 32-atom BCT cells, {_PROPERTIES}", 32, (26, 78), 16,
+            landing=("https://github.com/ORNL/HydraGNN/issues/246",),
+            note=" Upstream issue #246 calls the archive FePt.zip and points to examples/lsms (config lsms.json, "
             "Variables as here); examples/lsms/compute_enthalpy.py reads out_<k> files with the total energy in "
             "Rydberg on the first line (out_0 pure Pt, out_32017 pure Fe). The MLST 2022 paper (doi "
             "10.1088/2632-2153/ac6a51) describes the set: fixed BCT lattice and volume, the whole composition range.",
         ),
-        NamedDataset(
-            name="FeSi_1024atoms",
-            title="Fe-Si binary alloy, 1024-atom cells, LSMS DFT (total energy, charges, magnetic moments)",
-            archive="FeSi_1024atoms.tar.gz",
-            url=None,
-            sha256=None,
-            max_bytes=64 << 30,
-            n_atoms=1024,
-            elements=(14, 26),
-            landing=(CONSTELLATION, WIKI),
-            provenance=_UNCONFIRMED.format(name="FeSi_1024atoms"),
-        ),
+        _lsms_set("FeSi_1024atoms", f"Fe-Si binary alloy, 1024-atom cells, {_PROPERTIES}", 1024, (14, 26), 64),
     )
 }
 """The registry, by name."""
