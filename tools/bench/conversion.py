@@ -5,13 +5,18 @@ times, each in a fresh process so that nothing is warm but Warp's kernel cache o
 
 * ``ase.io.read`` of the whole file (the floor: parsing alone),
 * the first :func:`hydragnn.data.convert_source` (parse, label, prepare, neighbour lists at the
-  cutoff, write the ``.pt`` container),
+  cutoff, write the ``.pt`` container), with the neighbour lists built one structure per search
+  (``EDGE_CHUNK`` 1, the conversion before batching) and then with the shipped chunk (one search
+  per ``EDGE_CHUNK`` structures), each into its own cache,
 * the second call (a cache hit: fingerprint check and opening the container),
 * reading every sample back from the cache.
 
+``--molecules`` converts small molecules instead (ASE's G2 set of H, C, N, O molecules, rattled,
+labelled by ASE's EMT, non-periodic), the other case conversion must serve.
+
 Usage::
 
-    python tools/bench/conversion.py [--structures 1000] [--cutoff 5.0] [--format pt]
+    python tools/bench/conversion.py [--structures 1000] [--cutoff 5.0] [--format pt] [--molecules]
 """
 
 from __future__ import annotations
@@ -28,14 +33,18 @@ import json, sys, time
 t0 = time.perf_counter()
 from hydragnn.data import AseSource, convert_source
 import ase.io
-path, cutoff, fmt, what = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+import hydragnn.data.conversion as conversion
+path, cutoff, fmt, what, cache, chunk = sys.argv[1:7]
+cutoff = float(cutoff)
 t_import = time.perf_counter() - t0
 if what == "parse":
     t0 = time.perf_counter(); frames = ase.io.read(path, index=":"); seconds = time.perf_counter() - t0
     print(json.dumps({"seconds": seconds, "import_s": t_import, "n": len(frames)})); sys.exit()
+if chunk != "default":
+    conversion.EDGE_CHUNK = int(chunk)
 source = AseSource(path, energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress")
 t0 = time.perf_counter()
-converted = convert_source(source, cutoff=cutoff, container_format=fmt)
+converted = convert_source(source, cutoff=cutoff, container_format=fmt, cache_dir=cache)
 seconds = time.perf_counter() - t0
 t0 = time.perf_counter()
 edges = sum(int(converted.dataset[i].edge_index.shape[1]) for i in range(len(converted.dataset)))
@@ -52,31 +61,75 @@ def _child(*args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _cells(n: int, seed: int) -> list:
+    from hydragnn.data.reference import generate_cuau_atoms
+
+    return generate_cuau_atoms(n, seed=seed)
+
+
+def _molecules(n: int) -> list:
+    """``n`` rattled H/C/N/O molecules of ASE's G2 set (3-12 atoms), with EMT energies and forces."""
+    import numpy as np
+    from ase.calculators.emt import EMT
+    from ase.calculators.singlepoint import SinglePointCalculator
+    from ase.collections import g2
+
+    names = sorted(k for k in g2.names if set(g2[k].get_chemical_symbols()) <= {"H", "C", "N", "O"} and 3 <= len(g2[k]) <= 12)
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        atoms = g2[names[i % len(names)]].copy()
+        atoms.rattle(0.05, seed=int(rng.integers(1 << 30)))
+        atoms.calc = EMT()
+        energy, forces = atoms.get_potential_energy(), atoms.get_forces()
+        atoms.calc = SinglePointCalculator(atoms, energy=energy, forces=forces)
+        out.append(atoms)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--structures", type=int, default=1000)
     parser.add_argument("--cutoff", type=float, default=5.0)
     parser.add_argument("--format", default="pt", choices=["pt", "adios"])
+    parser.add_argument("--molecules", action="store_true", help="small G2 molecules instead of 32-atom cells")
     args = parser.parse_args(argv)
 
-    from hydragnn.data.reference import generate_cuau_atoms, write_extxyz
+    from hydragnn.data.reference import write_extxyz
 
+    structures = _molecules(args.structures) if args.molecules else _cells(args.structures, seed=0)
     with tempfile.TemporaryDirectory() as tmp:
-        path = write_extxyz(Path(tmp) / "set.xyz", generate_cuau_atoms(args.structures, seed=0))
-        warm = write_extxyz(Path(tmp) / "warm.xyz", generate_cuau_atoms(2, seed=1))
-        _child(str(warm), str(args.cutoff), args.format, "convert")  # Warp compiles its kernels once per machine
-        parse = _child(str(path), str(args.cutoff), args.format, "parse")
-        first = _child(str(path), str(args.cutoff), args.format, "convert")
-        second = _child(str(path), str(args.cutoff), args.format, "convert")
-        assert not first["cached"] and second["cached"]
+        path = write_extxyz(Path(tmp) / "set.xyz", structures)
+        warm = write_extxyz(Path(tmp) / "warm.xyz", _cells(2, seed=1))
+
+        def child(what: str, file: Path = path, cache: str = "cache", chunk: str = "default") -> dict:
+            return _child(str(file), str(args.cutoff), args.format, what, str(Path(tmp) / cache), chunk)
+
+        child("convert", warm, "warm")  # Warp compiles its kernels once per machine
+        parse = child("parse")
+        one_by_one = child("convert", cache="one_by_one", chunk="1")
+        first = child("convert")
+        second = child("convert")
+        assert not first["cached"] and second["cached"] and not one_by_one["cached"]
+        assert one_by_one["edges"] == first["edges"]
         per_k = 1000 / args.structures
-        print(f"{args.structures} structures of 32 atoms, cutoff {args.cutoff} Å, {first['edges']} edges, {args.format} container")
-        print("| step | seconds | per 1,000 structures |")
-        print("|---|---|---|")
-        print(f"| ase.io.read alone | {parse['seconds']:.2f} | {parse['seconds'] * per_k:.2f} |")
-        print(f"| first convert_source (convert) | {first['seconds']:.2f} | {first['seconds'] * per_k:.2f} |")
-        print(f"| second convert_source (cache hit) | {second['seconds']:.3f} | {second['seconds'] * per_k:.3f} |")
-        print(f"| read every sample from the cache | {second['read_all_s']:.2f} | {second['read_all_s'] * per_k:.2f} |")
+        atoms = sum(len(a) for a in structures)
+        what = "molecules (G2, H/C/N/O)" if args.molecules else "cells"
+        print(
+            f"{args.structures} {what}, {atoms} atoms, cutoff {args.cutoff} Å, {first['edges']} edges, "
+            f"{args.format} container"
+        )
+        print("| step | seconds | per 1,000 structures | / ase.io.read |")
+        print("|---|---|---|---|")
+        rows = [
+            ("ase.io.read alone", parse["seconds"]),
+            ("first convert_source, one neighbour search per structure", one_by_one["seconds"]),
+            ("first convert_source (shipped: batched neighbour search)", first["seconds"]),
+            ("second convert_source (cache hit)", second["seconds"]),
+            ("read every sample from the cache", second["read_all_s"]),
+        ]
+        for name, seconds in rows:
+            print(f"| {name} | {seconds:.3f} | {seconds * per_k:.3f} | {seconds / parse['seconds']:.2f} |")
         print(f"(importing hydragnn.data: {second['import_s']:.2f} s per process)")
     return 0
 

@@ -129,3 +129,15 @@ def test_a_frame_without_atoms_is_refused_naming_the_file_and_frame(ref_file):
     with pytest.raises(SchemaError, match=r"train\.xyz.*frame 1.*no atoms"):
         convert_source(_source(ref_file), cutoff=4.0)
     assert not any(p.name.startswith("train.xyz.") for p in (ref_file.parent / ".hydragnn_cache").iterdir())
+
+
+def test_a_cell_too_small_for_the_cutoff_is_refused_naming_the_frame(tmp_path, emt_atoms):
+    """Neighbour lists are built for many structures at once; a structure the search refuses is
+    still named by its file and frame."""
+    frames = [a.copy() for a in emt_atoms[:4]]
+    for a, b in zip(frames, emt_atoms[:4]):
+        a.calc = b.calc  # write_extxyz reads the stored results
+    frames[2].set_cell(frames[2].cell.array * 0.02, scale_atoms=False)
+    path = write_extxyz(tmp_path / "small.xyz", frames)
+    with pytest.raises(ValueError, match=r"small\.xyz.*frame 2.*cell"):
+        convert_source(_source(path), cutoff=4.0)

@@ -352,3 +352,37 @@ def test_add_edges_refuses_stale_derived_edge_tensors():
     data = Data(pos=torch.rand(4, 3), edge_index=torch.tensor([[0, 1], [1, 0]]), edge_attr=torch.ones(2, 1))
     with pytest.raises(NeighborListError, match=r"\['edge_attr'\].*Build edges before prepare"):
         nb.add_edges(data, 2.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("max_neighbours", [None, 5])
+def test_add_edges_many_equals_one_by_one(mixed_batch, dtype, max_neighbours):
+    """One search for many graphs (periodic, non-periodic without a cell, slab, empty, one atom)
+    gives each graph exactly the edges, order and shifts of its own search."""
+    parts, *_ = mixed_batch
+    graphs = []
+    for p, c, f in parts:
+        g = Data(pos=p.to(dtype), x=torch.ones(len(p), 1))
+        if any(f):
+            g.cell, g.pbc = c.to(dtype).reshape(1, 3, 3), torch.tensor(f).reshape(1, 3)
+        graphs.append(g)
+    graphs.append(Data(pos=parts[1][0][:7].to(dtype) + 1.0))  # another molecule, no cell at all
+    many = nb.add_edges_many(graphs, 3.0, max_neighbours)
+    assert len(many) == len(graphs)
+    for got, graph in zip(many, graphs):
+        want = add_edges(graph, 3.0, max_neighbours)
+        assert torch.equal(got.edge_index, want.edge_index)
+        assert ("edge_shift" in got) == ("edge_shift" in want) == ("cell" in graph)
+        if "edge_shift" in want:
+            assert torch.equal(got.edge_shift, want.edge_shift)
+        assert got.pos is graph.pos and "edge_index" not in graph  # shallow copies, inputs untouched
+
+
+def test_add_edges_many_names_no_graph_but_fails_like_the_graph_at_fault():
+    """A periodic cell too small for the cutoff among good graphs: the same error as that graph alone."""
+    good = Data(pos=torch.rand(5, 3, dtype=F64) * 3)
+    tiny = Data(pos=torch.zeros(1, 3, dtype=F64), cell=torch.eye(3, dtype=F64).reshape(1, 3, 3) * 0.01)
+    with pytest.raises(ValueError) as alone:
+        add_edges(tiny, 3.0)
+    with pytest.raises(type(alone.value), match="cell"):
+        nb.add_edges_many([good, tiny, good], 3.0)

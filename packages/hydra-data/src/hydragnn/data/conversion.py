@@ -51,7 +51,7 @@ from .containers import ContainerDataset, open_dataset, write_dataset
 from .conversion_cache import RECORD, VERIFY, atomic_json, changes, file_identity, open_entry, publish, records
 from .download import default_cache_dir as user_cache_dir
 from .errors import CoincidentAtomsWarning, ContainerError, DataError, SchemaError
-from .neighbors import add_edges
+from .neighbors import add_edges, add_edges_many
 from .prepare import prepare
 from .schema import Schema
 
@@ -62,6 +62,9 @@ CONVERTER_VERSION = 1
 _SUFFIX = {"pt": "pt", "adios": "bp"}
 COINCIDENT_ANGSTROM = 1e-3
 """Atoms closer than this (Å), periodic images included, are reported as coincident."""
+EDGE_CHUNK = 256
+"""Structures whose neighbour lists one search builds (:func:`~hydragnn.data.neighbors.add_edges_many`):
+the per-call overhead of the search dominates small structures."""
 _EXAMPLES = 3
 
 
@@ -237,7 +240,7 @@ def convert_source(
     progress = _Progress(f"converting {path.name}", log)
 
     def samples_of(first: Frame | None, resolved: Schema, outputs) -> Iterator[Data]:
-        frame = first
+        frame, chunk = first, []
         while frame is not None:
             data = labelled_sample(frame.atoms, outputs, frame.where)
             try:
@@ -246,10 +249,13 @@ def convert_source(
                 raise SchemaError(f"{frame.where}: {exc}") from None
             counts["samples"] += 1
             progress.step()
-            prepared = add_edges(prepared, float(cutoff))
-            coincident.check(prepared, frame.where)
-            yield prepared
+            chunk.append((frame.where, prepared))
             frame = _next_sample(frames, source, isolated, counts)
+            if len(chunk) == EDGE_CHUNK or frame is None:
+                for where, with_edges in zip((w for w, _ in chunk), _edges_of(chunk, float(cutoff))):
+                    coincident.check(with_edges, where)
+                    yield with_edges
+                chunk = []
 
     try:
         first = _next_sample(frames, source, isolated, counts)
@@ -308,6 +314,22 @@ def convert_source(
         seconds=seconds,
         entry=entry,
     )
+
+
+def _edges_of(chunk: list[tuple[str, Data]], cutoff: float) -> list[Data]:
+    """The samples of ``chunk`` (``(where, sample)`` pairs) with their edges, from one neighbour
+    search; a structure the search refuses is named by its file and frame."""
+    try:
+        return add_edges_many([sample for _, sample in chunk], cutoff)
+    except DataError:
+        pass
+    out = []
+    for where, sample in chunk:  # one by one, to name the frame at fault
+        try:
+            out.append(add_edges(sample, cutoff))
+        except DataError as exc:
+            raise type(exc)(f"{where}: {exc}") from None
+    return out
 
 
 def _next_sample(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Sequence
 
 import torch
 from torch_geometric.data import Data
@@ -34,7 +35,7 @@ from .neighbors_reference import brute_force_radius_graph, finalize_edges
 from .neighbors_warp import neighbour_search
 from .validation import DEFAULT_MAX_CELL_IMAGES, check_cell_size
 
-__all__ = ["add_edges", "brute_force_radius_graph", "radius_graph"]
+__all__ = ["add_edges", "add_edges_many", "brute_force_radius_graph", "radius_graph"]
 
 #: Graphs with at least this many atoms make the whole batch use the cell-list method (O(N));
 #: below it the naive O(N^2) kernel is faster on CPU.
@@ -211,24 +212,87 @@ def add_edges(data: Data, cutoff: float, max_neighbours: int | None = None) -> D
         NeighborListError: ``data`` has no ``pos``, carries derived edge tensors of the old
             edges, or any input is malformed.
     """
+    pos = _checked_pos(data, "add_edges")
+    cell = getattr(data, "cell", None)
+    batch = getattr(data, "batch", None)
+    edge_index, edge_shift = radius_graph(pos, cutoff, batch, cell, getattr(data, "pbc", None), max_neighbours)
+    return _with_edges(data, edge_index, edge_shift if cell is not None else None)
+
+
+def _checked_pos(data: Data, where: str) -> torch.Tensor:
+    """``data.pos``, after refusing data whose derived edge tensors would outlive its edges."""
     stale = [key for key in ("edge_attr", "edge_output") if key in data]
     if stale:
         raise NeighborListError(
-            f"add_edges: data carries {stale}, derived from its current edges; rebuilding edges would "
+            f"{where}: data carries {stale}, derived from its current edges; rebuilding edges would "
             "leave them describing edges that no longer exist. Build edges before prepare()."
         )
     pos = getattr(data, "pos", None)
     if pos is None:
-        raise NeighborListError(
-            f"add_edges: expected data with a 'pos' attribute [N, 3], found keys {list(data.keys())}"
-        )
-    cell = getattr(data, "cell", None)
-    batch = getattr(data, "batch", None)
-    edge_index, edge_shift = radius_graph(pos, cutoff, batch, cell, getattr(data, "pbc", None), max_neighbours)
+        raise NeighborListError(f"{where}: expected data with a 'pos' attribute [N, 3], found keys {list(data.keys())}")
+    return pos
+
+
+def _with_edges(data: Data, edge_index: torch.Tensor, edge_shift: torch.Tensor | None) -> Data:
     out = copy.copy(data)
     out.edge_index = edge_index
-    if cell is not None:
+    if edge_shift is not None:
         out.edge_shift = edge_shift
     elif "edge_shift" in out:
         del out.edge_shift
     return out
+
+
+def add_edges_many(graphs: Sequence[Data], cutoff: float, max_neighbours: int | None = None) -> list[Data]:
+    """:func:`add_edges` of many single graphs with one neighbour search.
+
+    The graphs (each a ``Data`` with ``pos``, optional ``cell`` ``[1, 3, 3]`` / ``[3, 3]`` and
+    ``pbc``) are searched as one batch, periodic and non-periodic mixed, and the edges split back:
+    each result equals ``add_edges(graph, cutoff, max_neighbours)`` (same edges, same order),
+    while the per-call overhead of the search (the kernel launches: most of the time for small
+    structures) is paid once. Graphs whose positions differ in dtype or device are searched
+    one by one.
+
+    Returns:
+        New ``Data`` objects (shallow copies), in the order given.
+
+    Raises:
+        NeighborListError, StructureError: as :func:`add_edges`, for the first graph at fault
+            (the batch is searched again graph by graph to find it).
+    """
+    positions = [_checked_pos(g, "add_edges_many") for g in graphs]
+    if len(graphs) < 2 or len({(p.dtype, p.device) for p in positions}) > 1:
+        return [add_edges(g, cutoff, max_neighbours) for g in graphs]
+    pos = torch.cat(positions)
+    counts = torch.tensor([p.shape[0] for p in positions], device=pos.device)
+    batch = torch.repeat_interleave(torch.arange(len(graphs), device=pos.device), counts)
+    periodic = [getattr(g, "cell", None) is not None for g in graphs]
+    cell = pbc = None
+    if any(periodic):
+        zeros = torch.zeros(3, 3, dtype=pos.dtype, device=pos.device)
+        cell = torch.stack([g.cell.reshape(3, 3).to(pos.dtype) if has else zeros for g, has in zip(graphs, periodic)])
+        pbc = torch.stack([_pbc_of(g, has, pos.device) for g, has in zip(graphs, periodic)])
+    try:
+        edge_index, edge_shift = radius_graph(pos, cutoff, batch, cell, pbc, max_neighbours)
+    except ValueError:  # NeighborListError, StructureError
+        return [add_edges(g, cutoff, max_neighbours) for g in graphs]  # raises for the graph at fault
+    start = torch.zeros(len(graphs) + 1, dtype=torch.long, device=pos.device)
+    start[1:] = torch.cumsum(counts, 0)
+    per_graph = torch.bincount(batch[edge_index[1]], minlength=len(graphs)).tolist()  # edges sorted by target
+    out, first = [], 0
+    for k, (graph, n) in enumerate(zip(graphs, per_graph)):
+        index = edge_index[:, first : first + n] - start[k]
+        shift = edge_shift[first : first + n] if periodic[k] else None
+        out.append(_with_edges(graph, index, shift))
+        first += n
+    return out
+
+
+def _pbc_of(graph: Data, periodic: bool, device: torch.device) -> torch.Tensor:
+    """``[3]`` bool flags of one graph: its ``pbc`` (all True when absent) if it has a cell, else False."""
+    if not periodic:
+        return torch.zeros(3, dtype=torch.bool, device=device)
+    flags = getattr(graph, "pbc", None)
+    if flags is None:
+        return torch.ones(3, dtype=torch.bool, device=device)
+    return torch.as_tensor(flags, device=device).reshape(3).to(torch.bool)
