@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-ours", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
+    args.workdir = args.workdir.resolve()  # the config names files, read relative to the config's folder
 
     t0 = time.perf_counter()
     files = make_data(args.workdir / "data")

@@ -314,6 +314,7 @@ def _never_built(monkeypatch):
         (("output_heads", "graph", "num_headlayers"), 10**9, "layers"),
         (("output_heads", "node", "dim_headlayers"), [10**9], "values"),
         (("num_gaussians",), 2**62, "values"),
+        (("committee",), 64, "layers"),
     ],
 )
 def test_declared_sizes_beyond_the_weights_are_refused_before_building(model, tmp_path, monkeypatch, where, value, bound):

@@ -108,6 +108,7 @@ def test_ddp(dataset, tmp_path):
         # 2 ranks x B/2 == 1 process x B, float64, 3 steps
         check_equivalence(res["equiv_sgd"], 1e-10)
         check_equivalence(res["equiv_adam"], 1e-10)
+        check_equivalence(res["equiv_adam_committee"], 1e-10)  # a committee (Architecture.committee 2)
         # Training.clip_grad_norm: the averaged gradients clipped like one process's (norm above the clip)
         check_equivalence(res["equiv_sgd_clipped"], 1e-10)
         assert res["equiv_sgd_clipped"]["clip_active"]
@@ -130,6 +131,7 @@ def test_fsdp(name, dataset, tmp_path):
         check_equivalence(res["equiv_adam"], 1e-5)
         check_equivalence(res["equiv_sgd_clipped"], 1e-5)  # the global norm over every rank's shards
         assert res["equiv_sgd_clipped"]["clip_active"]
+        check_equivalence(res["equiv_adam_committee"], 1e-5)  # a committee (Architecture.committee 2)
 
 
 def test_global_attention_under_ddp(dataset, tmp_path):

@@ -149,6 +149,7 @@ def scenario_ddp(data) -> dict:
     res = {"train": train_and_checkpoint(owner, data, "ddp")}
     res["equiv_sgd"] = equivalence("SGD", {"type": "SGD", "learning_rate": 1e-3, "momentum": 0.9}, 3, data)
     res["equiv_adam"] = equivalence("Adam", {"type": "Adam", "learning_rate": 1e-3}, 3, data)
+    res["equiv_adam_committee"] = equivalence("Adam", {"type": "Adam", "learning_rate": 1e-3}, 3, data, extra={"committee": 2})
     sgd = {"type": "SGD", "learning_rate": 1e-3, "momentum": 0.9}
     res["equiv_sgd_clipped"] = equivalence("SGD", sgd, 3, data, clip=0.05)
     zero = make_strategy(
@@ -216,6 +217,9 @@ def scenario_sharded(name: str):
         )
         sgd = {"type": "SGD", "learning_rate": 1e-3, "momentum": 0.9}
         res["equiv_sgd_clipped"] = equivalence("SGD", sgd, 3, data, "fp32", {"strategy": name}, clip=0.05)
+        res["equiv_adam_committee"] = equivalence(
+            "Adam", {"type": "Adam", "learning_rate": 1e-3}, 3, data, "fp32", {"strategy": name}, extra={"committee": 2}
+        )
         strategy.teardown()
         return res
 

@@ -30,7 +30,7 @@ import torch
 
 from hydragnn.data import Normalizer
 from hydragnn.data.validation import SPECIES_INPUT_NAMES
-from hydragnn.models import HydraModel
+from hydragnn.models import Committee, HydraModel
 
 from .errors import InferenceError
 
@@ -84,15 +84,16 @@ class ModelInfo:
         return self.energy is not None
 
 
-def model_info(model: HydraModel, species: Sequence[int] | None = None) -> ModelInfo:
-    """Read a :class:`HydraModel` (and its ``manifest`` when loaded from an artifact).
+def model_info(model: HydraModel | Committee, species: Sequence[int] | None = None) -> ModelInfo:
+    """Read a :class:`HydraModel` or a committee of them (and its ``manifest`` when loaded from
+    an artifact).
 
     Raises:
         InferenceError: a model the calculator cannot feed.
     """
-    if not isinstance(model, HydraModel):
+    if not isinstance(model, (HydraModel, Committee)):
         raise InferenceError(
-            f"model_or_artifact: expected a HydraModel or an artifact path, found {type(model).__name__}"
+            f"model_or_artifact: expected a HydraModel, a Committee or an artifact path, found {type(model).__name__}"
         )
     schema = model.schema
     if schema.position is None:

@@ -235,7 +235,9 @@ def graph_model_problem(model: Any) -> str | None:
         return "max_neighbours caps the neighbour list; the static edge buffers keep every pair within the cutoff"
     if model.config.attention.pe_dim:
         return "positional encodings (pe_dim > 0) need a per-structure eigendecomposition of the graph Laplacian"
-    for part in (getattr(model, "encoder", None), getattr(model, "global_stage", None)):
+    members = getattr(model, "members", None) or [model]  # a committee: every member's parts
+    parts = [getattr(m, name, None) for m in members for name in ("encoder", "global_stage")]
+    for part in parts:
         if part is not None and not getattr(part, "capture_safe", True):
             return (
                 f"{type(part).__name__}'s forward is not capture-safe (host synchronisation or data-dependent shapes)"

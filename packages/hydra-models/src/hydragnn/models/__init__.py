@@ -36,6 +36,7 @@ _LAZY: dict[str, str] = {
     "ModelConfigError": "errors",
     "ModelError": "errors",
     "compute_loss": "loss",
+    "Committee": "committee",
     "HydraModel": "model",
     "build_model": "model",
     "pad_with_sink": "padding",

@@ -46,6 +46,7 @@ from hydragnn.data import Schema
 from hydragnn.data.atomic import atomic_write
 
 from .artifact_bounds import check_declared_sizes
+from .committee import Committee
 from .errors import ArtifactError
 from .model import HydraModel, build_model
 
@@ -81,7 +82,7 @@ def _jsonable(value: Any, where: str) -> Any:
 
 
 def save_artifact(
-    model: HydraModel,
+    model: HydraModel | Committee,
     path: str | os.PathLike,
     *,
     normalization: Mapping[str, Any] | None = None,
@@ -91,7 +92,8 @@ def save_artifact(
     """Write ``model`` as one artifact file (atomically: temporary file + ``os.replace``).
 
     Args:
-        model: a :class:`HydraModel` from :func:`build_model`.
+        model: a :class:`HydraModel` or :class:`~hydragnn.models.committee.Committee` from
+            :func:`build_model`.
         path: destination (``.hydra`` by convention).
         normalization: statistics of the targets / inputs (JSON, tensors allowed).
         species: atomic numbers the model was trained on.
@@ -101,10 +103,10 @@ def save_artifact(
         The path written.
 
     Raises:
-        ArtifactError: when the model is not a ``HydraModel`` or metadata is not JSON-serialisable.
+        ArtifactError: when the model is not a ``HydraModel`` or ``Committee`` or metadata is not JSON-serialisable.
     """
-    if not isinstance(model, HydraModel):
-        raise ArtifactError(f"save_artifact: expected a HydraModel, found {type(model).__name__}")
+    if not isinstance(model, (HydraModel, Committee)):
+        raise ArtifactError(f"save_artifact: expected a HydraModel or a Committee, found {type(model).__name__}")
     if not model.config.raw:
         raise ArtifactError(
             "save_artifact: the model's config has no source Architecture section (build it with build_model)"
@@ -196,7 +198,7 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     return _read(path)[0]
 
 
-def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> HydraModel:
+def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> HydraModel | Committee:
     """Rebuild the model of an artifact, in eval mode, with its weights.
 
     Args:
@@ -204,7 +206,8 @@ def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu"
         device: where to put the model.
 
     Returns:
-        A :class:`HydraModel` with ``model.manifest`` set to the manifest dict (normalization,
+        A :class:`HydraModel` (a :class:`~hydragnn.models.committee.Committee` for a
+        ``committee`` section) with ``model.manifest`` set to the manifest dict (normalization,
         species, writer versions, ...).
 
     Raises:

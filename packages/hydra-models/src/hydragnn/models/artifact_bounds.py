@@ -30,8 +30,9 @@ NOT_SIZES = frozenset(
 )
 """Integer keys that size nothing built from the manifest (runtime caps, indices, degree counts,
 atomic numbers); the config parser validates them."""
-_LAYER_COUNTS = frozenset({"num_before_skip", "num_after_skip", "correlation"})
-"""Counts of indexed blocks not named ``*layers`` (MACE's ``correlation``: one product per order)."""
+_LAYER_COUNTS = frozenset({"num_before_skip", "num_after_skip", "correlation", "committee"})
+"""Counts of indexed blocks not named ``*layers`` (MACE's ``correlation``: one product per order;
+a committee's ``members.0``, ``members.1``, ...)."""
 _INDEX = re.compile(r"(\d+)$")
 
 

@@ -93,6 +93,9 @@ class ModelConfig:
         activation ["silu"], graph_pooling ["mean"]: head activation and pooling.
         precision ["fp32"]: ``fp32``, ``bf16`` or ``fp64``.
         conv_checkpointing [false]: activation checkpointing per conv layer.
+        committee [1]: number of independently initialised members trained side by side and
+            served as their mean (:class:`~hydragnn.models.committee.Committee`); K members cost
+            K times the compute.
         output_heads: :class:`HeadsConfig`.
         mlip: :class:`~hydragnn.models.config_groups.MLIPConfig` (``enable_interatomic_potential``,
             output names, reference energies, scale-shift, ``energy_heads``).
@@ -118,6 +121,7 @@ class ModelConfig:
     graph_pooling: str = field(default="mean", metadata={"choices": POOLING_NAMES})
     precision: str = field(default="fp32", metadata={"choices": PRECISIONS})
     conv_checkpointing: bool = False
+    committee: int = field(default=1, metadata={"min": 1, "max": 64})
     mlip: MLIPConfig = field(default_factory=MLIPConfig, metadata=_FLAT)
     attention: GlobalAttentionConfig = field(default_factory=GlobalAttentionConfig, metadata=_FLAT)
     conditioning: ConditioningConfig = field(default_factory=ConditioningConfig, metadata=_FLAT)

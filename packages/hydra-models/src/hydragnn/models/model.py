@@ -10,7 +10,7 @@ the heads, and returns ``{output name: tensor}``: graph outputs ``[B, dim]``, no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -26,6 +26,9 @@ from .loss import compute_loss
 from .mlip import EnergyHead, apply_strain, derivatives, dynamic_edges, stress_from_virial
 from .nn.geometry import safe_norm
 from .schema_checks import check_conditioning, mlip_roles, num_species, task_weights
+
+if TYPE_CHECKING:
+    from .committee import Committee
 
 ROOT = "NeuralNetwork.Architecture"
 
@@ -58,6 +61,10 @@ class HydraModel(nn.Module):
             raise ModelConfigError(
                 "Variables.outputs: a model needs at least one output to predict and train on; the schema "
                 "declares none (a schema without outputs only prepares samples for prediction)"
+            )
+        if config.committee != 1:
+            raise ModelConfigError(
+                f"{ROOT}.committee: a HydraModel is one member; build a committee of {config.committee} with build_model"
             )
         self.config = config
         self.schema = schema
@@ -371,7 +378,7 @@ class HydraModel(nn.Module):
         )
 
 
-def build_model(config: Mapping[str, Any] | ModelConfig, schema: Schema | Mapping[str, Any]) -> HydraModel:
+def build_model(config: Mapping[str, Any] | ModelConfig, schema: Schema | Mapping[str, Any]) -> HydraModel | Committee:
     """Build the model of an ``Architecture`` section for a schema.
 
     Args:
@@ -379,8 +386,10 @@ def build_model(config: Mapping[str, Any] | ModelConfig, schema: Schema | Mappin
         schema: the :class:`~hydragnn.data.Schema` (or its ``Variables`` dict).
 
     Returns:
-        A :class:`HydraModel` with parameters in the ``precision`` dtype. Initialisation uses
-        torch's global RNG: seed it for a reproducible model.
+        A :class:`HydraModel` with parameters in the ``precision`` dtype, or a
+        :class:`~hydragnn.models.committee.Committee` of such members for ``committee`` > 1.
+        Initialisation uses torch's global RNG (members draw from it in turn): seed it for a
+        reproducible model.
 
     Raises:
         ModelConfigError: on an invalid section or one that does not fit the schema.
@@ -389,5 +398,8 @@ def build_model(config: Mapping[str, Any] | ModelConfig, schema: Schema | Mappin
         config = ModelConfig.from_dict(config)
     if not isinstance(schema, Schema):
         schema = Schema.from_dict(schema)
-    model = HydraModel(config, schema)
-    return model.to(config.dtype)
+    if config.committee > 1:
+        from .committee import Committee
+
+        return Committee(config, schema).to(config.dtype)
+    return HydraModel(config, schema).to(config.dtype)

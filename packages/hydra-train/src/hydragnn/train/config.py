@@ -230,6 +230,9 @@ def load_config(
         if training.init_from is None:
             raise ConfigError(f"{ARCH}: required section missing (it may be left out only with Training.init_from)")
         arch_section = _artifact_architecture(training.init_from)
+    elif training.init_from is not None and isinstance(arch_section, Mapping) and "committee" not in arch_section:
+        # fine-tuning keeps the artifact's members (one each) unless the section says otherwise
+        arch_section = {**arch_section, "committee": _artifact_architecture(training.init_from).get("committee", 1)}
     mlip_filled: list[str] = []
     if isinstance(arch_section, Mapping):
         arch_section, training_values, mlip_filled = with_mlip_defaults(arch_section, nn.get("Training"))

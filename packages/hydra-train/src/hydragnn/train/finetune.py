@@ -15,10 +15,13 @@
 * The inputs of the schema must equal the artifact's (the features the trunk was trained on).
 * Several energy heads (``Dataset.sources``) from a one-head artifact: every head starts as the
   artifact's energy readout, so "your data" and "replayed data" both begin from the trained model.
+* A committee (``Architecture.committee``) is fine-tuned member by member: member k starts from
+  the artifact's member k, so the run's committee must have the artifact's size (left out, it is).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,10 +60,23 @@ class FineTuneConfig:
         return parse_dataclass(cls, values, where, ConfigError)
 
 
+_MEMBER = re.compile(r"members\.\d+\.")
+
+
+def _local(key: str) -> str:
+    """A state-dict key without a committee member's prefix (``members.2.encoder.x`` -> ``encoder.x``)."""
+    match = _MEMBER.match(key)
+    return key[match.end() :] if match else key
+
+
+def _members(model: nn.Module) -> int:
+    return len(getattr(model, "members", ())) or 1
+
+
 def _readout_rows(key: str, other, tensor):
     """The artifact's energy readout for a model with another number of energy heads: each new
     head starts as the artifact's (default) head. Other tensors pass unchanged."""
-    if other is None or not key.startswith(READOUT) or other.dim() != tensor.dim() or other.dim() == 0:
+    if other is None or not _local(key).startswith(READOUT) or other.dim() != tensor.dim() or other.dim() == 0:
         return other
     if tuple(other.shape[1:]) != tuple(tensor.shape[1:]) or other.shape[0] == tensor.shape[0]:
         return other
@@ -116,6 +132,11 @@ def initialise_from(
     Raises:
         ConfigError: a trunk tensor of another shape, or new species beyond the species embedding.
     """
+    if _members(model) != _members(base):
+        raise ConfigError(
+            f"{WHERE}: the artifact has {_members(base)} committee member(s), this model {_members(model)}: set "
+            f"NeuralNetwork.Architecture.committee to {_members(base)} (each member starts from the artifact's own)"
+        )
     new = list(getattr(base, "new_species", []))
     width = getattr(getattr(model, "dims", None), "num_species", 0)
     if new and width and max(new) >= width:
@@ -124,8 +145,8 @@ def initialise_from(
     target = model.state_dict()
     copied, fresh = [], []
     for key, tensor in target.items():
-        trunk = key.startswith(TRUNK)
-        if key in _SKIPPED or (not trunk and config.heads == "replace"):
+        trunk = _local(key).startswith(TRUNK)
+        if _local(key) in _SKIPPED or (not trunk and config.heads == "replace"):
             fresh.append(key)
             continue
         other = _readout_rows(key, source.get(key), tensor)
@@ -144,7 +165,7 @@ def initialise_from(
     model.load_state_dict(target)
     if config.freeze_encoder:
         for name, param in model.named_parameters():
-            if name.startswith(TRUNK):
+            if _local(name).startswith(TRUNK):
                 param.requires_grad_(False)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())

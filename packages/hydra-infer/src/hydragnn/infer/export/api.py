@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hydragnn.models import HydraModel, load_artifact
+from hydragnn.models import Committee, HydraModel, load_artifact
 
 from ..calculator import HydraCalculator
 from ..errors import InferenceError
@@ -182,7 +182,7 @@ def export_model(
 
 def _prepared(model_or_artifact: Any, dtype: str | None, device: str, head: str | None) -> HydraModel:
     """A frozen eval-mode copy of the model in the export dtype, on the export device, serving ``head``."""
-    if isinstance(model_or_artifact, HydraModel):
+    if isinstance(model_or_artifact, (HydraModel, Committee)):
         model = copy.deepcopy(model_or_artifact)
     else:
         model = load_artifact(Path(model_or_artifact), device="cpu")
@@ -228,7 +228,7 @@ def _metadata(
     return metadata(
         format=fmt,
         hydra_infer_version=__version__,
-        source=str(source) if not isinstance(source, HydraModel) else None,
+        source=str(source) if not isinstance(source, (HydraModel, Committee)) else None,
         weights_sha256=manifest.get("weights_sha256"),
         architecture=model.config.mpnn_type,
         cutoff=info.cutoff,

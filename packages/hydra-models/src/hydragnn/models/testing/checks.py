@@ -87,20 +87,22 @@ def check_rotation_translation(subject: Subject | str, seed: int = 0) -> None:
 
 
 def check_vector_equivariance(subject: Subject | str, seed: int = 1) -> None:
-    """Equivariant encoders: ``NodeEmbedding.vector [N, 3, C]`` rotates with the positions."""
+    """Equivariant encoders: ``NodeEmbedding.vector [N, 3, C]`` rotates with the positions (in
+    every member of a committee)."""
     s = _subject(subject)
     rtol, atol = s.tol.invariance
-    model = s.build()
+    built = s.build()
     batch = collate(periodic_samples(CUTOFF)[:2])
     rot = random_rotation(seed)
     moved = batch.clone()
     moved.pos, moved.cell, moved.edge_shift = batch.pos @ rot.T, batch.cell @ rot.T, batch.edge_shift @ rot.T
-    with torch.no_grad():
-        ref = model.encode(model.graph_inputs(batch, batch.pos, batch.edge_index, batch.edge_shift))
-        out = model.encode(model.graph_inputs(moved, moved.pos, moved.edge_index, moved.edge_shift))
-    assert ref.vector is not None and ref.vector.dim() == 3 and ref.vector.shape[1] == 3
-    torch.testing.assert_close(out.scalar, ref.scalar, rtol=rtol, atol=atol)
-    torch.testing.assert_close(out.vector, torch.einsum("ij,njc->nic", rot, ref.vector), rtol=rtol, atol=atol)
+    for model in getattr(built, "members", [built]):
+        with torch.no_grad():
+            ref = model.encode(model.graph_inputs(batch, batch.pos, batch.edge_index, batch.edge_shift))
+            out = model.encode(model.graph_inputs(moved, moved.pos, moved.edge_index, moved.edge_shift))
+        assert ref.vector is not None and ref.vector.dim() == 3 and ref.vector.shape[1] == 3
+        torch.testing.assert_close(out.scalar, ref.scalar, rtol=rtol, atol=atol)
+        torch.testing.assert_close(out.vector, torch.einsum("ij,njc->nic", rot, ref.vector), rtol=rtol, atol=atol)
 
 
 def _energy_fd(model, data, pos, cell) -> float:
