@@ -41,7 +41,7 @@ def test_a_committee_is_fine_tuned_member_by_member(tmp_path):
     run_training(_committee_config(1), base)
     trained = load_artifact(base / "model.hydra")
     cfg = config("mlip", n=12, epochs=1, init_from=str(base / "model.hydra"), FineTune={"freeze_encoder": True})
-    cfg["NeuralNetwork"]["Architecture"].pop("committee")
+    cfg["NeuralNetwork"]["Architecture"].pop("committee", None)
     assert load_config(cfg).model_config.committee == 2
     run_training(cfg, tmp_path / "tuned")
     tuned = load_artifact(tmp_path / "tuned" / "model.hydra")

@@ -187,14 +187,13 @@ def test_nan_written_in_a_config_file_is_refused(tmp_path):
 def _mlip_config(**arch) -> dict:
     cfg = config("mlip")
     cfg["NeuralNetwork"]["Architecture"].pop("task_weights")
-    cfg["NeuralNetwork"]["Architecture"].pop("committee")
     cfg["NeuralNetwork"]["Architecture"].update(arch)
     cfg["NeuralNetwork"]["Training"] = {"num_epoch": 5}
     return cfg
 
 
 def test_an_interatomic_potential_gets_the_mlip_setting_for_what_it_leaves_out():
-    from hydragnn.train.mlip_defaults import MLIP_ARCHITECTURE, MLIP_LOSS_WEIGHTS, MLIP_TRAINING
+    from hydragnn.train.mlip_defaults import MLIP_LOSS_WEIGHTS, MLIP_TRAINING
 
     cfg = load_config(_mlip_config())
     tr = cfg.training
@@ -204,10 +203,8 @@ def test_an_interatomic_potential_gets_the_mlip_setting_for_what_it_leaves_out()
     assert tr.scheduler.warmup_steps == MLIP_TRAINING["Scheduler"]["warmup_steps"]
     weights = {k: cfg.architecture[k] for k in MLIP_LOSS_WEIGHTS}
     assert weights == MLIP_LOSS_WEIGHTS and cfg.model_config.loss.energy_weight == MLIP_LOSS_WEIGHTS["energy_weight"]
-    assert cfg.model_config.committee == MLIP_ARCHITECTURE["committee"] == 3
-    assert set(cfg.mlip_defaults) == {f"Training.{k}" for k in MLIP_TRAINING} | {
-        f"Architecture.{k}" for k in (*MLIP_LOSS_WEIGHTS, *MLIP_ARCHITECTURE)
-    }
+    assert cfg.model_config.committee == 1
+    assert set(cfg.mlip_defaults) == {f"Training.{k}" for k in MLIP_TRAINING} | {f"Architecture.{k}" for k in MLIP_LOSS_WEIGHTS}
     again = load_config(cfg.to_dict())
     assert again == cfg and again.mlip_defaults == ()  # the completed config leaves nothing out
 
@@ -218,9 +215,8 @@ def test_an_interatomic_potential_gets_the_mlip_setting_for_what_it_leaves_out()
     assert not cfg.training.ema.enabled and cfg.training.optimizer.type == "SGD"
     assert cfg.architecture["energy_weight"] == 2.0 and cfg.architecture["forces_weight"] == 100.0
     assert "Training.EMA" not in cfg.mlip_defaults and "Training.SecondStage" in cfg.mlip_defaults
-    weighted = load_config(_mlip_config(task_weights=[3.0, 1.0, 1.0], committee=1))
+    weighted = load_config(_mlip_config(task_weights=[3.0, 1.0, 1.0]))
     assert not any(p.startswith("Architecture.") for p in weighted.mlip_defaults)
-    assert weighted.model_config.committee == 1
     sharded = _mlip_config()
     sharded["NeuralNetwork"]["Training"]["Parallelism"] = {"strategy": "fsdp"}
     cfg = load_config(sharded)

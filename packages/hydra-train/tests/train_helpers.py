@@ -41,7 +41,6 @@ MLIP_ARCH = {
     "reference_energies": {"29": 0.0568, "79": 0.0587},
     "output_heads": {"node": {"num_headlayers": 1}},
     "task_weights": [3.0, 1.0, 1.0],
-    "committee": 1,  # one model: the committee default of MLIPs is tested on its own
 }
 
 
@@ -107,6 +106,5 @@ FILE_ARCH = {
     "radius": 4.0,
     "num_radial": 8,
     "enable_interatomic_potential": True,
-    "committee": 1,  # one model: the committee default of MLIPs is tested on its own
 }
 REF_KEYS = {"energy_key": "REF_energy", "forces_key": "REF_forces", "stress_key": None}
