@@ -29,9 +29,10 @@ import stat
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import IO, cast
 
 from .errors import ArchiveError
 
@@ -109,7 +110,7 @@ class _Budget:
         if self.members > self.limits.max_members:
             raise ArchiveError(f"{self.archive}: more than max_members={self.limits.max_members} members (at {name!r})")
 
-    def read(self, name: str, declared: int, read) -> bytes:
+    def read(self, name: str, declared: int, read: Callable[[int], bytes]) -> bytes:
         if declared > self.limits.max_member_bytes:
             raise ArchiveError(
                 f"{self.archive}: member {name!r}: {declared} bytes, more than max_member_bytes={self.limits.max_member_bytes}"
@@ -143,7 +144,7 @@ def _tar_members(path: Path, tar: tarfile.TarFile, budget: _Budget) -> Iterator[
             continue
         if not member.isfile():
             raise ArchiveError(f"{path}: member {name!r}: not a regular file (a device, FIFO or other special member)")
-        fh = tar.extractfile(member)
+        fh = cast(IO[bytes], tar.extractfile(member))  # a regular file: never None
         yield name, budget.read(name, member.size, fh.read)
 
 

@@ -48,7 +48,7 @@ def _labels(atoms: Atoms) -> dict[str, Any]:
     """Known results of ``atoms`` without calling the calculator (stale results are dropped)."""
     calc = atoms.calc
     results: dict[str, Any] = dict(getattr(calc, "results", None) or {}) if calc is not None else {}
-    if results and getattr(calc, "atoms", None) is not None and hasattr(calc, "check_state"):
+    if results and calc is not None and getattr(calc, "atoms", None) is not None and hasattr(calc, "check_state"):
         changes = calc.check_state(atoms)
         if changes:
             warnings.warn(

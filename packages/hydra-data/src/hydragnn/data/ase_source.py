@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -38,7 +38,10 @@ from torch_geometric.data import Data
 
 from .ase_io import STRUCTURE_KEYS, stress_voigt, structure_sample
 from .errors import ContainerError, SchemaError, clip
-from .schema import Schema, Variable
+from .schema import Level, Schema, Variable
+
+if TYPE_CHECKING:
+    from ase.db.row import AtomsRow
 
 __all__ = [
     "DEFAULT_CONFIG_TYPE",
@@ -60,7 +63,7 @@ MLIP_OUTPUTS: tuple[str, ...] = ("energy", "forces", "stress")
 """Outputs with a dedicated key option, in schema order."""
 
 _PER_ATOM_RESULTS = frozenset({"forces", "energies", "stresses", "charges", "magmoms"})
-_KNOWN_LEVELS = {"energy": ("graph", 1), "forces": ("node", 3), "stress": ("graph", 6)}
+_KNOWN_LEVELS: dict[str, tuple[Level, int]] = {"energy": ("graph", 1), "forces": ("node", 3), "stress": ("graph", 6)}
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,7 @@ class FrameLabels:
             values[key] = ("info", value)
         calc = atoms.calc
         results = dict(getattr(calc, "results", None) or {}) if calc is not None else {}
-        if results and getattr(calc, "atoms", None) is not None and hasattr(calc, "check_state"):
+        if results and calc is not None and getattr(calc, "atoms", None) is not None and hasattr(calc, "check_state"):
             if calc.check_state(atoms):
                 results = {}
         for key, value in results.items():
@@ -280,11 +283,35 @@ class Frame:
         return self.config_type == ISOLATED_ATOM
 
 
-def _numbering(index: str) -> tuple[int, int] | None:
-    """``(start, step)`` turning a selection position into a file frame number, when known."""
-    from ase.io.formats import string2index
+class _RowDatabase(Protocol):
+    """What :func:`_db_frames` uses of the database ``ase.db.connect`` opens (a context manager)."""
+
+    def __enter__(self) -> _RowDatabase: ...
+
+    def __exit__(self, *exc: object) -> object: ...
+
+    def count(self) -> int: ...
+
+    def select(self, *, offset: int, limit: int) -> Iterator[AtomsRow]: ...
+
+
+def _selection(index: str) -> int | slice:
+    """``index`` parsed as ``ase.io.read`` does: one frame or a slice.
+
+    Raises:
+        ValueError: ``index`` is neither an integer nor a slice.
+    """
+    from ase.utils import string2index
 
     sel = string2index(index)
+    if isinstance(sel, str):
+        raise ValueError(f"not an integer or a slice: {sel!r}")
+    return sel
+
+
+def _numbering(index: str) -> tuple[int, int] | None:
+    """``(start, step)`` turning a selection position into a file frame number, when known."""
+    sel = _selection(index)
     if isinstance(sel, int):
         return (sel, 1) if sel >= 0 else None
     start, step = sel.start or 0, sel.step or 1
@@ -294,10 +321,9 @@ def _numbering(index: str) -> tuple[int, int] | None:
 def _db_frames(path: Path, index: str) -> Iterator[Atoms]:
     """Rows of an ASE database as atoms, key-value pairs in ``info``, ``data`` in arrays / info."""
     import ase.db
-    from ase.io.formats import string2index
 
-    sel = string2index(index)
-    with ase.db.connect(str(path), serial=True) as db:
+    sel = _selection(index)
+    with cast(_RowDatabase, ase.db.connect(str(path), serial=True)) as db:
         count = db.count()
         if isinstance(sel, int):
             sel = slice(sel, sel + 1 or None)
@@ -322,11 +348,11 @@ def _check_declared_sizes(path: Path, index: str) -> None:
     """Refuse frames whose declared atom count the file cannot hold before ASE reads a line
     per declared atom (:mod:`hydragnn.data.xyz_scan`), as far into the file as ASE indexes for
     ``index``; repeated comment-line keys are warned about there."""
-    from ase.io.formats import get_compression, open_with_compression, string2index
+    from ase.io.formats import get_compression, open_with_compression
 
     from .xyz_scan import scan_xyz
 
-    sel = string2index(index)
+    sel = _selection(index)
     stop = sel if isinstance(sel, int) else sel.stop
     last_frame = stop if stop is not None and stop >= 0 else None
     try:

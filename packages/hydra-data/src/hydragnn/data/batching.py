@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -59,7 +59,7 @@ def sample_costs(dataset: Any, mode: str) -> list[int]:
         raise DataError(f"{_WHERE}.mode: expected one of {list(MODES)}, found {mode!r}")
     hook = getattr(dataset, "sample_costs", None)
     if callable(hook):
-        return [int(c) for c in hook(mode)]
+        return [int(c) for c in cast(Sequence[int], hook(mode))]
     costs: list[int] = []
     for i in range(len(dataset)):
         data = dataset[i]

@@ -68,11 +68,12 @@ class BatchingConfig:
                 )
 
     @classmethod
-    def from_dict(cls, section: Mapping[str, Any]) -> BatchingConfig:
+    def from_dict(cls, section: BatchingConfig | Mapping[str, Any]) -> BatchingConfig:
         """Parse the JSON ``Training.Batching`` section.
 
         Args:
-            section: ``{"mode": ..., "max_nodes" | "max_edges": ..., ...}``.
+            section: ``{"mode": ..., "max_nodes" | "max_edges": ..., ...}``; a ``BatchingConfig`` is
+                returned as is.
 
         Raises:
             DataError: on unknown keys, a missing mode or budget, wrong types or non-positive

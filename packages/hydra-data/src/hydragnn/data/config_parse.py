@@ -31,8 +31,8 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, cast
 
 from .errors import did_you_mean
 
@@ -229,21 +229,23 @@ def parse_value(
     if not _accepts(hint, value):
         raise error(f"{where}: expected {expected or describe(hint)}, found {_found(value)}")
     if origin is tuple or origin is list:
+        seq = cast(Sequence[Any], value)  # a JSON list (checked by _accepts)
         fixed = origin is tuple and not (len(args) == 2 and args[1] is Ellipsis)
-        if fixed and len(value) != len(args):
-            raise error(f"{where}: expected a list of {len(args)} values, found {len(value)}")
+        if fixed and len(seq) != len(args):
+            raise error(f"{where}: expected a list of {len(args)} values, found {len(seq)}")
         items = [
             parse_value(v, args[i] if fixed else args[0], f"{where}[{i}]", error) if args else v
-            for i, v in enumerate(value)
+            for i, v in enumerate(seq)
         ]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         inner = args[1] if args else Any
-        return {str(k): parse_value(v, inner, f"{where}.{k}", error) for k, v in value.items()}
+        obj = cast(Mapping[Any, Any], value)  # a JSON object (checked by _accepts)
+        return {str(k): parse_value(v, inner, f"{where}.{k}", error) for k, v in obj.items()}
     if dataclasses.is_dataclass(hint):
-        return parse_dataclass(hint, value, where, error)
+        return parse_dataclass(cast(type, hint), value, where, error)  # an annotation: a class
     if hint is float:
-        value = float(value)
+        value = float(cast(float, value))  # an int or a float (checked by _accepts)
     if "choices" in meta and value not in meta["choices"]:
         raise error(f"{where}: expected one of {sorted(meta['choices'])}, found {value!r}")
     check_range(value, meta, where, error)
@@ -266,6 +268,7 @@ def check_range(value: Any, meta: Mapping[str, Any], where: str, error: Error) -
     elif low:
         bounds = f"{'>' if low[0] == 'gt' else '>='} {low[1]}"
     else:
+        high = cast(tuple[str, Any], high)  # not ok: a bound exists, and it is not low
         bounds = f"{'<' if high[0] == 'lt' else '<='} {high[1]}"
     raise error(f"{where}: expected {noun} {bounds}, found {value!r}")
 

@@ -40,7 +40,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -393,10 +393,11 @@ class _CoincidentAtoms:
 def _coincident_pair(data: Data) -> tuple[int, int, float] | None:
     """``(i, j, distance)``, ``i < j``, of the closest edge shorter than :data:`COINCIDENT_ANGSTROM`
     (edges cover periodic images), or ``None``: one pass over the edges already built."""
-    src, dst = data.edge_index
+    src, dst = cast(torch.Tensor, data.edge_index)  # a prepared sample with its edges built
     if src.numel() == 0:
         return None
-    vec = data.pos[src] - data.pos[dst]
+    pos = cast(torch.Tensor, data.pos)
+    vec = pos[src] - pos[dst]
     shift = getattr(data, "edge_shift", None)
     if shift is not None:
         vec = vec + shift.to(vec.dtype)

@@ -70,7 +70,7 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def _normalise_sha(sha256: str) -> str:
+def _normalise_sha(sha256: object) -> str:
     sha = sha256.strip().lower() if isinstance(sha256, str) else ""
     if not _SHA_RE.match(sha):
         raise DataError(f"sha256: expected 64 hexadecimal characters, found {sha256!r}")
@@ -349,7 +349,7 @@ class DownloadCache:
                     f"{url}: asked for the whole file but the server sent Content-Range "
                     f"{response.headers.get('Content-Range')!r}"
                 )
-            if resume:
+            if resume and crange is not None:  # resume implies a Content-Range
                 total = crange[1]
             else:
                 offset = 0

@@ -29,14 +29,15 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, cast
 
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 from torch_geometric.loader import DataLoader
 
-from .batching import BatchingConfig, CostAwareBatchSampler, FixedBatchSampler, _is_int, sample_costs
+from .batching import CostAwareBatchSampler, FixedBatchSampler, _is_int, sample_costs
+from .batching_config import BatchingConfig
 from .collate import GraphCollater
 from .errors import DataError
 from .packed import PackedGraphs
@@ -78,17 +79,18 @@ class GraphLoader(DataLoader):
         self.packed = PackedGraphs.build(dataset) if packable else None
 
     def __iter__(self) -> Iterator[Any]:
-        batches = self._packed_batches() if self.packed is not None else super().__iter__()
+        batches = self._packed_batches(self.packed) if self.packed is not None else super().__iter__()
         if self.prefetch <= 0 or self.num_workers > 0:
             return batches
         return _ahead(batches, self.prefetch)
 
-    def _packed_batches(self) -> Iterator[Any]:
+    def _packed_batches(self, packed: PackedGraphs) -> Iterator[Any]:
         """The sampler's batches, cut out of the packed graphs a chunk of batches at a time; a
         batch whose graphs changed since packing (checked when it is yielded) is collated from
         the list instead."""
-        packed, dataset = self.packed, self.dataset
-        for chunk in packed.chunks(self.batch_sampler):
+        dataset = cast(Sequence[Any], self.dataset)  # packed: a list or tuple of graphs
+        selections = cast(Iterable[Sequence[int]], self.batch_sampler)  # packed only with a batch sampler
+        for chunk in packed.chunks(selections):
             for indices, batch in zip(chunk, packed.batches(chunk)):
                 if packed.current(dataset, indices):
                     yield batch
@@ -213,6 +215,12 @@ def create_dataloaders(
     )
 
 
+class _EpochAware(Protocol):
+    """A sampler whose order depends on the epoch."""
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+
 def set_epoch(loader: DataLoader, epoch: int) -> None:
     """Call ``set_epoch(epoch)`` on the loader's batch sampler or sampler, whichever has it.
 
@@ -223,5 +231,5 @@ def set_epoch(loader: DataLoader, epoch: int) -> None:
     """
     for sampler in (getattr(loader, "batch_sampler", None), getattr(loader, "sampler", None)):
         if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)
+            cast(_EpochAware, sampler).set_epoch(epoch)
             return

@@ -12,6 +12,8 @@ neighbours, so a model has something local to learn.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from .lsms import format_lsms
@@ -59,7 +61,11 @@ def synthetic_alloy(
         charge = numbers + np.where(numbers == elements[0], -0.12, 0.12) * unlike + rng.normal(0, 0.005, n)
         moment = np.array([_MOMENT.get(int(z), 0.0) for z in numbers]) * (1 + 0.1 * unlike) + rng.normal(0, 0.01, n)
         x = share if 0 < share < 1 else 0.0
-        energy = sum(_ENERGY.get(int(z), -100.0 * z) for z in numbers) - 0.02 * x * (1 - x) * n + rng.normal(0, 1e-3)
+        energy = (
+            sum(_ENERGY.get(int(z), cast(float, -100.0 * z)) for z in numbers)
+            - 0.02 * x * (1 - x) * n
+            + rng.normal(0, 1e-3)
+        )
         pos = sites + rng.normal(0, 0.02, sites.shape)
         out.append((f"out_{k}", format_lsms(energy, numbers.tolist(), pos.tolist(), charge.tolist(), moment.tolist())))
     return out

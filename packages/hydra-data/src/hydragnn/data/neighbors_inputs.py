@@ -122,7 +122,7 @@ def _check_batch(batch: object, n: int, device: torch.device) -> tuple[torch.Ten
     return batch, int(batch[-1]) + 1
 
 
-def _check_cell(cell: torch.Tensor, num_graphs: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def _check_cell(cell: object, num_graphs: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     if not isinstance(cell, torch.Tensor):
         raise NeighborListError(f"cell: expected a tensor of shape [3, 3] or [B, 3, 3], found a {type(cell).__name__}")
     if cell.dim() == 2 and cell.shape == (3, 3):

@@ -10,6 +10,7 @@ the edge is kept when ``vec . vec < cutoff ** 2`` (strict).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import torch
@@ -162,7 +163,7 @@ def finalize_edges(
         return edge_index, torch.zeros(src.numel(), 3, dtype=inputs.pos.dtype, device=device)
     if inputs.cell.requires_grad:  # recompute through the cell so that stress can flow
         return edge_index, cartesian_shift(shift_int, _edge_cells(inputs, dst, inputs.cell))
-    return edge_index, shift
+    return edge_index, cast(torch.Tensor, shift)  # with a cell, edge_geometry gives the shifts
 
 
 def image_ranges(inputs: GraphInputs, full: torch.Tensor) -> torch.Tensor:

@@ -213,7 +213,7 @@ def _cell_list_search(launch: _Launch, scalar, vec) -> Search:
             cells_per_system=view(per_system, wp.int32),
             min_cells_per_dimension=MIN_CELLS_PER_DIMENSION,
         )
-    query = {"strategy": "atom_centric"}
+    query: dict[str, Any] = {"strategy": "atom_centric"}
     if device.type == "cuda" and cl.select_batch_cell_list_strategy(n, b, float(cutoff)) == "pair_centric":
         built_cells = int(per_system.sum())
         r_max = tuple(int(r) for r in radius.max(dim=0).values.tolist())

@@ -34,7 +34,7 @@ import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch_geometric.data import Data
@@ -89,7 +89,10 @@ def _node_counts(data: Data) -> torch.Tensor:
     ptr = getattr(data, "ptr", None)
     if isinstance(ptr, torch.Tensor):
         return (ptr[1:] - ptr[:-1]).to(torch.float64)
-    return torch.tensor([float(data.num_nodes)], dtype=torch.float64)
+    num_nodes = data.num_nodes
+    if num_nodes is None:
+        raise DataError("per-atom normalization needs the node count of each sample (x, pos or num_nodes); none found")
+    return torch.tensor([float(num_nodes)], dtype=torch.float64)
 
 
 class Normalizer:
@@ -155,7 +158,8 @@ class Normalizer:
         acc: dict[str, dict[str, Any]] = {n: {"n": 0} for n in names}
 
         if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
-            samples: Iterable[Data] = (dataset[i] for i in range(len(dataset)))
+            indexed = cast(Sequence[Data], dataset)  # map-style
+            samples: Iterable[Data] = (indexed[i] for i in range(len(indexed)))
         else:
             samples = dataset
         for i, data in enumerate(samples):
@@ -230,15 +234,21 @@ class Normalizer:
 
     # ------------------------------------------------------------------ apply / invert
     def _transform(
-        self, data: Data, name: str, index: int | None, forward: bool, num_nodes: torch.Tensor | None = None
+        self,
+        data: Data | torch.Tensor,
+        name: str,
+        index: int | None,
+        forward: bool,
+        num_nodes: torch.Tensor | None = None,
     ) -> torch.Tensor:
         s = self.stats[name]
-        t = getattr(data, name, None) if isinstance(data, Data) else data
         if isinstance(data, Data):
             rows = self._rows(data, name, s.dim, False, index)
+            t = cast(torch.Tensor, getattr(data, name))  # _rows checked it is a tensor
             counts = _node_counts(data) if s.per_atom else None
         else:
-            rows = self._tensor_rows(t, name, s.dim)
+            rows = self._tensor_rows(data, name, s.dim)
+            t = data
             counts = num_nodes
         shift = torch.tensor(s.shift, dtype=torch.float64, device=rows.device)
         scale = torch.tensor(s.scale, dtype=torch.float64, device=rows.device)
@@ -253,10 +263,10 @@ class Normalizer:
                     f"({counts.shape[0]}), found {rows.shape[0]} rows"
                 )
         if forward:
-            out = ((rows / counts if s.per_atom else rows) - shift) / scale
+            out = ((rows / counts if s.per_atom and counts is not None else rows) - shift) / scale
         else:
             out = rows * scale + shift
-            out = out * counts if s.per_atom else out
+            out = out * counts if s.per_atom and counts is not None else out
         dtype = t.dtype if t.is_floating_point() else torch.get_default_dtype()
         return out.to(dtype).reshape(t.shape)
 

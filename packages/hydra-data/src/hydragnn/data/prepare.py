@@ -14,7 +14,8 @@ the default dtype, floating sources keep their promoted dtype.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 import torch
 from torch_geometric.data import Data
@@ -159,7 +160,7 @@ def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:
     checked = {var.name: _checked(sample, var, counts, where) for var in (*schema.inputs, *schema.outputs)}
 
     data = Data()
-    for key, value in sample:
+    for key, value in cast(Iterable[tuple[str, Any]], sample):  # (key, value) pairs; PyG types __iter__ loosely
         if key not in RESERVED_NAMES:
             data[key] = value
     _check_geometry(data, counts, where)

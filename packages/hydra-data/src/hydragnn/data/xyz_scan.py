@@ -18,7 +18,7 @@ import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class _Lines:
     ``buf[start]``, and ``buf[0]`` is byte ``base`` of the stream.
     """
 
-    def __init__(self, stream: BinaryIO, newline: int) -> None:
+    def __init__(self, stream: IO[bytes], newline: int) -> None:
         self.stream, self.newline = stream, newline
         self.buf, self.base, self.start, self.i = b"", 0, 0, 0
         self.ends = np.empty(0, dtype=np.int64)
@@ -108,7 +108,7 @@ def scan_xyz(
     path: Path,
     *,
     last_frame: int | None = None,
-    opener: Callable[[Path], BinaryIO] | None = None,
+    opener: Callable[[Path], IO[bytes]] | None = None,
     size: int | None = None,
 ) -> int:
     """Check every frame's declared atom count against what ``path`` holds.

@@ -11,10 +11,21 @@ Names are imported on first use (PEP 562), so ``import hydragnn.train.cli`` (and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hydragnn.data.lazy import lazy_names
 
 from .__about__ import __version__
 from .errors import CheckpointError, ConfigError, TrainError, TrainingAborted
+
+if TYPE_CHECKING:  # the lazy names, for type checkers
+    from hydragnn.data.loaders import create_dataloaders
+
+    from .callbacks import Callback, register_callback
+    from .checkpoint import load_existing_model, save_model
+    from .config import RunConfig, TrainingConfig, load_config
+    from .evaluate import test
+    from .loop import train_validate_test
 
 _LAZY = {
     "Callback": ".callbacks",

@@ -72,7 +72,7 @@ class WeightAverage(Callback):
             self.average = {name: p.clone() for name, p in zip(self.names, live, strict=True)}
         else:
             averaged = [self.average[name] for name in self.names]
-            torch._foreach_lerp_(averaged, live, 1.0 - self.decay)
+            torch._foreach_lerp_(averaged, live, 1.0 - self.decay)  # pyright: ignore[reportPrivateImportUsage]  # a torch kernel outside torch.__all__
         self._updates += 1
 
     @property

@@ -10,7 +10,7 @@ import os
 import random
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ def _plain_module(model: nn.Module) -> nn.Module:
     """The plain model inside a DDP / strategy wrapper."""
     unwrap = getattr(model, "unwrap", None)
     if callable(unwrap):
-        return unwrap()
+        return cast(nn.Module, unwrap())  # a strategy's unwrap(): the plain model
     return getattr(model, "module", model)
 
 

@@ -80,7 +80,7 @@ def _keys(values: Any, where: str, error: cp.Error) -> tuple[tuple[str, str], ..
 
 
 def _index(index: Any, where: str, error: cp.Error) -> str:
-    from ase.io.formats import string2index
+    from ase.utils import string2index
 
     if isinstance(index, int) and not isinstance(index, bool):
         index = str(index)

@@ -17,10 +17,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch_geometric.data import Data
@@ -33,15 +34,18 @@ from hydragnn.data import (
     add_positional_encodings,
     convert_source,
     open_dataset,
-    prepare,
     prepare_named_dataset,
 )
 from hydragnn.data.containers.api import detect_format
+from hydragnn.data.prepare import prepare
 from hydragnn.data.reference import CUAU_VARIABLES
 
 from .config import RunConfig
 from .config_dataset import DatasetConfig
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from hydragnn.data.conversion import ConvertedSource
 
 __all__ = [
     "RunData",
@@ -99,8 +103,9 @@ def cuau_samples(n_structures: int, seed: int) -> list:
     samples = generate_cuau(n_structures=n_structures, seed=seed)
     for s in samples:
         n = int(s.atomic_number.shape[0])
-        s.au_fraction = (s.atomic_number == 79).sum().reshape(1, 1).to(s.pos.dtype) / n
-        s.volume_per_atom = torch.linalg.det(s.cell.reshape(3, 3).double()).abs().reshape(1, 1).to(s.pos.dtype) / n
+        dtype = cast(torch.Tensor, s.pos).dtype  # generated structures have positions
+        s.au_fraction = (s.atomic_number == 79).sum().reshape(1, 1).to(dtype) / n
+        s.volume_per_atom = torch.linalg.det(s.cell.reshape(3, 3).double()).abs().reshape(1, 1).to(dtype) / n
         s.pressure = -s.stress.reshape(-1)[:3].mean().reshape(1, 1)
     return samples
 
@@ -176,7 +181,7 @@ def container_samples(path: Path, schema: Schema | None, cutoff: float, pe_dim: 
 
 def _container(ds: DatasetConfig, schema: Schema | None, pe_dim: int) -> tuple[Schema, list[Data]]:
     """``Dataset.path`` naming a container (label options are refused: they are for ASE files)."""
-    path = Path(ds.path)
+    path = Path(cast(str, ds.path))  # a container path: the caller's detect_format() found one
     given = sorted(ds.explicit_keys) or [k for k, d in (("index", ":"), ("config_types", None)) if getattr(ds, k) != d]
     if given:
         raise ConfigError(
@@ -185,11 +190,11 @@ def _container(ds: DatasetConfig, schema: Schema | None, pe_dim: int) -> tuple[S
         )
     if ds.format is not None and detect_format(path) != ds.format:
         raise ConfigError(f"Dataset.format: {path} is a {detect_format(path)!r} container, not {ds.format!r}")
-    return container_samples(path, schema, float(ds.cutoff), pe_dim)
+    return container_samples(path, schema, _cutoff(ds), pe_dim)
 
 
 def evaluation_samples(
-    path: str | Path,
+    path: str | os.PathLike[str],
     schema: Schema,
     cutoff: float,
     pe_dim: int = 0,
@@ -211,6 +216,11 @@ def evaluation_samples(
         return container_samples(path, schema, cutoff, pe_dim)[1]
     converted = convert_source(AseSource(path, **(labels or {})), cutoff=cutoff, schema=schema, log=log)
     return [_complete(converted.dataset[i], cutoff, pe_dim) for i in range(len(converted.dataset))]
+
+
+def _cutoff(ds: DatasetConfig) -> float:
+    """``Dataset.cutoff`` as a float (the run config fills it from the model radius when left out)."""
+    return float(cast(float, ds.cutoff))
 
 
 def _source(ds: DatasetConfig, file: str) -> AseSource:
@@ -251,11 +261,11 @@ def load_run_data(
     ds = cfg.dataset
     if ds.sources:
         return _load_sources(cfg, is_main, barrier, log)
-    cutoff = float(ds.cutoff)
+    cutoff = _cutoff(ds)
     pe_dim = cfg.model_config.attention.pe_dim
     files: list[dict[str, Any]] = []
 
-    def convert(file: str, schema: Schema | None):
+    def convert(file: str, schema: Schema | None) -> tuple[ConvertedSource, list[Data]]:
         result = None
         if is_main:
             result = convert_source(_source(ds, file), cutoff=cutoff, schema=schema, cache_dir=ds.cache_dir,
@@ -287,17 +297,18 @@ def load_run_data(
     elif ds.generator is not None:
         schema = cfg.schema or Schema.from_dict(CUAU_VARIABLES)
         samples = prepare_samples(cuau_samples(ds.generator.n_structures, ds.generator.seed), schema, cutoff, pe_dim)
-    elif detect_format(Path(ds.path)) is not None:
+    elif detect_format(Path(cast(str, ds.path))) is not None:  # else ``path`` is given (DatasetConfig.from_dict)
         schema, samples = _container(ds, cfg.schema, pe_dim)
     else:
-        result, samples = convert(ds.path, cfg.schema)
+        result, samples = convert(cast(str, ds.path), cfg.schema)
         schema, isolated = result.schema, result.isolated_atoms
     try:
         train_idx, val_idx, test_idx = split_indices(len(samples), ds.split, ds.seed)
     except ValueError as exc:
         raise DataError(str(exc)) from None
     pick = lambda idx: [samples[i] for i in idx] or None  # noqa: E731
-    return RunData(schema, pick(train_idx), pick(val_idx), pick(test_idx), isolated, files)
+    train = cast("list[Data]", pick(train_idx))  # split_indices leaves at least one training sample
+    return RunData(schema, train, pick(val_idx), pick(test_idx), isolated, files)
 
 
 def _named_samples(
@@ -306,7 +317,7 @@ def _named_samples(
     """The published data set ``Dataset.name``, prepared and cached by hydra-data (rank 0 first,
     then the other ranks open the cache); its raw archive joins ``files`` (the run's fingerprint)."""
     ds, pe_dim = cfg.dataset, cfg.model_config.attention.pe_dim
-    cutoff = float(ds.cutoff)
+    cutoff = _cutoff(ds)
     named = dict(cutoff=cutoff, schema=cfg.schema, cache_dir=ds.cache_dir, container_format=ds.cache_format,
                  url=ds.url, sha256=ds.sha256, verify=ds.cache_verify)  # fmt: skip
     result = prepare_named_dataset(ds.name, log=log, **named) if is_main else None
@@ -344,7 +355,7 @@ def _load_sources(cfg: RunConfig, is_main: bool, barrier: Callable[[], None], lo
 
     return RunData(
         schema=parts[0].schema,
-        train=merged("train"),
+        train=cast("list[Data]", merged("train")),  # every source has training samples
         val=merged("val"),
         test=merged("test"),
         files=[f for part in parts for f in part.files],

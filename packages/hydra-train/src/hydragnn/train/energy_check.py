@@ -12,7 +12,7 @@ stage or the final model did not beat it, naming the keys that change it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from hydragnn.data import DataError
 from hydragnn.data.atomic_references import fit_average
@@ -67,7 +67,7 @@ def energy_warnings(
     first = _energy_mae(last_first, name) if last_first is not None else None
     if first is not None and first >= baseline:
         out.append(
-            f"the first stage ended (epoch {second_stage_epoch - 1}) with a validation energy error of {first:.4g} "
+            f"the first stage ended (epoch {cast(int, second_stage_epoch) - 1}) with a validation energy error of {first:.4g} "
             f"eV/atom, no better than composition alone ({baseline:.4g} eV/atom): it did not learn energies. Raise "
             "Architecture.energy_weight (the energy term is then too weak against the forces)"
         )

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
+from torch import nn
 
 from .errors import TrainingAborted
 from .progress import Progress, fmt_losses
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 def train_epoch(
     strategy: Strategy,
-    loader,
+    loader: Any,
     epoch: int,
     nan_policy: str,
     progress: Progress,
@@ -42,7 +43,7 @@ def train_epoch(
     module = strategy.unwrap()
     names = [v.name for v in module.schema.outputs]
     module.train()
-    strategy.model.train()
+    cast(nn.Module, strategy.model).train()  # set up together with the plain model (unwrap() above)
     sums = [0.0] * (len(names) + 1)  # [loss * graphs, head losses * graphs...], on the host
     skipped = 0
     n_batches = len(loader)
@@ -54,7 +55,7 @@ def train_epoch(
         for i, batch in enumerate(bar if bar is not None else loader):
             batch = strategy.to_device(batch)
             for cb in callbacks:
-                cb.before_forward(loop, i)
+                cb.before_forward(cast("TrainingLoop", loop), i)  # callbacks come from the loop
             out = strategy.forward(batch)
             if loop is not None:
                 loop.train_batches += 1
@@ -77,11 +78,11 @@ def train_epoch(
                 )
             strategy.backward(loss)
             for cb in callbacks:
-                cb.before_step(loop)
+                cb.before_step(cast("TrainingLoop", loop))
             strategy.step()
             n = int(getattr(batch, "num_graphs", 1))
             for cb in callbacks:
-                cb.after_step(loop, n, values[0])
+                cb.after_step(cast("TrainingLoop", loop), n, values[0])
             graphs += n
             for j, value in enumerate(values):
                 sums[j] += value * n

@@ -30,7 +30,7 @@ def _num_graphs(batch: Any) -> int:
 
 def evaluate_losses(
     strategy: Strategy,
-    loader,
+    loader: Any,
     *,
     collect: bool = False,
     reduce: bool = True,
@@ -117,12 +117,12 @@ def _as_strategy(model: nn.Module | Strategy) -> Strategy:
 
 
 def test(
-    loader,
+    loader: Any,
     model: nn.Module | Strategy,
     verbosity: int = 0,
     reduce_ranks: bool = True,
     return_samples: bool = True,
-):
+) -> tuple[float, dict[str, float], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Evaluate ``model`` on ``loader`` (the seed API).
 
     Args:

@@ -24,7 +24,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -35,7 +35,8 @@ from hydragnn.models.metrics import format_errors
 from .averaging import WeightAverage
 from .callbacks import Callback, EarlyStopping, TensorBoardScalars, build_callbacks, check_unique, nested
 from .checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
-from .config import TRAINING, TrainingConfig, parse_training
+from .config import TrainingConfig, parse_training
+from .config_training import TRAINING
 from .epoch import train_epoch as _train_epoch  # a module global: profilers and harnesses wrap it
 from .errors import CheckpointError, TrainingAborted
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
@@ -150,7 +151,8 @@ class TrainingLoop:
     ) -> None:
         check_unique(callbacks)
         self.cfg, self.strategy, self.scheduler, self.progress = cfg, strategy, scheduler, progress
-        self.module, self.optimizer = strategy.unwrap(), strategy.optimizer
+        self.module = strategy.unwrap()
+        self.optimizer = cast(torch.optim.Optimizer, strategy.optimizer)  # a set-up strategy has its optimizer
         self.ckpt_path, self.callbacks, self.fingerprint = ckpt_path, list(callbacks), fingerprint
         self.history: list[dict[str, Any]] = []
         self.best_loss, self.best_epoch, self.best_state = math.inf, -1, None
@@ -228,7 +230,7 @@ class TrainingLoop:
             self.log(f"the checkpoint's states of callbacks {ignored} are not used: no such callback in this run")
 
     # ------------------------------------------------------------------ the run
-    def run(self, train_loader, val_loader, test_loader, log_name: str) -> dict[str, Any]:
+    def run(self, train_loader: Any, val_loader: Any, test_loader: Any, log_name: str) -> dict[str, Any]:
         """Train from :attr:`start_epoch`, restore the best state, test; returns the summary
         (see :func:`train_validate_test`)."""
         self._t0 = time.perf_counter()
@@ -390,11 +392,11 @@ class TrainingLoop:
 def train_validate_test(
     model: nn.Module,
     optimizer: torch.optim.Optimizer | None,
-    train_loader,
-    val_loader,
-    test_loader,
-    writer,
-    scheduler,
+    train_loader: Any,
+    val_loader: Any,
+    test_loader: Any,
+    writer: Any,
+    scheduler: Any,
     nn_config: Any,
     log_name: str,
     verbosity: int = 2,

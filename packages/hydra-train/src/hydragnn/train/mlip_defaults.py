@@ -48,7 +48,7 @@ MLIP_LOSS_WEIGHTS: dict[str, float] = {"energy_weight": 100.0, "forces_weight": 
 
 def with_mlip_defaults(
     architecture: Mapping[str, Any], training: Mapping[str, Any] | None
-) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], dict[str, Any] | None, list[str]]:
     """``(architecture, training, filled)``: copies with the MLIP defaults filled in where left
     out, and the JSON paths filled (empty, and the inputs unchanged, for a model that is not an
     interatomic potential). Malformed sections are left for the parsers to report."""

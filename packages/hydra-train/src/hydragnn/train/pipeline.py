@@ -15,12 +15,13 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from hydragnn.data import create_dataloaders, write_dataset
+from hydragnn.data import write_dataset
 from hydragnn.data.atomic import atomic_write
+from hydragnn.data.loaders import create_dataloaders
 from hydragnn.data.threads import configure_threads
 from hydragnn.models import ModelConfig, build_model, save_artifact
 from hydragnn.models.encoders import get_encoder
@@ -62,7 +63,9 @@ def fill_data_statistics(model_config: ModelConfig, trainset: Sequence) -> Model
 
 
 # ----------------------------------------------------------------------------- training pieces
-def build_scheduler(cfg: RunConfig, optimizer: torch.optim.Optimizer):
+def build_scheduler(
+    cfg: RunConfig, optimizer: torch.optim.Optimizer
+) -> torch.optim.lr_scheduler.ReduceLROnPlateau | torch.optim.lr_scheduler.CosineAnnealingLR | None:
     """The LR scheduler of ``Training.Scheduler`` (or ``None``)."""
     sched = cfg.training.scheduler
     opts = dict(sched.options)
@@ -154,7 +157,7 @@ class _Run:
         self.strategy.setup(model, build_optimizer_factory(tr.optimizer))
         if self.strategy.is_main:
             cfg.save(self.run_dir / "config.json")
-        scheduler = build_scheduler(cfg, self.strategy.optimizer)
+        scheduler = build_scheduler(cfg, cast(torch.optim.Optimizer, self.strategy.optimizer))  # built by setup()
         writer = _writer(self.run_dir, self.strategy.is_main, self.progress)
         try:
             summary = train_validate_test(

@@ -20,7 +20,10 @@ import sys
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 LOGGER = logging.getLogger("hydragnn.train")
 LOG_NAME = "train.log"
@@ -62,7 +65,7 @@ class Progress:
             print(message, file=self.stream, flush=True)
             LOGGER.log(record_level(level), message)
 
-    def bar(self, iterable: Iterable, total: int, desc: str):
+    def bar(self, iterable: Iterable, total: int, desc: str) -> tqdm[Any] | None:
         """A tqdm bar over ``iterable`` (verbosity 2-3 on a terminal), else ``None``."""
         if not (self.is_main and 2 <= self.verbosity <= 3 and self.interactive):
             return None

@@ -24,7 +24,8 @@ from hydragnn.data import DataError
 from hydragnn.data.atomic_references import fit_average, format_reference_energies, from_isolated_atoms
 from hydragnn.models import ModelConfig
 
-from .config import ARCH, FITTED_KEYS, RunConfig
+from .config import FITTED_KEYS, RunConfig
+from .config_training import ARCH
 from .data import RunData
 from .errors import ConfigError
 

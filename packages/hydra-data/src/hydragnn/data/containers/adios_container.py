@@ -36,7 +36,7 @@ import weakref
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -83,6 +83,12 @@ class AdiosDataset(ContainerDataset):
 
     FORMAT = "adios"
     VERSION = 1
+
+    # ADIOS2 handles (untyped bindings), set by _connect; None once closed or unpickled
+    _adios: Any
+    _io: Any
+    _stream: Any
+    _vars: dict[str, Any] | None
 
     @classmethod
     def detect(cls, path: Path) -> bool:
@@ -162,25 +168,26 @@ class AdiosDataset(ContainerDataset):
         self._crcs = self._read_full("crc32", n * k, np.uint32).reshape(n, k)
 
     def _connect(self, adios2: Any | None = None) -> None:
-        adios2 = adios2 or import_adios2()
-        self._adios = adios2.Adios()
+        module: Any = adios2 or import_adios2()
+        self._adios = module.Adios()
         self._io = self._adios.declare_io("hydragnn-adios-read")
         try:
-            self._stream = adios2.Stream(self._io, str(self.path), "rra")
+            self._stream = module.Stream(self._io, str(self.path), "rra")
         except Exception as exc:
             raise ContainerError(f"{self.path}: ADIOS2 cannot open the dataset: {str(exc).strip()[-300:]}") from None
-        self._vars: dict[str, Any] = {}
-        self._mode = adios2.Mode.Sync  # measured faster than Deferred + perform_gets here
+        self._vars = {}
+        self._mode = module.Mode.Sync  # measured faster than Deferred + perform_gets here
         self._pid = os.getpid()
         _OPEN.add(self)
 
     def _variable(self, name: str) -> Any:
-        var = self._vars.get(name)
+        variables = cast(dict[str, Any], self._vars)  # connected: every read path runs _connect first
+        var = variables.get(name)
         if var is None:
             var = self._io.inquire_variable(name)
             if var is None:
                 raise ContainerError(f"{self.path}: ADIOS2 variable {name!r} is missing; the dataset is corrupted")
-            self._vars[name] = var
+            variables[name] = var
         return var
 
     def _read_full(self, name: str, count: int, dtype: Any) -> np.ndarray:
@@ -207,14 +214,15 @@ class AdiosDataset(ContainerDataset):
                 self._stream.engine.get(var, buf, self._mode)
             buffers.append(buf)
         fields: dict[str, Any] = {}
-        for j, (name, dtype, ndim) in enumerate(self._keys):
+        for j, (name, dtype, _) in enumerate(self._keys):
             buf = buffers[j]
             if zlib.crc32(buf) != int(self._crcs[index, j]):
                 raise ContainerError(f"{where}: attribute {name!r} is corrupted (checksum mismatch)")
             if dtype == JSON_KIND:
                 fields[name] = loads_json(buf.tobytes().decode("utf-8", errors="replace"), name, where)
                 continue
-            shape = tuple(int(s) for s in self._shapes[j][index]) if ndim else ()
+            shapes = self._shapes[j]  # None exactly when ndim is 0
+            shape = tuple(int(s) for s in shapes[index]) if shapes is not None else ()
             fields[name] = torch.from_numpy(buf).view(DTYPES[dtype]).reshape(shape)
         return build_data(fields)
 

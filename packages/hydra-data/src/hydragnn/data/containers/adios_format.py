@@ -119,13 +119,13 @@ class ColumnWriter:
         self.io = self.adios.declare_io("hydragnn-adios-write")
         self.io.set_engine("BP5")
         self.io.set_parameters({"Profile": "Off"})
-        self.stream = adios2.Stream(self.io, str(path), "w")
+        self.stream: Any = adios2.Stream(self.io, str(path), "w")  # None once closed
         self.keys: list[dict[str, Any]] | None = None
         self.crcs = array("I")  # compact: one entry per sample and key
         self.n = 0
 
-    def _start(self, fields: dict[str, torch.Tensor | str]) -> None:
-        self.keys = [
+    def _start(self, fields: dict[str, torch.Tensor | str]) -> list[dict[str, Any]]:
+        self.keys = keys = [
             {
                 "name": k,
                 "dtype": JSON_KIND if isinstance(v, str) else dtype_name(v.dtype),
@@ -140,20 +140,20 @@ class ColumnWriter:
         self.shapes = [array("q") for _ in range(k)]
         self.written = [0] * k
         self.vars: list[Any] = [None] * k
+        return keys
 
     def add(self, sample: Any) -> None:
         where = f"{self.path}: sample {self.n}"
         fields = dict(sample_fields(sample, where))
-        if self.keys is None:
-            self._start(fields)
-        names = [spec["name"] for spec in self.keys]
+        keys = self._start(fields) if self.keys is None else self.keys
+        names = [spec["name"] for spec in keys]
         if set(fields) != set(names):
             missing, extra = sorted(set(names) - set(fields)), sorted(set(fields) - set(names))
             raise ContainerError(
                 f"{where}: an ADIOS2 dataset needs the same attributes in every sample (those of sample 0); "
                 f"missing {missing}, extra {extra}. Use the pickle or pt format for varying attributes"
             )
-        for j, spec in enumerate(self.keys):
+        for j, spec in enumerate(keys):
             value = fields[spec["name"]]
             kind = JSON_KIND if isinstance(value, str) else dtype_name(value.dtype)
             ndim = 0 if isinstance(value, str) else value.dim()
@@ -163,11 +163,11 @@ class ColumnWriter:
                     f"{spec['dtype']} with {spec['ndim']} dims; an ADIOS2 column needs one dtype and ndim"
                 )
             column = _column(value)
-            self.crcs.append(zlib.crc32(column))
+            self.crcs.append(zlib.crc32(column))  # pyright: ignore[reportArgumentType]  # numpy stubs: buffer from 3.12
             self.pending[j].append(column)
             self.pending_bytes += column.nbytes
             self.offsets[j].append(self.offsets[j][-1] + column.size)
-            if ndim:
+            if ndim and not isinstance(value, str):  # ndim is 0 for JSON text
                 self.shapes[j].extend(value.shape)
         self.n += 1
         if self.pending_bytes >= _CHUNK_BYTES:

@@ -26,9 +26,10 @@ NUMPY = {
 def probe(path: str) -> None:
     import adios2
 
-    adios = adios2.Adios()
+    # pyright resolves adios2.Adios / adios2.Stream to the package itself (adios2's circular star imports)
+    adios = adios2.Adios()  # pyright: ignore[reportCallIssue]
     io = adios.declare_io("hydragnn-adios-probe")
-    stream = adios2.Stream(io, path, "rra")
+    stream = adios2.Stream(io, path, "rra")  # pyright: ignore[reportCallIssue]
     try:
         attribute = io.inquire_attribute("hydragnn")
         if attribute is None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, cast
 
 import torch
 from torch_geometric.data import Data
@@ -138,7 +138,7 @@ def sample_fields(sample: Any, where: str) -> Iterator[tuple[str, torch.Tensor |
         where: location for error messages (``"<path>: sample 3"``).
     """
     if isinstance(sample, Data):
-        items = iter(sample)
+        items = iter(cast(Iterable[tuple[Any, Any]], sample))  # (key, value) pairs; PyG types __iter__ loosely
     elif isinstance(sample, Mapping):
         items = iter(sample.items())
     else:

@@ -229,8 +229,9 @@ class PickleDataset(ContainerDataset):
         return decode_record(record, where)
 
     def close(self) -> None:
-        if getattr(self, "_fd", None) is not None and self._pid == os.getpid():
-            os.close(self._fd)
+        fd = getattr(self, "_fd", None)
+        if fd is not None and self._pid == os.getpid():
+            os.close(fd)
         self._fd = None
 
     def __del__(self) -> None:

@@ -116,9 +116,11 @@ class PtDirectoryDataset(ContainerDataset):
         manifest = parse_header_bytes(manifest_path.read_bytes(), str(manifest_path))
         self._set_header(manifest)
         files = manifest.get("files")
-        ok = isinstance(files, dict) and isinstance(files.get("digits"), int)
-        ok = ok and all(isinstance(files.get(k), list) and len(files[k]) == self._n for k in ("sizes", "crc32"))
-        if not ok:
+        if not (
+            isinstance(files, dict)
+            and isinstance(files.get("digits"), int)
+            and all(isinstance(files.get(k), list) and len(files[k]) == self._n for k in ("sizes", "crc32"))
+        ):
             raise ContainerError(
                 f"{manifest_path}: manifest 'files' entry is missing or inconsistent with {self._n} samples"
             )

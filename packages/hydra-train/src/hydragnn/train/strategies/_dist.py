@@ -69,7 +69,8 @@ def init_distributed(timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None =
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend=backend, timeout=timeout)
     else:
-        dist.init_process_group(backend=backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        store = dist.HashStore()  # pyright: ignore[reportPrivateImportUsage]  # public, but outside torch.distributed.__all__
+        dist.init_process_group(backend=backend, store=store, rank=0, world_size=1, timeout=timeout)
     return True
 
 
@@ -132,7 +133,7 @@ def collective(strategy: Strategy, what: str) -> Iterator[None]:
             raise TrainingAborted(
                 f"rank {strategy.rank}/{strategy.world_size}: {what} failed under strategy "
                 f"{strategy.name!r} -- a peer rank died or did not answer within "
-                f"timeout_s={strategy.timeout_s:g} s ({type(exc).__name__}: {text.splitlines()[0] if text else ''})"
+                f"timeout_s={timeout_s:g} s ({type(exc).__name__}: {text.splitlines()[0] if text else ''})"
             ) from exc
         raise
     finally:

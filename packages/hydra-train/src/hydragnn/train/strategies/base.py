@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -33,7 +33,15 @@ from torch import nn
 from ..errors import ConfigError
 from .flat import FlatStep
 
+if TYPE_CHECKING:
+    from hydragnn.models.committee import Committee
+    from hydragnn.models.model import HydraModel
+
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+TrainableModel: TypeAlias = "HydraModel | Committee"
+"""The plain model a strategy trains: a :class:`~hydragnn.models.HydraModel` or a
+:class:`~hydragnn.models.Committee` (an ``nn.Module`` with ``loss``, ``config`` and ``schema``)."""
 
 
 class Strategy:
@@ -100,10 +108,10 @@ class Strategy:
             self._flat.release()
             self._flat = None
 
-    def unwrap(self) -> nn.Module:
+    def unwrap(self) -> TrainableModel:
         """The plain model (for loss, evaluation and artifacts)."""
         assert self._module is not None, "setup() first"
-        return self._module
+        return cast("TrainableModel", self._module)  # set up with a HydraModel or a Committee
 
     def to_device(self, batch: Any) -> Any:
         """``batch`` on :attr:`device`; a PyG batch whose tensors all live there already (a CPU
@@ -140,7 +148,7 @@ class Strategy:
                 f"{where}: not for interatomic potentials with forces by autograd (training differentiates "
                 "the force's backward again, which torch.compile does not support); set it to false"
             )
-        self.model = torch.compile(self.model, dynamic=True)
+        self.model = cast(nn.Module, torch.compile(self.model, dynamic=True))  # a module compiles to a module
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -221,7 +229,10 @@ STRATEGIES: dict[str, type[Strategy]] = {"none": Strategy}
 """Registry: ``Training.Parallelism.strategy`` name -> class."""
 
 
-def register_strategy(cls: type[Strategy]) -> type[Strategy]:
+_S = TypeVar("_S", bound=Strategy)
+
+
+def register_strategy(cls: type[_S]) -> type[_S]:
     """Class decorator: add ``cls`` to :data:`STRATEGIES` under ``cls.name``."""
     if cls.name in STRATEGIES:
         raise ValueError(f"strategy {cls.name!r} registered twice")

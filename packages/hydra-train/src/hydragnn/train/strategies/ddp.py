@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from torch import nn
@@ -12,8 +12,11 @@ from torch.utils.hooks import RemovableHandle
 from ._dist import DistributedStrategy, collective
 from .base import OptimizerFactory, register_strategy
 
+if TYPE_CHECKING:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
 
-def is_zero_redundancy(optimizer: torch.optim.Optimizer | None) -> bool:
+
+def is_zero_redundancy(optimizer: torch.optim.Optimizer | None) -> TypeGuard[ZeroRedundancyOptimizer]:
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     return isinstance(optimizer, ZeroRedundancyOptimizer)

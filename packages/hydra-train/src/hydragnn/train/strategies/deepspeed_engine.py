@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -104,12 +104,13 @@ class DeepSpeedStrategy(DistributedStrategy):
         if self.max_grad_norm is not None:
             config["gradient_clipping"] = float(self.max_grad_norm)  # the engine clips inside step()
         with collective(self, "DeepSpeed setup"):
-            self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            self.engine, wrapped, _, _ = deepspeed.initialize(
                 model=self._module,
                 optimizer=optimizer,
                 config=config,
                 dist_init_required=False,
             )
+        self.optimizer = cast(torch.optim.Optimizer, wrapped)  # ZeRO's optimizer wrappers duck-type torch's
         self.model = self.engine
 
     def backward(self, loss: torch.Tensor) -> None:

@@ -34,6 +34,7 @@ import functools
 import importlib
 import warnings
 from collections import defaultdict
+from typing import Any
 
 import torch
 import torch.optim.optimizer as _optim_module
@@ -106,7 +107,7 @@ class _Group:
             if grad is None or grad.is_sparse or p.data_ptr() != ptr:
                 return False
             grads.append(grad)
-        torch._foreach_copy_(self.grad_views, grads)
+        torch._foreach_copy_(self.grad_views, grads)  # pyright: ignore[reportPrivateImportUsage]  # a torch kernel outside torch.__all__
         return True
 
     def state_views(self) -> dict[torch.Tensor, dict[str, torch.Tensor]]:
@@ -130,8 +131,7 @@ class FlatStep:
         self.optimizer = optimizer
         self.groups = [_Group(list(group["params"])) for group in optimizer.param_groups]
         self.active = True
-        self._state = None
-        self._bind(optimizer.state)
+        self._bind(optimizer.state)  # sets self._state
 
     @classmethod
     def attach(cls, optimizer: torch.optim.Optimizer) -> FlatStep | None:
@@ -146,7 +146,7 @@ class FlatStep:
     def _bind(self, state) -> None:
         """Copy ``state`` (per parameter; empty: zeros) into the flat buffers and point the
         optimizer's per-parameter state at views of them."""
-        fresh = defaultdict(dict)
+        fresh: defaultdict[torch.Tensor, Any] = defaultdict(dict)
         for g in self.groups:
             views = g.state_views()
             old = [state.get(p) for p in g.params]
@@ -182,7 +182,7 @@ class FlatStep:
             return True
         for g in self.groups:
             g.flat.grad = g.grad
-        flat_state = {g.flat: {"step": g.step, "exp_avg": g.exp_avg, "exp_avg_sq": g.exp_avg_sq} for g in self.groups}
+        flat_state: dict[torch.Tensor, dict[str, Any]] = {g.flat: {"step": g.step, "exp_avg": g.exp_avg, "exp_avg_sq": g.exp_avg_sq} for g in self.groups}
         saved = [group["params"] for group in opt.param_groups]
         try:
             for group, g in zip(opt.param_groups, self.groups):
@@ -228,7 +228,7 @@ class FlatStep:
                 return False
             calls.append((kernel, g, group))
         if step is not None:
-            opt._opt_called = True  # what the scheduler's wrapper records before calling step()
+            opt._opt_called = True  # pyright: ignore[reportAttributeAccessIssue]  # torch's own flag; what the scheduler's wrapper records before calling step()
         with torch.no_grad():
             for kernel, g, group in calls:
                 _kernel_step(kernel, g.flat, g.grad, g.exp_avg, g.exp_avg_sq, g.step, group)
@@ -329,7 +329,7 @@ def _plain_state(optimizer: torch.optim.Optimizer) -> bool:
     if not state:
         return True
     for group in optimizer.param_groups:
-        entries = [state.get(p) for p in group["params"]]
+        entries = [state.get(p, {}) for p in group["params"]]  # {}: no state, as ``not s`` sees
         if any(not s or s.keys() != _STATE_KEYS for s in entries):
             return False
         if any(

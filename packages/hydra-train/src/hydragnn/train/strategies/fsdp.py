@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -17,10 +17,17 @@ from torch.distributed.checkpoint.state_dict import (
 from ._dist import DistributedStrategy, broadcast_module, collective
 from .base import OptimizerFactory, register_strategy
 
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    _StrategyBase = DistributedStrategy  # the strategies the mixin is combined with
+else:
+    _StrategyBase = object
+
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=False)
 
 
-class ShardedStateMixin:
+class ShardedStateMixin(_StrategyBase):
     """Full (unsharded) model / optimizer state through ``torch.distributed.checkpoint.state_dict``.
 
     :meth:`model_state_dict` gathers the full parameters on every rank (a collective) with the
@@ -29,22 +36,32 @@ class ShardedStateMixin:
     ids of a plain optimizer); :meth:`load_optimizer_state_dict` takes that layout.
     """
 
+    @property
+    def _wrapped(self) -> nn.Module:
+        """The wrapped model (set by ``setup()``)."""
+        return cast(nn.Module, self.model)
+
+    @property
+    def _optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer (built by ``setup()``)."""
+        return cast(torch.optim.Optimizer, self.optimizer)
+
     def model_state_dict(self) -> dict[str, torch.Tensor]:
         with collective(self, "full model state dict"):
-            state = get_model_state_dict(self.model, options=FULL)
+            state = cast("dict[str, torch.Tensor]", get_model_state_dict(self._wrapped, options=FULL))  # full: tensors
         return {k: v.detach().clone() for k, v in state.items()}
 
     def load_model_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         with collective(self, "load full model state dict"):
-            set_model_state_dict(self.model, state, options=StateDictOptions(full_state_dict=True))
+            set_model_state_dict(self._wrapped, cast("dict[str, Any]", state), options=StateDictOptions(full_state_dict=True))
 
     def optimizer_state_dict(self) -> dict[str, Any] | None:
         with collective(self, "full optimizer state dict"):
-            return get_optimizer_state_dict(self.model, self.optimizer, options=FULL)
+            return get_optimizer_state_dict(self._wrapped, self._optimizer, options=FULL)
 
     def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         with collective(self, "load full optimizer state dict"):
-            set_optimizer_state_dict(self.model, self.optimizer, state, options=StateDictOptions(full_state_dict=True))
+            set_optimizer_state_dict(self._wrapped, self._optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
 @register_strategy
@@ -80,4 +97,4 @@ class FSDPStrategy(ShardedStateMixin, DistributedStrategy):
         if self.max_grad_norm is None:
             return None
         with collective(self, "FSDP gradient clipping"):
-            return self.model.clip_grad_norm_(self.max_grad_norm)
+            return cast("FullyShardedDataParallel", self.model).clip_grad_norm_(self.max_grad_norm)  # wrapped at setup

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from ._dist import collective
 from .base import register_strategy
@@ -61,7 +62,7 @@ class LocalSGDStrategy(DDPStrategy):
 
     def forward(self, batch: Any, **kwargs: Any) -> Any:
         assert self.model is not None, "setup() first"
-        self.model.require_backward_grad_sync = not self.local_phase
+        cast(DistributedDataParallel, self.model).require_backward_grad_sync = not self.local_phase
         with collective(self, "forward"):
             return self.model(batch, **kwargs)
 
@@ -93,11 +94,12 @@ class LocalSGDStrategy(DDPStrategy):
         from torch.distributed.algorithms.model_averaging.utils import average_parameters
 
         if self.world_size > 1:
-            average_parameters(iter(self.unwrap().parameters()), dist.group.WORLD)
+            world = cast("dist.ProcessGroup", dist.group.WORLD)  # initialised: world_size > 1
+            average_parameters(iter(self.unwrap().parameters()), world)
             if self.policy == "synchronized":
                 tensors = [
                     value
-                    for state in self.optimizer.state.values()
+                    for state in cast(torch.optim.Optimizer, self.optimizer).state.values()  # set up
                     for key, value in sorted(state.items())
                     if torch.is_tensor(value) and value.is_floating_point() and key != "step"
                 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -54,14 +54,15 @@ class OptimizerBuilder:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
             return ZeroRedundancyOptimizer(params, optimizer_class=self.cls, **self.kwargs)
-        return self.cls(params, **self.kwargs, **_fast_implementation(self.cls, params))
+        fast: dict[str, Any] = _fast_implementation(self.cls, params)  # keywords, not the ``defaults`` dict
+        return self.cls(params, **self.kwargs, **fast)
 
     def __repr__(self) -> str:
         zero = ", ZeroRedundancyOptimizer" if self.use_zero_redundancy else ""
         return f"OptimizerBuilder({self.cls.__name__}, {self.kwargs}{zero})"
 
 
-def _fast_implementation(cls: type[torch.optim.Optimizer], params: list[torch.Tensor]) -> dict[str, bool]:
+def _fast_implementation(cls: type[torch.optim.Optimizer], params: Sequence[torch.Tensor]) -> dict[str, bool]:
     """``{"fused": True}`` where the class and every parameter allow it, else ``{"foreach": True}``."""
     plain = all(type(p.data) is torch.Tensor and p.is_floating_point() for p in params)
     devices = {p.device.type for p in params}
