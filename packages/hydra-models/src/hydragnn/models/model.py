@@ -119,6 +119,13 @@ class HydraModel(nn.Module):
             self.conditioning = NodeConditioning(
                 config.conditioning.mode, config.hidden_dim, self.dims.graph_in, config.activation
             )
+        self._build_heads(config, schema, special)
+        self.task_weights = task_weights(config, schema, special)
+        self.head_weights: torch.Tensor | None = None  # [K] loss weight of each energy head's structures
+
+    def _build_heads(self, config: ModelConfig, schema: Schema, special: dict[str, str]) -> None:
+        """The graph, node and edge heads of the schema's outputs (those not played by an MLIP
+        role) and the MLIP energy head, built in that order (their weights draw from the RNG)."""
         cutoff = config.radius if self.geometric else None
         heads, act = config.output_heads, config.activation
         taken = set(special.values())
@@ -156,8 +163,6 @@ class HydraModel(nn.Module):
             if self.mlip
             else None
         )
-        self.task_weights = task_weights(config, schema, special)
-        self.head_weights: torch.Tensor | None = None  # [K] loss weight of each energy head's structures
 
     # ------------------------------------------------------------------ properties
     @property
