@@ -200,24 +200,9 @@ def convert_source(
     entry = cache / f"{path.name}.{digest[:16]}"
     data_path = entry / f"data.{_SUFFIX[container_format]}"
     record = next((r for e, r in known if e == entry and r.get("digest") == digest), None)
-    dataset = open_entry(data_path, digest, log) if record is not None else None
-    if record is not None and dataset is not None:
-        cached_schema = Schema.from_dict(record["schema"])
-        cached_isolated = tuple((int(z), float(e)) for z, e in record["isolated_atoms"])
-        if record.get("mtime_ns") != identity["mtime_ns"]:
-            atomic_json(entry / RECORD, {**record, "mtime_ns": identity["mtime_ns"]})
-        seconds = time.perf_counter() - t0
-        if log is not None:
-            log(f"{path}: {len(dataset)} prepared samples from the cache {entry} ({seconds:.2f} s)")
-        return ConvertedSource(
-            dataset=dataset,
-            schema=cached_schema,
-            isolated_atoms=cached_isolated,
-            record=record,
-            cached=True,
-            seconds=seconds,
-            entry=entry,
-        )
+    hit = _from_cache(path, entry, data_path, digest, record, identity, t0, log) if record is not None else None
+    if hit is not None:
+        return hit
 
     if log is not None and record is None and (entry / RECORD).exists():
         log(f"{entry / RECORD}: unreadable or incomplete; rebuilding the entry")
@@ -231,53 +216,9 @@ def convert_source(
     # built in a folder of this call's own, published by one rename: a conversion running at the
     # same time (another run, another node on a shared file system) never sees a half-written entry
     entry = Path(tempfile.mkdtemp(prefix=f".{path.name}.{digest[:16]}.part-", dir=cache))
-    data_path = entry / final_data.name
-    isolated: list[tuple[int, float]] = []
-    skipped: dict[str, int] = {}
-    counts = {"frames": 0, "samples": 0}
-    coincident = _CoincidentAtoms(path)
-    frames = iter_frames(source, skipped)
-    progress = _Progress(f"converting {path.name}", log)
-
-    def samples_of(first: Frame | None, resolved: Schema, outputs) -> Iterator[Data]:
-        frame, chunk = first, []
-        while frame is not None:
-            data = labelled_sample(frame.atoms, outputs, frame.where)
-            try:
-                prepared = prepare(data, resolved, index=counts["samples"])
-            except SchemaError as exc:
-                raise SchemaError(f"{frame.where}: {exc}") from None
-            counts["samples"] += 1
-            progress.step()
-            chunk.append((frame.where, prepared))
-            frame = _next_sample(frames, source, isolated, counts)
-            if len(chunk) == EDGE_CHUNK or frame is None:
-                for where, with_edges in zip((w for w, _ in chunk), _edges_of(chunk, float(cutoff))):
-                    coincident.check(with_edges, where)
-                    yield with_edges
-                chunk = []
-
-    try:
-        first = _next_sample(frames, source, isolated, counts)
-        if first is None:
-            raise DataError(
-                f"{path}: no frame selected (index {source.index!r}, config_types {source.config_types}, "
-                f"skipped by config type: {skipped or 'none'}, isolated atoms: {len(isolated)})"
-            )
-        resolved, outputs = resolve_outputs(source, first.atoms, schema, first.where)
-        write_dataset(
-            data_path,
-            samples_of(first, resolved, outputs),
-            container_format,
-            schema=resolved,
-            metadata={"source": str(path), "digest": digest},
-        )
-    except BaseException:
-        shutil.rmtree(entry, ignore_errors=True)
-        raise
-    finally:
-        progress.close()
-    coincident.warn()
+    resolved, isolated, counts, skipped = _write_samples(
+        source, schema, float(cutoff), container_format, entry / final_data.name, digest, log
+    )
     seconds = time.perf_counter() - t0
     record = {
         "digest": digest,
@@ -314,6 +255,102 @@ def convert_source(
         seconds=seconds,
         entry=entry,
     )
+
+
+def _from_cache(
+    path: Path,
+    entry: Path,
+    data_path: Path,
+    digest: str,
+    record: dict[str, Any],
+    identity: dict[str, Any],
+    t0: float,
+    log: Callable[[str], None] | None,
+) -> ConvertedSource | None:
+    """The cached entry of ``record`` opened, or ``None`` when its container does not open."""
+    dataset = open_entry(data_path, digest, log)
+    if dataset is None:
+        return None
+    if record.get("mtime_ns") != identity["mtime_ns"]:
+        atomic_json(entry / RECORD, {**record, "mtime_ns": identity["mtime_ns"]})
+    seconds = time.perf_counter() - t0
+    if log is not None:
+        log(f"{path}: {len(dataset)} prepared samples from the cache {entry} ({seconds:.2f} s)")
+    return ConvertedSource(
+        dataset=dataset,
+        schema=Schema.from_dict(record["schema"]),
+        isolated_atoms=tuple((int(z), float(e)) for z, e in record["isolated_atoms"]),
+        record=record,
+        cached=True,
+        seconds=seconds,
+        entry=entry,
+    )
+
+
+def _write_samples(
+    source: AseSource,
+    schema: Schema | None,
+    cutoff: float,
+    container_format: str,
+    data_path: Path,
+    digest: str,
+    log: Callable[[str], None] | None,
+) -> tuple[Schema, list[tuple[int, float]], dict[str, int], dict[str, int]]:
+    """Parse, label, prepare and connect every selected frame of ``source`` and write them to
+    ``data_path`` (in a private folder the caller removes on failure: removed here too).
+
+    Returns:
+        The resolved schema, the isolated-atom energies ``(Z, eV)``, the frame and sample counts
+        and the frames skipped per config type.
+    """
+    path = source.path
+    isolated: list[tuple[int, float]] = []
+    skipped: dict[str, int] = {}
+    counts = {"frames": 0, "samples": 0}
+    coincident = _CoincidentAtoms(path)
+    frames = iter_frames(source, skipped)
+    progress = _Progress(f"converting {path.name}", log)
+
+    def samples_of(first: Frame | None, resolved: Schema, outputs) -> Iterator[Data]:
+        frame, chunk = first, []
+        while frame is not None:
+            data = labelled_sample(frame.atoms, outputs, frame.where)
+            try:
+                prepared = prepare(data, resolved, index=counts["samples"])
+            except SchemaError as exc:
+                raise SchemaError(f"{frame.where}: {exc}") from None
+            counts["samples"] += 1
+            progress.step()
+            chunk.append((frame.where, prepared))
+            frame = _next_sample(frames, source, isolated, counts)
+            if len(chunk) == EDGE_CHUNK or frame is None:
+                for where, with_edges in zip((w for w, _ in chunk), _edges_of(chunk, cutoff)):
+                    coincident.check(with_edges, where)
+                    yield with_edges
+                chunk = []
+
+    try:
+        first = _next_sample(frames, source, isolated, counts)
+        if first is None:
+            raise DataError(
+                f"{path}: no frame selected (index {source.index!r}, config_types {source.config_types}, "
+                f"skipped by config type: {skipped or 'none'}, isolated atoms: {len(isolated)})"
+            )
+        resolved, outputs = resolve_outputs(source, first.atoms, schema, first.where)
+        write_dataset(
+            data_path,
+            samples_of(first, resolved, outputs),
+            container_format,
+            schema=resolved,
+            metadata={"source": str(path), "digest": digest},
+        )
+    except BaseException:
+        shutil.rmtree(data_path.parent, ignore_errors=True)
+        raise
+    finally:
+        progress.close()
+    coincident.warn()
+    return resolved, isolated, counts, skipped
 
 
 def _edges_of(chunk: list[tuple[str, Data]], cutoff: float) -> list[Data]:
