@@ -33,7 +33,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from hydragnn.data import AseSource, convert_source
 import ase.io
-import hydragnn.data.conversion as conversion
+import hydragnn.data.conversion_samples as conversion_samples
 path, cutoff, fmt, what, cache, chunk = sys.argv[1:7]
 cutoff = float(cutoff)
 t_import = time.perf_counter() - t0
@@ -41,7 +41,7 @@ if what == "parse":
     t0 = time.perf_counter(); frames = ase.io.read(path, index=":"); seconds = time.perf_counter() - t0
     print(json.dumps({"seconds": seconds, "import_s": t_import, "n": len(frames)})); sys.exit()
 if chunk != "default":
-    conversion.EDGE_CHUNK = int(chunk)
+    conversion_samples.EDGE_CHUNK = int(chunk)
 source = AseSource(path, energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress")
 t0 = time.perf_counter()
 converted = convert_source(source, cutoff=cutoff, container_format=fmt, cache_dir=cache)
