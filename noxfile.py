@@ -130,7 +130,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", str(ROOT))
 
 
-TYPED = ("hydra-data", "hydra-train")
+TYPED = ("hydra-data", "hydra-train", "hydra-infer")
 """Distributions whose ``src/`` pyright (basic, ``pyrightconfig.json``) checks clean in CI; the
 others join as they get there (``nox -s typecheck -- packages/hydra-models/src`` shows what is left)."""
 

@@ -15,13 +15,13 @@ from torch_geometric.data import Batch
 from hydragnn.data.neighbors import radius_graph
 
 from .inputs import CallInputs
-from .model_info import ModelInfo
+from .model_info import ModelInfo, ServedModel
 from .neighbors import NeighborCache
 from .positional import positional_encodings
 
 
 def model_batch(
-    model: torch.nn.Module,
+    model: ServedModel,
     *,
     pos: torch.Tensor,
     numbers: torch.Tensor,
@@ -61,9 +61,7 @@ def model_batch(
     return b
 
 
-def call_batch(
-    model: torch.nn.Module, info: ModelInfo, call: CallInputs, neighbors: NeighborCache | None = None
-) -> Batch:
+def call_batch(model: ServedModel, info: ModelInfo, call: CallInputs, neighbors: NeighborCache | None = None) -> Batch:
     """The regular path's batch for a validated call.
 
     Edges come from :func:`hydragnn.data.neighbors.radius_graph` (the model's cutoff and
@@ -95,5 +93,6 @@ def call_batch(
     )
     pe_dim = model.config.attention.pe_dim
     if pe_dim:
-        b.lap_pe, b.rw_pe = positional_encodings(edge_index, call.batch, call.counts, pe_dim)
+        lap_pe, rw_pe = positional_encodings(edge_index, call.batch, call.counts, pe_dim)
+        b.lap_pe, b.rw_pe = lap_pe, rw_pe  # pyright: ignore[reportAttributeAccessIssue]  # a PyG Batch is a Data at runtime (DynamicInheritance)
     return b

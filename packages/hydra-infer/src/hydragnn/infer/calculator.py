@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch_geometric.data import Batch
@@ -39,7 +39,7 @@ from .batching import call_batch
 from .compiled import compile_failure_message, compiled_energy_forces, energy_only, is_compile_failure
 from .errors import GraphFallbackWarning, HydraInferWarning, InferenceError
 from .inputs import DEFAULT_MAX_CELL_IMAGES, CallInputs, check_call
-from .model_info import ModelInfo, model_fingerprint, model_info
+from .model_info import ModelInfo, ServedModel, model_fingerprint, model_info
 from .modes import (
     COMPILE_WITH_GRAPH,
     COMPILE_WITH_KERNELS,
@@ -117,6 +117,7 @@ class HydraCalculator:
     ) -> None:
         self._neighbors = NeighborCache(check_skin(skin))
         self.threads = _threads_notice()
+        model: ServedModel
         if isinstance(model_or_artifact_path, (str, os.PathLike)):
             model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")
             model.requires_grad_(False)  # the calculator owns this copy: inference only
@@ -131,7 +132,7 @@ class HydraCalculator:
                 raise InferenceError(f"head: {exc}") from None
         self.info: ModelInfo = model_info(model, species)
         if device is None:
-            device = next(iter(model.parameters())).device
+            device = cast(torch.device, next(iter(model.parameters())).device)
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         if isinstance(max_cell_images, bool) or not isinstance(max_cell_images, int) or max_cell_images < 1:
@@ -164,7 +165,7 @@ class HydraCalculator:
 
     # ------------------------------------------------------------------ public API
     @property
-    def eager_model(self) -> torch.nn.Module:
+    def eager_model(self) -> ServedModel:
         """What eager evaluation and graph capture run: the kernel-patched copy, else the model."""
         return self._kernels if self._kernels is not None else self.model
 
@@ -267,7 +268,7 @@ class HydraCalculator:
                 raise InferenceError(
                     "stress: requested, but the model predicts no stress (not an interatomic potential)"
                 )
-            if call.cell is None or not bool(call.pbc.any()):
+            if call.cell is None or not bool(cast(torch.Tensor, call.pbc).any()):  # pbc comes with the cell
                 raise InferenceError(
                     "stress: requested for a structure without a periodic cell; expected cell [3, 3] or [B, 3, 3]"
                 )
@@ -328,7 +329,7 @@ class HydraCalculator:
             model=self.model,
             model_problem=self._graph_model_problem,
             dependency_problem=self._graph_dependency,
-            partly_periodic=call.cell is not None and not bool(call.pbc.all()),
+            partly_periodic=call.cell is not None and not bool(cast(torch.Tensor, call.pbc).all()),
             requires_grad=call.requires_grad,
             stress=stress,
         )

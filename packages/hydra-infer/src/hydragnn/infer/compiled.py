@@ -25,8 +25,8 @@ def compiled_energy_forces(
     outside it. The weights enter as detached inputs (``functional_call``), so the compiled
     backward computes the position gradient only, not the (unused) weight gradients.
     """
-    pos = batch.pos.detach().requires_grad_(True)
-    batch.pos = pos
+    pos = batch.pos.detach().requires_grad_(True)  # pyright: ignore[reportAttributeAccessIssue]  # a PyG Batch is a Data at runtime
+    batch.pos = pos  # pyright: ignore[reportAttributeAccessIssue]  # (DynamicInheritance hides the base from the checker)
     weights = {name: t.detach() for name, t in named_tensors}
     with torch.enable_grad():
         out = compiled_energy(weights, batch)

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from ase import Atoms
@@ -117,7 +117,7 @@ def evaluate(
     device: str | None = None,
     batch_size: int = 16,
     keep_predictions: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], object] | None = None,
 ) -> EvaluationReport:
     """Errors per head of ``model`` on labelled structures (see the module docstring).
 
@@ -220,14 +220,14 @@ def _frames(source: Any, structures: Any, skipped: list[int]) -> Iterator[tuple[
     if isinstance(structures, (str, os.PathLike)):
         items: Iterator[tuple[Atoms, str, str]] = ((f.atoms, f.where, f.config_type) for f in iter_frames(source))
     else:
-        from ase.io.formats import string2index
+        from ase.utils import string2index
 
         listed = [structures] if isinstance(structures, Atoms) else list(structures)
         try:
             sel = string2index(source.index)
         except ValueError as exc:
             raise InferenceError(f"index: {source.index!r} is not an ase.io.read index ({exc})") from None
-        numbers = range(len(listed))[sel]
+        numbers = range(len(listed))[cast("int | slice", sel)]  # a key (str) raises TypeError here, as before
         numbers = [numbers] if isinstance(numbers, int) else list(numbers)
         items = ((listed[k], f"structure {k}", str(listed[k].info.get(source.config_type_key, ""))) for k in numbers)
     for atoms, where, config_type in items:

@@ -219,7 +219,7 @@ def check_call(
     requires_grad = (
         requires_grad or cell_grad or any(isinstance(v, torch.Tensor) and v.requires_grad for v in (charge, spin))
     )
-    if cell_t is not None:
+    if cell_t is not None and pbc_t is not None:  # _check_cell gives both or neither
         with _as_inference_error():  # hydra-data's rules, as its neighbour list applies them
             check_finite(cell_t, "cell", "lattice vectors")
             check_periodic_cells(cell_t, pbc_t)

@@ -31,7 +31,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -46,7 +46,11 @@ def _mpi_library_candidates() -> list[Path]:
     found: list[Path] = []
     try:
         dist = metadata.distribution("mpich")
-        found += [Path(dist.locate_file(f)).resolve() for f in dist.files or () if f.name == MPI_SONAME]
+        found += [
+            Path(cast("os.PathLike[str]", dist.locate_file(f))).resolve()
+            for f in dist.files or ()
+            if f.name == MPI_SONAME
+        ]
     except metadata.PackageNotFoundError:
         pass
     found += [Path(prefix) / "lib" / MPI_SONAME for prefix in dict.fromkeys((sys.prefix, sys.base_prefix))]
@@ -117,7 +121,7 @@ def _as_potential(potential: Any) -> LammpsPotential:
     ):
         return CalculatorPotential(potential)
     if callable(potential):
-        return potential
+        return cast(LammpsPotential, potential)
     raise InferenceError(
         "potential: expected a HydraCalculator, a HydraModel, an artifact path or a LammpsPotential "
         f"(a callable), found {type(potential).__name__}"

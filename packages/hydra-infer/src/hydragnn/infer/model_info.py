@@ -24,7 +24,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 
@@ -36,6 +36,8 @@ from .errors import InferenceError
 
 CHARGE_INPUT_NAMES = frozenset({"charge", "total_charge", "charges"})
 SPIN_INPUT_NAMES = frozenset({"spin", "spin_multiplicity", "total_spin"})
+ServedModel: TypeAlias = HydraModel | Committee
+"""The model a calculator serves: a :class:`~hydragnn.models.HydraModel` or a :class:`~hydragnn.models.Committee`."""
 GRAPH_INPUT_ROLES: dict[str, frozenset[str]] = {"charge": CHARGE_INPUT_NAMES, "spin": SPIN_INPUT_NAMES}
 """Graph inputs the calculator can fill: role -> accepted schema names (each dim 1)."""
 
@@ -111,7 +113,7 @@ def model_info(model: HydraModel | Committee, species: Sequence[int] | None = No
     listed = manifest.get("species") if manifest.get("species") is not None else species
     if listed is not None and (
         isinstance(listed, (str, bytes, Mapping))
-        or any(isinstance(z, bool) or not isinstance(z, numbers.Integral) or not 0 < z < 119 for z in listed)
+        or any(isinstance(z, bool) or not isinstance(z, numbers.Integral) or not 0 < int(z) < 119 for z in listed)
     ):
         raise InferenceError(
             f"model: 'species' must be a list of atomic numbers in 1..118, found {str(listed)[:200]} (a damaged or "

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from numbers import Real
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -102,7 +102,15 @@ class _Entry:
             return False
         if not (torch.equal(self.numbers, call.numbers) and torch.equal(self.batch, call.batch)):
             return False
-        return self.cell is None or (self.cell.shape == call.cell.shape and torch.equal(self.pbc, call.pbc))
+        if self.cell is None:
+            return True
+        # a periodic entry (cell, pbc) and, as checked above, a periodic call
+        pbc, call_cell, call_pbc = (
+            cast(torch.Tensor, self.pbc),
+            cast(torch.Tensor, call.cell),
+            cast(torch.Tensor, call.pbc),
+        )
+        return self.cell.shape == call_cell.shape and torch.equal(pbc, call_pbc)
 
 
 class NeighborCache:
@@ -194,9 +202,11 @@ def _stale(
     limit = torch.full((call.num_graphs,), skin / 2, dtype=torch.float64, device=pos.device)
     wrap = strained = None
     if entry.cell is not None:
-        same = (call.cell == entry.cell).flatten(1).all(dim=1)
+        # a periodic entry (frame) matched to a periodic call (cell, pbc)
+        cell, pbc, frame = cast(torch.Tensor, call.cell), cast(torch.Tensor, call.pbc), cast(torch.Tensor, entry.frame)
+        same = (cell == entry.cell).flatten(1).all(dim=1)
         if not bool(same.all()):
-            deform = torch.linalg.solve(entry.frame, complete_cells(call.cell, call.pbc))  # frame_now = frame @ F
+            deform = torch.linalg.solve(frame, complete_cells(cell, pbc))  # frame_now = frame @ F
             deform[same] = torch.eye(3, dtype=torch.float64, device=pos.device)
             reach = cutoff / torch.linalg.svdvals(deform)[:, -1]  # a pair within cutoff now was within reach
             limit = torch.where(same, limit, (skin - (reach - cutoff)) / 2)
@@ -206,12 +216,13 @@ def _stale(
     dist2 = moved.square().sum(dim=1)
     bound2 = limit.clamp_min(0.0).square()
     if entry.cell is not None:
-        far = (dist2 > bound2.index_select(0, batch)) & call.pbc.any(dim=1).index_select(0, batch)
+        pbc, frame = cast(torch.Tensor, call.pbc), cast(torch.Tensor, entry.frame)  # periodic, as above
+        far = (dist2 > bound2.index_select(0, batch)) & pbc.any(dim=1).index_select(0, batch)
         atoms = far.nonzero().squeeze(1)  # wrapped back into the cell, or moved too far
         if atoms.numel():
-            frames = entry.frame.index_select(0, batch.index_select(0, atoms))
+            frames = frame.index_select(0, batch.index_select(0, atoms))
             frac = torch.linalg.solve(frames.mT, moved.index_select(0, atoms).unsqueeze(-1)).squeeze(-1)
-            lattice = torch.where(call.pbc.index_select(0, batch.index_select(0, atoms)), frac.round(), 0.0)
+            lattice = torch.where(pbc.index_select(0, batch.index_select(0, atoms)), frac.round(), 0.0)
             dist2[atoms] = (moved.index_select(0, atoms) - torch.einsum("nd,nde->ne", lattice, frames)).square().sum(1)
             wrap = torch.zeros_like(call.pos, dtype=torch.long)
             wrap[atoms] = lattice.long()
@@ -227,8 +238,10 @@ def _rebuild(entry: _Entry, call: CallInputs, stale: torch.Tensor, cutoff: float
     atoms = stale.index_select(0, call.batch).nonzero().squeeze(1)
     graphs = stale.nonzero().squeeze(1)
     if call.cell is not None:
-        entry.frame[graphs] = complete_cells(call.cell[graphs], call.pbc[graphs])
-        entry.cell[graphs] = call.cell[graphs]
+        # the entry of a periodic call keeps a cell and its frame; pbc comes with the cell
+        frame, entry_cell = cast(torch.Tensor, entry.frame), cast(torch.Tensor, entry.cell)
+        frame[graphs] = complete_cells(call.cell[graphs], cast(torch.Tensor, call.pbc)[graphs])
+        entry_cell[graphs] = call.cell[graphs]
     if not atoms.numel():
         return True
     pos = call.pos.index_select(0, atoms)
@@ -243,7 +256,9 @@ def _rebuild(entry: _Entry, call: CallInputs, stale: torch.Tensor, cutoff: float
         return False
     image = torch.zeros(shift.shape, dtype=torch.long, device=pos.device)
     if cell is not None:
-        inverse = torch.linalg.inv(entry.frame[graphs]).index_select(0, batch.index_select(0, edge_index[1]))
+        inverse = torch.linalg.inv(cast(torch.Tensor, entry.frame)[graphs]).index_select(
+            0, batch.index_select(0, edge_index[1])
+        )
         image = torch.einsum("ed,edk->ek", shift.to(torch.float64), inverse).round().long()
     entry.pos[atoms] = pos
     kept = ~stale.index_select(0, call.batch.index_select(0, entry.edge_index[1]))

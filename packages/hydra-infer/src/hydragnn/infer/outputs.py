@@ -8,7 +8,7 @@ the full ``[B, 3, 3]`` tensor (eV/Å³). Every tensor is a detached copy the cal
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 
@@ -22,9 +22,14 @@ class CallLayout(Protocol):
     @property
     def counts(self) -> torch.Tensor: ...  # [B] atoms per structure
 
-    batch: torch.Tensor  # [N] structure of each atom
-    layout: str  # "single", "dense" or "flat"
-    mask: torch.Tensor | None  # [B, Nmax] real-atom mask of the dense layout
+    @property
+    def batch(self) -> torch.Tensor: ...  # [N] structure of each atom
+
+    @property
+    def layout(self) -> str: ...  # "single", "dense" or "flat"
+
+    @property
+    def mask(self) -> torch.Tensor | None: ...  # [B, Nmax] real-atom mask of the dense layout
 
 
 VOIGT_TO_FULL = (0, 5, 4, 5, 1, 3, 4, 3, 2)
@@ -38,8 +43,9 @@ def _squeeze(t: torch.Tensor) -> torch.Tensor:
 def _per_atom_layout(t: torch.Tensor, call: CallLayout) -> torch.Tensor:
     if call.layout != "dense":
         return t
-    out = t.new_zeros((*call.mask.shape, *t.shape[1:]))
-    out[call.mask] = t
+    mask = cast(torch.Tensor, call.mask)  # the dense layout has a mask
+    out = t.new_zeros((*mask.shape, *t.shape[1:]))
+    out[mask] = t
     return out
 
 
@@ -93,7 +99,8 @@ def convert(
                 if not st.per_atom:
                     shift = shift / counts.clamp_min(1).to(torch.float64)
                 value = (
-                    value.to(torch.float64) * scale[call.batch].unsqueeze(-1) + shift[call.batch].unsqueeze(-1)
+                    value.to(torch.float64) * cast(torch.Tensor, scale)[call.batch].unsqueeze(-1)
+                    + shift[call.batch].unsqueeze(-1)
                 ).to(dtype)
             results[name] = _squeeze(_per_atom_layout(value, call)).clone()
         elif name in info.node_outputs:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -56,7 +56,7 @@ def _as_model(model: Any) -> ModelInterface:
 
 def _species(model: ModelInterface, species: Sequence[int] | None) -> list[int]:
     if species is None and hasattr(model, "hydra"):
-        info = model.hydra.info
+        info = cast(HydraCalculator, model.hydra).info  # HydraTorchSimModel's calculator
         if info.species is not None:
             species = sorted(info.species)
         else:
@@ -122,11 +122,11 @@ def _outputs(model: ModelInterface, state: Any, where: str) -> dict[str, torch.T
     out = model(state)
     for key, value in before.items():
         now = getattr(state, key, None)
-        same = torch.equal(now, value) if isinstance(value, torch.Tensor) else now == value
+        same = torch.equal(cast(torch.Tensor, now), value) if isinstance(value, torch.Tensor) else now == value
         if not same:
             raise _fail("state", f"the model changed state.{key} ({where})")
     b, n = state.n_systems, state.n_atoms
-    want = {"energy": (b,)}
+    want: dict[str, tuple[int, ...]] = {"energy": (b,)}
     if model.compute_forces:
         want["forces"] = (n, 3)
     if model.compute_stress and bool(state.pbc):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -116,7 +116,8 @@ def potential_function(
         pos, strained, displacement = positions, cells, None
         if gradients:
             pos = positions.detach().requires_grad_(True)
-            strained_pos, strained, _, displacement = apply_strain(pos, batch, 1, cells, source_target, None)
+            strained_pos, strained_cell, _, displacement = apply_strain(pos, batch, 1, cells, source_target, None)
+            strained = cast(torch.Tensor, strained_cell)  # a cell in, a strained cell out
         else:
             strained_pos = positions
         shift = cell_shifts.to(strained.dtype) @ strained[0]
@@ -140,7 +141,7 @@ def potential_function(
             )
             raw[info.forces] = forces
             safe = torch.where(volume > 0, volume, torch.ones_like(volume))
-            raw[info.stress] = (de_dstrain / safe * (volume > 0).to(safe.dtype)).reshape(1, 9)
+            raw[info.stress] = (cast(torch.Tensor, de_dstrain) / safe * (volume > 0).to(safe.dtype)).reshape(1, 9)
         out = convert(raw, OneStructure(batch), info, detach=gradients)
         out["energy"] = out["energy"].reshape(())
         for name in info.graph_outputs:

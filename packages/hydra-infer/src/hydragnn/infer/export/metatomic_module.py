@@ -11,7 +11,7 @@ import torch
 from .metatomic import pyg_index_select_restored
 
 with pyg_index_select_restored():
-    from metatensor.torch import Labels, TensorBlock, TensorMap
+    from metatensor.torch import Labels, TensorBlock, TensorMap  # pyright: ignore[reportAttributeAccessIssue]  # defined when the optional metatensor-torch library loads
     from metatomic.torch import ModelOutput, NeighborListOptions, System
 
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from .formats import METADATA_KEY
 from .graph import ExportError
 
 
-def file_format(path: str | Path) -> str:
+def file_format(path: str | os.PathLike) -> str:
     """``"aoti"``, ``"torchscript"`` or ``"metatomic"``, from the archive's members.
 
     Raises:
@@ -72,7 +73,7 @@ class ExportedModel:
         ExportError: a metatomic file (load it with metatomic) or not an exported model.
     """
 
-    def __init__(self, path: str | Path, *, skin: float = 0.0) -> None:
+    def __init__(self, path: str | os.PathLike, *, skin: float = 0.0) -> None:
         from ..neighbors import NeighborCache, check_skin
 
         self._neighbors = NeighborCache(check_skin(skin))
@@ -133,7 +134,7 @@ class ExportedModel:
             pbc_t = torch.zeros(3, dtype=torch.bool, device=self.device)
             shifts = torch.zeros(edge_shift.shape, dtype=self.dtype, device=self.device)
         else:
-            cell_t, pbc_t = call.cell[0], call.pbc[0]
+            cell_t, pbc_t = call.cell[0], cast(torch.Tensor, call.pbc)[0]  # pbc comes with the cell
             # Cartesian image offsets -> integer multiples of the lattice vectors (pinv: a
             # non-periodic direction may have a zero row, and never carries an offset)
             shifts = (edge_shift.double() @ torch.linalg.pinv(cell_t.double())).round().to(self.dtype)

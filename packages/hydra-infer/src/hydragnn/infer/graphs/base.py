@@ -8,7 +8,7 @@ Padding follows Contract 2: every padded node and edge lives in a sink graph (in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -30,7 +30,7 @@ def with_sink(
     )
 
 
-def static_forward(model: Any, *, forces: bool, **fields: torch.Tensor | int | None) -> Outputs:
+def static_forward(model: Any, *, forces: bool, **fields: Any) -> Outputs:
     """The eager model on static tensors (energy, forces by ``autograd.grad``, every head).
 
     ``fields`` are :func:`~..batching.model_batch`'s, as on the regular path (without ``ptr``):
@@ -94,7 +94,9 @@ class StaticEngine:
         """Copy the call's graph inputs into the buffer (rows beyond the call's ``B`` are zeroed)."""
         if "graph_attr" in self.buffers:
             self.buffers["graph_attr"].zero_()
-            self.buffers["graph_attr"][: call.num_graphs].copy_(call.graph_attr(self.graph_inputs, self.dtype))
+            # a graph_attr buffer means the model has graph inputs, so the call gives a tensor
+            graph_attr = cast(torch.Tensor, call.graph_attr(self.graph_inputs, self.dtype))
+            self.buffers["graph_attr"][: call.num_graphs].copy_(graph_attr)
 
     # subclasses: allocate buffers in __init__, implement fn(), load(call), node_index(call)
     def fn(self) -> Outputs:  # pragma: no cover - abstract
@@ -119,7 +121,7 @@ class StaticEngine:
     def replay(self, call: CallInputs) -> Outputs:
         """Load ``call``, replay, and return copies of the real rows (the call's flat layout)."""
         self.load(call)
-        return self.extract(self.graph.replay(), call)
+        return self.extract(cast(Captured, self.graph).replay(), call)  # captured before any replay
 
     def extract(self, outputs: Outputs, call: CallInputs) -> Outputs:
         info = self.info

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import HydraInferWarning
 from ..inputs import CallInputs
-from ..model_info import ModelInfo
+from ..model_info import ModelInfo, ServedModel
 from .backends import Outputs
 
 
@@ -26,31 +26,39 @@ class EngineHost(Protocol):
     """The engines' view of a calculator (read-only attributes and two callbacks)."""
 
     @property
-    def model(self) -> torch.nn.Module:
+    def model(self) -> ServedModel:
         """The served model: a change of its parameters or buffers drops every engine."""
+        ...
 
     @property
-    def eager_model(self) -> torch.nn.Module:
+    def eager_model(self) -> ServedModel:
         """What the engines capture: the kernel-patched copy, else :attr:`model` (never a compiled forward)."""
+        ...
 
     @property
     def info(self) -> ModelInfo:
         """Cutoff, graph inputs and output names of :attr:`model`."""
+        ...
 
     @property
     def device(self) -> torch.device:
         """Where the static buffers live."""
+        ...
 
     @property
     def dtype(self) -> torch.dtype:
         """Floating dtype of the positions, cells and graph inputs loaded into the static buffers."""
+        ...
 
     @property
     def nb_threshold(self) -> int:
         """Atoms per structure from which a padded batch is served by the sparse engine, not the dense one."""
+        ...
 
     def regular(self, call: CallInputs, *, forces: bool) -> Outputs:
         """The regular evaluation of ``call``: raw model outputs in the call's flat layout."""
+        ...
 
     def warn(self, reason: str, message: str, category: type[Warning] = HydraInferWarning) -> None:
         """Warn that CUDA-graph replay fell back, at most once per host and ``reason``."""
+        ...

@@ -21,13 +21,14 @@ that much before a rebuild.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 
 from hydragnn.data.validation import perpendicular_widths
 
 from ..inputs import CallInputs
-from .backends import Outputs
+from .backends import Captured, Outputs
 from .base import StaticEngine, with_sink
 from .host import EngineHost
 
@@ -77,7 +78,7 @@ class PeriodicEngine(StaticEngine):
         ptr = torch.zeros(b + 1, dtype=torch.int32, device=dev)
         ptr[1:] = torch.cumsum(sizes, 0)
         pbc = torch.ones(b, 3, dtype=torch.bool, device=dev)
-        cell = call.cell.to(self.dtype)
+        cell = cast(torch.Tensor, call.cell).to(self.dtype)  # a periodic engine serves calls with a cell
         shift_range, num_shifts, max_shifts = compute_naive_num_shifts(
             cell, self.search_cutoff * (1 + IMAGE_MARGIN), pbc
         )
@@ -150,13 +151,14 @@ class PeriodicEngine(StaticEngine):
         buf = self.buffers
         buf["pos"].copy_(call.pos.to(self.dtype))
         buf["numbers"].copy_(call.numbers)
-        buf["cell"].copy_(call.cell.to(self.dtype))
+        buf["cell"].copy_(cast(torch.Tensor, call.cell).to(self.dtype))  # a periodic call
         self.load_graph_attr(call)
 
     def overflowed(self) -> int | None:
         """After a replay: ``None`` when the buffers fit, else a reason to rebuild (the neighbour count)."""
-        most = int(self.graph.outputs["_max_neighbours"])
-        if most > self.capacity or bool(self.graph.outputs["_images_short"]):
+        outputs = cast(Captured, self.graph).outputs  # captured before any replay
+        most = int(outputs["_max_neighbours"])
+        if most > self.capacity or bool(outputs["_images_short"]):
             return most
         return None
 

@@ -14,11 +14,12 @@ indices): this engine serves the mid-size range above ``nb_threshold``.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 
 from ..inputs import CallInputs
-from .backends import Outputs
+from .backends import Captured, Outputs
 from .base import StaticEngine, with_sink
 from .host import EngineHost
 
@@ -99,7 +100,7 @@ class SparseEngine(StaticEngine):
 
     def overflowed(self) -> int | None:
         """The pair count of the last replay when it exceeded the capacity, else ``None``."""
-        count = int(self.graph.outputs["_edge_count"])
+        count = int(cast(Captured, self.graph).outputs["_edge_count"])  # captured before any replay
         return count if count > self.capacity else None
 
     def node_index(self, call: CallInputs) -> torch.Tensor:

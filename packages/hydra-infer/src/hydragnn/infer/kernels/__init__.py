@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -127,8 +127,9 @@ def prepare(model: Any, device: str | torch.device) -> tuple[Any, list[tuple[str
     """
     ok, why = available(device)
     if not ok:
-        code = "dependency" if why.startswith(("triton is not installed", "the Triton kernels failed")) else "device"
-        return None, [(code, why)]
+        reason = cast(str, why)  # available() gives a reason whenever it says no
+        code = "dependency" if reason.startswith(("triton is not installed", "the Triton kernels failed")) else "device"
+        return None, [(code, reason)]
     patched, why = install(model)
     if why is not None:
         return None, [("model", f"the model has no inference kernels: {why}")]

@@ -147,7 +147,7 @@ def cfconv_fwd(
     r = tl.load(r_ptr + offs_e, mask=me, other=0.0)
     src = tl.load(src_ptr + offs_e, mask=me, other=0)
     dst = tl.load(dst_ptr + offs_e, mask=me, other=0)
-    env, _ = _cosine_cutoff(r, rc)
+    env, _ = _cosine_cutoff(r, rc)  # pyright: ignore[reportGeneralTypeIssues]  # a @triton.jit helper, inlined when compiled
     x = tl.load(x_ptr + src[:, None] * F + offs_f[None, :], mask=m2, other=0.0)
     w = tl.load(w_ptr + offs_e[:, None] * F + offs_f[None, :], mask=m2, other=0.0)
     msg = x * (w * env[:, None])
@@ -181,7 +181,7 @@ def cfconv_bwd(
     r = tl.load(r_ptr + offs_e, mask=me, other=0.0)
     src = tl.load(src_ptr + offs_e, mask=me, other=0)
     dst = tl.load(dst_ptr + offs_e, mask=me, other=0)
-    env, denv = _cosine_cutoff(r, rc)
+    env, denv = _cosine_cutoff(r, rc)  # pyright: ignore[reportGeneralTypeIssues]  # a @triton.jit helper, inlined when compiled
     gr = tl.zeros((BLOCK_E,), dtype=r.dtype)
     for f0 in range(0, F, BLOCK_F):
         offs_f = f0 + tl.arange(0, BLOCK_F)
@@ -248,7 +248,7 @@ def painn_message_fwd(
     r = tl.load(r_ptr + offs_e, mask=me, other=0.0)
     src = tl.load(src_ptr + offs_e, mask=me, other=0)
     dst = tl.load(dst_ptr + offs_e, mask=me, other=0)
-    fc, _ = _cosine_cutoff(r, rc)
+    fc, _ = _cosine_cutoff(r, rc)  # pyright: ignore[reportGeneralTypeIssues]  # a @triton.jit helper, inlined when compiled
     H3 = 3 * H
     f_s = tl.zeros((BLOCK_E, BLOCK_H), dtype=r.dtype) + tl.load(bf_ptr + offs_h, mask=mh, other=0.0)[None, :]
     f_vv = tl.zeros((BLOCK_E, BLOCK_H), dtype=r.dtype) + tl.load(bf_ptr + H + offs_h, mask=mh, other=0.0)[None, :]
@@ -312,7 +312,7 @@ def painn_message_bwd(
     r = tl.load(r_ptr + offs_e, mask=me, other=0.0)
     src = tl.load(src_ptr + offs_e, mask=me, other=0)
     dst = tl.load(dst_ptr + offs_e, mask=me, other=0)
-    fc, dfc = _cosine_cutoff(r, rc)
+    fc, dfc = _cosine_cutoff(r, rc)  # pyright: ignore[reportGeneralTypeIssues]  # a @triton.jit helper, inlined when compiled
     u0 = tl.load(u_ptr + offs_e * 3 + 0, mask=me, other=0.0)
     u1 = tl.load(u_ptr + offs_e * 3 + 1, mask=me, other=0.0)
     u2 = tl.load(u_ptr + offs_e * 3 + 2, mask=me, other=0.0)

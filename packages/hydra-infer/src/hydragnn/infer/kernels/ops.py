@@ -23,6 +23,8 @@ imported on the first call.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -46,7 +48,7 @@ class _Launch:
     def __init__(self, t: torch.Tensor) -> None:
         self.guard = torch.cuda.device(t.device) if t.device.type == "cuda" else None
 
-    def __enter__(self):
+    def __enter__(self) -> Any:  # the _triton module: Triton launches pass ints / bools for tl.constexpr
         if self.guard is not None:
             self.guard.__enter__()
         return _k()
@@ -297,7 +299,7 @@ class PaiNNMessage(torch.autograd.Function):
                     BLOCK_H=bh,
                 )
         gfreqs = gwf = gbf = None
-        if need_gf:
+        if gf is not None:  # need_gf
             pref = consts[0]
             if need_wf:
                 gwf = gf.t() @ bessel(r, freqs, pref)

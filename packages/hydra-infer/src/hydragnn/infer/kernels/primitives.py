@@ -14,6 +14,8 @@ backend never changes what a model computes beyond round-off.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from hydragnn.models.nn import (
@@ -63,19 +65,22 @@ def _served(edges: RadialEdges, *tensors: torch.Tensor) -> bool:
 
 
 # --------------------------------------------------------------------------- RadialFilter
-def _filter_accepts(module: RadialFilter) -> str | None:
+def _filter_accepts(module: Primitive) -> str | None:
+    """Registered for :class:`RadialFilter` only, so ``module`` is one (an ``nn.Sequential``)."""
+    module = cast(RadialFilter, module)
     if not (len(module) == 3 and isinstance(module[1], ShiftedSoftplus)):
         return "a RadialFilter whose activation is not the shifted softplus"
     return _param_dtype_problem(module)
 
 
 def _filter_run(module: RadialFilter, edges: RadialEdges) -> torch.Tensor:
-    first = module[0]
+    first = cast(torch.nn.Linear, module[0])  # RadialFilter: Linear(R, F) -> act -> Linear(F, F)
     if not (isinstance(edges.basis, GaussianRBF) and edges.attr is None and _served(edges, first.weight)):
         return module.forward(edges)
     r = edges.length.to(edges.dtype)
     consts = _consts(module, r, edges.basis.coeff)
-    t = ops.schnet_filter(r, edges.basis.centers.to(r.dtype), consts, first.weight, first.bias)
+    centers = cast(torch.Tensor, edges.basis.centers)  # a registered buffer
+    t = ops.schnet_filter(r, centers.to(r.dtype), consts, first.weight, first.bias)
     return module[2](t)
 
 
