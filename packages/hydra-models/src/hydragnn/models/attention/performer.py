@@ -66,6 +66,8 @@ class PerformerAttention(nn.Module):
         projection: ``[m, d]`` random projection shared by the heads (persistent).
     """
 
+    projection: torch.Tensor
+
     def __init__(self, hidden_dim: int, heads: int, num_features: int) -> None:
         super().__init__()
         if hidden_dim % heads:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from hydragnn.data.config_parse import parse_dataclass
 from hydragnn.data.errors import did_you_mean
@@ -19,6 +19,8 @@ from hydragnn.data.errors import did_you_mean
 from ..errors import ModelConfigError
 
 ROOT = "NeuralNetwork.Architecture"
+
+_ConfigT = TypeVar("_ConfigT", bound="EncoderConfig")
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,10 @@ ENCODER_CONFIGS: dict[str, EncoderEntry] = {}
 
 def register_encoder_config(
     name: str, *, supports_layer_mixing: bool = True
-) -> Callable[[type[EncoderConfig]], type[EncoderConfig]]:
+) -> Callable[[type[_ConfigT]], type[_ConfigT]]:
     """Class decorator recording a config class as encoder ``name``'s keys, with its capabilities."""
 
-    def deco(cls: type[EncoderConfig]) -> type[EncoderConfig]:
+    def deco(cls: type[_ConfigT]) -> type[_ConfigT]:
         add_encoder_config(EncoderEntry(name, cls, supports_layer_mixing))
         return cls
 

@@ -6,10 +6,10 @@ encoder(s) with :func:`register_encoder`.
 
 import importlib
 
+from ..encoder_configs import EncoderConfig
 from .base import (
     ENCODERS,
     Encoder,
-    EncoderConfig,
     EncoderDims,
     GraphInputs,
     NodeEmbedding,

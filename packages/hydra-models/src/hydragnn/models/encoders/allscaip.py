@@ -56,6 +56,9 @@ class AllScAIPEncoder(Encoder):
     """AllScAIP (fairchem ``AllScAIPBackbone``) on HydraGNN's edges (invariant output, float32)."""
 
     Config = AllScAIPConfig
+    config: AllScAIPConfig
+    sh_degree: torch.Tensor
+    sinc_omega: torch.Tensor
     equivariant = False
     needs_pos = True
     supports_layer_mixing = False

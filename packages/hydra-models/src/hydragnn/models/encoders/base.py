@@ -12,9 +12,9 @@ sizes (``num_nodes``, ``num_graphs``) taken from Python ints carried by :class:`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
@@ -113,7 +113,7 @@ class Encoder(nn.Module):
     needs_pos: ClassVar[bool] = True
     optional_dependency: ClassVar[str | None] = None
     """The ``hydra-models`` extra providing this encoder's backend (e.g. ``"fairchem"``), or None."""
-    capture_safe: ClassVar[bool] = True
+    capture_safe: bool = True
     """False when ``forward`` synchronises with the host or has data-dependent shapes (e.g. a
     third-party backbone): hydra-infer then serves the model without CUDA-graph capture."""
     supports_layer_mixing: ClassVar[bool] = True
@@ -168,11 +168,13 @@ class Encoder(nn.Module):
         raise NotImplementedError
 
 
+_EncoderT = TypeVar("_EncoderT", bound=Encoder)
+
 ENCODERS: dict[str, type[Encoder]] = {}
 """The registry: ``mpnn_type`` -> encoder class."""
 
 
-def register_encoder(name: str):
+def register_encoder(name: str) -> Callable[[type[_EncoderT]], type[_EncoderT]]:
     """Class decorator adding an encoder to :data:`ENCODERS` under ``name``.
 
     Its ``Config`` and capabilities must be those of the config registry's entry
@@ -180,7 +182,7 @@ def register_encoder(name: str):
     encoder without an entry (one defined outside hydra-models) gets one from its class.
     """
 
-    def deco(cls: type[Encoder]) -> type[Encoder]:
+    def deco(cls: type[_EncoderT]) -> type[_EncoderT]:
         if name in ENCODERS:
             raise ValueError(f"encoder {name!r} registered twice ({ENCODERS[name].__name__}, {cls.__name__})")
         entry = EncoderEntry(name, cls.Config, cls.supports_layer_mixing)

@@ -143,6 +143,7 @@ class DimeNetEncoder(Encoder):
     output blocks summed into ``scalar [N, hidden_dim]``. Invariant (``vector`` is None)."""
 
     Config = DimeNetConfig
+    config: DimeNetConfig
     equivariant = False
     needs_pos = True
     supports_layer_mixing = False  # per-layer state is edge messages

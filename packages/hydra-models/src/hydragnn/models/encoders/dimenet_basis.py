@@ -67,6 +67,10 @@ def spherical_bessel_zeros(num_spherical: int, num_radial: int) -> list[list[flo
 class SphericalBessel(nn.Module):
     """``j_l(x)`` for a fixed list of orders, on a tensor ``[..., L, K]`` (order along dim -2)."""
 
+    coeffs: torch.Tensor
+    lead: torch.Tensor
+    switch: torch.Tensor
+
     def __init__(self, num_spherical: int) -> None:
         super().__init__()
         self.num_spherical = num_spherical
@@ -158,6 +162,10 @@ class SphericalBasis(nn.Module):
     The radial part is computed per edge (``[E, L, R]``) and gathered per triplet.
     ``forward(dist [E], cos_angle [T], idx_kj [T]) -> [T, L * R]``; zero-length edges give 0.
     """
+
+    zeros: torch.Tensor
+    norm: torch.Tensor
+    sph_prefactor: torch.Tensor
 
     def __init__(self, num_spherical: int, num_radial: int, cutoff: float, envelope_exponent: int = 5) -> None:
         super().__init__()

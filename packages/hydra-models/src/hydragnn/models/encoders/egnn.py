@@ -97,6 +97,7 @@ class EGNN(EquivariantEncoder):
     None when nothing reads it, see the module docstring)."""
 
     Config = EGNNConfig
+    config: EGNNConfig
 
     def __init__(self, dims: EncoderDims, config: EGNNConfig | None = None) -> None:
         super().__init__(dims, config)

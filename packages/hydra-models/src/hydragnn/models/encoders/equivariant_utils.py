@@ -123,6 +123,8 @@ class EquivariantEncoder(Encoder):
 
     equivariant = True
     needs_pos = True
+    layers: nn.ModuleList
+    """The conv layers (built by the subclass after this base)."""
 
     def __init__(self, dims: EncoderDims, config: EncoderConfig | None = None) -> None:
         config = self.Config() if config is None else config

@@ -34,16 +34,12 @@ from torch import Tensor, nn
 from torch_geometric.nn.conv import GATv2Conv
 from torch_geometric.utils import scatter
 
-from ..encoder_configs.invariant import GATConfig
+from ..encoder_configs.base import check_at_least
+from ..encoder_configs.invariant import WHERE, GATConfig
 from ..errors import ModelConfigError
+from ..nn.scatter import accumulate_dtype
 from .base import EncoderDims, register_encoder
-from .invariant_utils import (
-    WHERE,
-    Float32Aggregation,
-    InvariantEncoder,
-    accumulate_dtype,
-    check_at_least,
-)
+from .invariant_utils import Float32Aggregation, InvariantEncoder
 
 
 class EnvelopeGATv2Conv(Float32Aggregation, GATv2Conv):

@@ -11,8 +11,9 @@ from torch import Tensor, nn
 from torch_geometric.nn.conv import GINConv
 
 from ..encoder_configs.invariant import GINConfig
+from ..nn.activations import make_activation
 from .base import EncoderDims, register_encoder
-from .invariant_utils import Float32Aggregation, InvariantEncoder, make_activation
+from .invariant_utils import Float32Aggregation, InvariantEncoder
 
 
 class GatedGINConv(Float32Aggregation, GINConv):

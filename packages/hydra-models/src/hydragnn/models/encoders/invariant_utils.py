@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 from torch_geometric.utils import scatter
 
+from ..encoder_configs import EncoderConfig
 from ..encoder_configs.base import check_at_least
 from ..encoder_configs.invariant import (  # the keys and their checks live torch-free
     CUTOFF_FUNCTIONS,
@@ -39,7 +40,7 @@ from ..errors import ModelConfigError, ModelError
 from ..nn.activations import make_activation
 from ..nn.radial import BesselRBF, CosineCutoff, GaussianRBF, PolynomialCutoff
 from ..nn.scatter import accumulate_dtype
-from .base import Encoder, EncoderConfig, EncoderDims, GraphInputs, NodeEmbedding
+from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding
 
 
 class Float32Aggregation:

@@ -58,6 +58,7 @@ class MACEEncoder(Encoder):
     """MACE stack of ``num_conv_layers`` interaction + product layers (equivariant)."""
 
     Config = MACEConfig
+    config: MACEConfig
     equivariant = True
     needs_pos = True
 

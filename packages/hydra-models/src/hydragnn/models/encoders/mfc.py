@@ -14,12 +14,12 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn.conv import MFConv
 
+from ..encoder_configs.base import check_at_least
 from ..encoder_configs.invariant import MFCConfig
 from .base import EncoderDims, register_encoder
 from .invariant_utils import (
     Float32Aggregation,
     InvariantEncoder,
-    check_at_least,
     smoothstep,
     soft_degree,
 )
@@ -29,6 +29,7 @@ class SmoothMFConv(Float32Aggregation, MFConv):
     """:class:`MFConv` with gated messages and interpolation between degree-specific weights."""
 
     propagate_type = {"x": "Tensor", "gate": "Tensor"}
+    degrees: Tensor
 
     def __init__(self, channels: int, edge_dim: int, max_degree: int) -> None:
         super().__init__(channels, channels, max_degree=max_degree)

@@ -52,6 +52,7 @@ class PAINN(EquivariantEncoder):
     """PaiNN encoder: returns ``NodeEmbedding(scalar [N, H], vector [N, 3, C])``."""
 
     Config = PAINNConfig
+    config: PAINNConfig
 
     def __init__(self, dims: EncoderDims, config: PAINNConfig | None = None) -> None:
         super().__init__(dims, config)

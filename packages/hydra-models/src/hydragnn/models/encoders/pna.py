@@ -34,15 +34,18 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn.aggr import Aggregation, SoftmaxAggregation
 
+from ..encoder_configs.base import check_at_least
 from ..encoder_configs.invariant import (  # the keys live torch-free
     DEFAULT_PNA_DEG,
     PNA_AGGREGATORS,
     PNA_SCALERS,
+    WHERE,
     PNAConfig,
+    check_choice,
 )
 from ..errors import ModelConfigError
 from .base import EncoderDims, register_encoder
-from .invariant_utils import WHERE, InvariantEncoder, check_at_least, check_choice
+from .invariant_utils import InvariantEncoder
 
 STD_EPS = 1e-2
 """``std = sqrt(var + STD_EPS**2) - STD_EPS``: smooth, 0 for equal messages."""

@@ -160,6 +160,7 @@ class PNAEq(EquivariantEncoder):
     """Equivariant PNA encoder: returns ``NodeEmbedding(scalar [N, H], vector [N, 3, C])``."""
 
     Config = PNAEqConfig
+    config: PNAEqConfig
 
     def __init__(self, dims: EncoderDims, config: PNAEqConfig | None = None) -> None:
         super().__init__(dims, config)

@@ -55,7 +55,7 @@ class SchNet(Encoder):
     equivariant = False
     needs_pos = True
 
-    def __init__(self, dims: EncoderDims, config: SchNet.Config) -> None:
+    def __init__(self, dims: EncoderDims, config: SchNetConfig) -> None:
         super().__init__(dims, config)
         H = dims.hidden_dim
         num_filters = config.num_filters or H

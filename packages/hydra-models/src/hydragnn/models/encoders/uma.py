@@ -81,6 +81,7 @@ class UMAEncoder(Encoder):
     """UMA (fairchem ``eSCNMDBackbone`` / ``eSCNMDMoeBackbone``) on HydraGNN's edges (equivariant)."""
 
     Config = UMAConfig
+    config: UMAConfig
     equivariant = True
     needs_pos = True
     supports_layer_mixing = False

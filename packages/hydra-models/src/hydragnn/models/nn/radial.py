@@ -57,6 +57,8 @@ class GaussianRBF(Primitive):
     keeps their products with weights normal too. The change in value is below 1e-30.
     """
 
+    centers: torch.Tensor
+
     def __init__(self, cutoff: float, num_radial: int) -> None:
         super().__init__()
         centers = torch.linspace(0.0, float(cutoff), num_radial)
