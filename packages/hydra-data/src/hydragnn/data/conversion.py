@@ -117,11 +117,9 @@ def convert_source(
             (see :mod:`hydragnn.data.ase_source`).
         cache_dir: the cache folder (default :func:`default_cache_dir`).
         container_format: ``"pt"`` or ``"adios"`` (needs ``hydra-data[adios]``).
-        verify: how an unchanged file is recognised: ``"auto"`` hashes files below
-            :data:`~hydragnn.data.conversion_cache.HASH_ALWAYS_BELOW` (64 MiB) and trusts the size
-            and modification time of larger ones; ``"hash"`` hashes every file.
-        log: receives one line per event (cache hit, rebuild and why, conversion summary,
-            progress on long conversions); ``None`` is silent.
+        verify: ``"auto"`` hashes files below :data:`~hydragnn.data.conversion_cache.HASH_ALWAYS_BELOW`
+            (64 MiB), trusts size and modification time above; ``"hash"`` hashes every file.
+        log: one line per event (cache hit, rebuild and why, summary, progress); ``None``: silent.
 
     Returns:
         A :class:`ConvertedSource`.
