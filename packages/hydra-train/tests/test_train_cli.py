@@ -89,8 +89,8 @@ def test_train_under_torchrun_ddp(tmp_path):
 
     from hydragnn.models import load_artifact
 
-    cfg = config("mlip", n=16, epochs=1, Parallelism={"strategy": "ddp"})
-    cfg["Verbosity"]["level"] = 2
+    cfg = config("mlip", n=16, epochs=1, Parallelism={"strategy": "ddp"}, max_time_s=600)
+    cfg["Verbosity"]["level"] = 2  # with a budget the ranks time steps and agree on the committee size
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     run_dir = tmp_path / "run"
@@ -104,6 +104,7 @@ def test_train_under_torchrun_ddp(tmp_path):
     assert "Grad strides do not match bucket view strides" not in proc.stderr  # DDP's layout warning
     assert "per rank" in proc.stdout and "best epoch" in proc.stdout, proc.stdout[-2000:]
     assert proc.stdout.count("run folder:") == 1  # only rank 0 reports
+    assert proc.stdout.count("committee auto: 1 member: a training step takes") == 1  # 1 epoch: too few to share
     assert (run_dir / "train.log").read_text(encoding="utf-8").count("best epoch") == 1  # and logs
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["NeuralNetwork"]["Training"]["Parallelism"]["strategy"] == "ddp"

@@ -193,7 +193,7 @@ def _mlip_config(**arch) -> dict:
 
 
 def test_an_interatomic_potential_gets_the_mlip_setting_for_what_it_leaves_out():
-    from hydragnn.train.mlip_defaults import MLIP_LOSS_WEIGHTS, MLIP_TRAINING
+    from hydragnn.train.mlip_defaults import MLIP_ARCHITECTURE, MLIP_LOSS_WEIGHTS, MLIP_TRAINING
 
     cfg = load_config(_mlip_config())
     tr = cfg.training
@@ -203,8 +203,11 @@ def test_an_interatomic_potential_gets_the_mlip_setting_for_what_it_leaves_out()
     assert tr.scheduler.warmup_steps == MLIP_TRAINING["Scheduler"]["warmup_steps"]
     weights = {k: cfg.architecture[k] for k in MLIP_LOSS_WEIGHTS}
     assert weights == MLIP_LOSS_WEIGHTS and cfg.model_config.loss.energy_weight == MLIP_LOSS_WEIGHTS["energy_weight"]
-    assert cfg.model_config.committee == 1
-    assert set(cfg.mlip_defaults) == {f"Training.{k}" for k in MLIP_TRAINING} | {f"Architecture.{k}" for k in MLIP_LOSS_WEIGHTS}
+    assert cfg.auto_committee and cfg.model_config.committee == 1  # sized by the pipeline (committee_size)
+    arch_keys = {f"Architecture.{k}" for k in (*MLIP_ARCHITECTURE, *MLIP_LOSS_WEIGHTS)}
+    assert set(cfg.mlip_defaults) == {f"Training.{k}" for k in MLIP_TRAINING} | arch_keys
+    assert cfg.with_committee(2).to_dict()["NeuralNetwork"]["Architecture"]["committee"] == 2
+    assert load_config(cfg.with_committee(2).to_dict()).model_config.committee == 2
     again = load_config(cfg.to_dict())
     assert again == cfg and again.mlip_defaults == ()  # the completed config leaves nothing out
 
@@ -216,7 +219,8 @@ def test_an_interatomic_potential_gets_the_mlip_setting_for_what_it_leaves_out()
     assert cfg.architecture["energy_weight"] == 2.0 and cfg.architecture["forces_weight"] == 100.0
     assert "Training.EMA" not in cfg.mlip_defaults and "Training.SecondStage" in cfg.mlip_defaults
     weighted = load_config(_mlip_config(task_weights=[3.0, 1.0, 1.0]))
-    assert not any(p.startswith("Architecture.") for p in weighted.mlip_defaults)
+    assert not any(p.startswith("Architecture.") and "weight" in p for p in weighted.mlip_defaults)
+    assert load_config(_mlip_config(committee=2)).model_config.committee == 2  # a count given wins
     sharded = _mlip_config()
     sharded["NeuralNetwork"]["Training"]["Parallelism"] = {"strategy": "fsdp"}
     cfg = load_config(sharded)

@@ -95,7 +95,8 @@ class ModelConfig:
         conv_checkpointing [false]: activation checkpointing per conv layer.
         committee [1]: number of independently initialised members trained side by side and
             served as their mean (:class:`~hydragnn.models.committee.Committee`); K members cost
-            K times the compute.
+            K times the compute. A hydra-train config may say ``"auto"`` (the MLIP default): the
+            trainer picks the count its time budget buys and records it.
         output_heads: :class:`HeadsConfig`.
         mlip: :class:`~hydragnn.models.config_groups.MLIPConfig` (``enable_interatomic_potential``,
             output names, reference energies, scale-shift, ``energy_heads``).

@@ -90,6 +90,9 @@ class RunConfig:
             the Architecture), ``"average"`` (least squares on the training split),
             ``"isolated_atoms"`` (the data's ``IsolatedAtom`` frames), ``"none"`` (null), or
             ``"auto"`` (not given: isolated atoms when every species has one, else average).
+        auto_committee: ``Architecture.committee`` is ``"auto"``: the pipeline chooses the member
+            count from the time budget (:mod:`.committee_size`) and replaces it by the count;
+            until then ``model_config.committee`` is 1.
         mlip_defaults: the JSON paths an interatomic potential's config left out and
             :mod:`.mlip_defaults` filled in (empty otherwise; not compared: the completed
             config read back has nothing left out).
@@ -103,6 +106,16 @@ class RunConfig:
     training: TrainingConfig
     reference_energies: str = "auto"
     mlip_defaults: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+
+    @property
+    def auto_committee(self) -> bool:
+        return self.architecture.get("committee") == "auto"
+
+    def with_committee(self, members: int) -> RunConfig:
+        """This config with ``Architecture.committee`` resolved to ``members``."""
+        arch = {**self.architecture, "committee": members}
+        mc = with_members(self.model_config, members)
+        return dataclasses.replace(self, architecture=arch, model_config=mc)
 
     def to_dict(self) -> dict[str, Any]:
         """The completed config as JSON (defaults filled); ``load_config`` reads it back."""
@@ -119,6 +132,12 @@ class RunConfig:
     def nn_config(self) -> dict[str, Any]:
         """The completed ``NeuralNetwork`` section (what ``train_validate_test`` takes)."""
         return self.to_dict()[NN]
+
+
+def with_members(config: ModelConfig, members: int) -> ModelConfig:
+    """``config`` with ``committee`` set to ``members`` (in ``raw`` too: an artifact's manifest is
+    built from it)."""
+    return dataclasses.replace(config, committee=members, raw={**config.raw, "committee": members})
 
 
 def _architecture(
@@ -141,6 +160,8 @@ def _architecture(
         del parsed["reference_energies"]
     else:
         mode = "none" if arch["reference_energies"] is None else "given"
+    if parsed.get("committee") == "auto":  # resolved by the pipeline (hydragnn.train.committee_size)
+        parsed["committee"] = 1
     try:
         mc = ModelConfig.from_dict(parsed)
     except ModelConfigError as exc:

@@ -7,9 +7,10 @@ measured best on the EMT Cu-Au and GFN2-xTB organic-molecule benchmarks
 (``docs/notes/mlip_fit.md``, ``docs/notes/organic_benchmark.md``): AdamW at 5e-3 with 100 warmup
 steps, ReduceLROnPlateau (factor 0.7, patience 4), gradient clipping at 10, an EMA of the weights
 (0.99), energy / forces loss weights 100 / 100, and a second stage over the last 20 % of the
-epochs (or of ``max_time_s``) at 5e-4 with energy / forces weights 1000 / 100. One model, not a
-committee (``Architecture.committee``): at a fixed budget three members transfer better to
-unseen molecules but each gets a third of the epochs, too few on the EMT Cu-Au benchmark.
+epochs (or of ``max_time_s``) at 5e-4 with energy / forces weights 1000 / 100, and a committee
+sized by the time budget (``Architecture.committee: "auto"``, :mod:`.committee_size`): up to three
+members when the budget gives each enough epochs (small data sets: they transfer better to unseen
+molecules), else one model.
 
 Rules: a ``Training`` subsection you give (``Optimizer``, ``Scheduler``, ``EMA``,
 ``SecondStage``) replaces the default one whole; a key you give (``clip_grad_norm``) wins; the
@@ -25,7 +26,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MLIP_LOSS_WEIGHTS", "MLIP_TRAINING", "with_mlip_defaults"]
+__all__ = ["MLIP_ARCHITECTURE", "MLIP_LOSS_WEIGHTS", "MLIP_TRAINING", "with_mlip_defaults"]
 
 MLIP_TRAINING: dict[str, Any] = {
     "Optimizer": {"type": "AdamW", "learning_rate": 0.005},
@@ -44,6 +45,9 @@ MLIP_TRAINING: dict[str, Any] = {
 
 MLIP_LOSS_WEIGHTS: dict[str, float] = {"energy_weight": 100.0, "forces_weight": 100.0}
 """Loss weights an MLIP takes when neither they nor ``task_weights`` are given."""
+
+MLIP_ARCHITECTURE: dict[str, Any] = {"committee": "auto"}
+"""``Architecture`` keys an MLIP takes when its config leaves them out."""
 
 
 def with_mlip_defaults(
@@ -66,6 +70,10 @@ def with_mlip_defaults(
         if key not in train:
             train[key] = copy.deepcopy(value)
             filled.append(f"Training.{key}")
+    for key, value in MLIP_ARCHITECTURE.items():
+        if key not in arch:
+            arch[key] = value
+            filled.append(f"Architecture.{key}")
     if "task_weights" not in arch:
         for key, value in MLIP_LOSS_WEIGHTS.items():
             if key not in arch and key not in train:

@@ -29,7 +29,8 @@ from hydragnn.models.metrics import format_errors, jsonable
 
 from .callbacks import Callback
 from .checkpoint import load_checkpoint
-from .config import RunConfig, load_config
+from .committee_size import choose_members, stored_members, time_train_step
+from .config import RunConfig, load_config, with_members
 from .data import load_run_data
 from .energy_check import composition_baseline, energy_warnings
 from .errors import CheckpointError, TrainError
@@ -149,10 +150,14 @@ class _Run:
         self.log = lambda line: progress.log(1, line)
 
     def execute(self, resume: bool, callbacks: Sequence[Callback], t_start: float) -> dict[str, Any]:
-        data, meaning = self._data(resume)
+        data = self._data()
         cfg, tr = self.cfg, self.cfg.training
         loaders = create_dataloaders(data.train, data.val, data.test, tr.batch_size, batching=tr.batching, seed=tr.seed)
-        model, facts = self._model(data)
+        model, facts = self._model(data, loaders, resume)
+        cfg = self.cfg  # with an "auto" committee resolved: what the fingerprint and config.json hold
+        meaning = fingerprint(cfg.to_dict(), data.files)
+        if resume:
+            check_fingerprint(_stored_fingerprint(self.run_dir / CHECKPOINT_NAME), meaning, str(self.run_dir))
         self.strategy.max_grad_norm = tr.clip_grad_norm
         self.strategy.setup(model, build_optimizer_factory(tr.optimizer))
         if self.strategy.is_main:
@@ -185,8 +190,8 @@ class _Run:
         metrics["paths"] = paths
         return metrics
 
-    def _data(self, resume: bool):
-        """The prepared splits (the config completed with the inferred schema) and the fingerprint."""
+    def _data(self):
+        """The prepared splits (the config completed with the inferred schema)."""
         t0 = time.perf_counter()
         cfg, strategy = self.cfg, self.strategy
         data = load_run_data(cfg, is_main=strategy.is_main, barrier=strategy.barrier, log=self.log)
@@ -201,19 +206,21 @@ class _Run:
                 "interatomic-potential defaults for what the config leaves out (hydragnn.train.mlip_defaults): "
                 + ", ".join(cfg.mlip_defaults)
             )
-        meaning = fingerprint(cfg.to_dict(), data.files)
-        if resume:
-            check_fingerprint(_stored_fingerprint(self.run_dir / CHECKPOINT_NAME), meaning, str(self.run_dir))
-        return data, meaning
+        return data
 
-    def _model(self, data) -> tuple[torch.nn.Module, dict[str, Any]]:
+    def _model(self, data, loaders, resume: bool) -> tuple[torch.nn.Module, dict[str, Any]]:
         """The model of the config with the statistics of the training data (and the fine-tuning
-        base's weights); facts about it for the metrics and the artifact."""
+        base's weights); facts about it for the metrics and the artifact. An ``"auto"`` committee
+        is resolved here, and ``self.cfg`` replaced by the config with its member count."""
         cfg, tr = self.cfg, self.cfg.training
         base = load_base(tr.init_from, cfg.schema, tr.fine_tune, data.species) if tr.init_from is not None else None
         model_config = fill_data_statistics(cfg.model_config, data.train)
         model_config, references = resolve_reference_energies(cfg, model_config, data, self.log)
         model_config, scale_shift = resolve_scale_shift(cfg, model_config, data, self.log)
+        if cfg.auto_committee:
+            members = self._committee_size(model_config, data, loaders, resume)
+            self.cfg = cfg = cfg.with_committee(members)
+            model_config = with_members(model_config, members)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(tr.seed)
             model = build_model(model_config, cfg.schema)
@@ -235,6 +242,33 @@ class _Run:
             "init_from": fine_tuned,
         }
         return model, facts
+
+    def _committee_size(self, model_config: ModelConfig, data, loaders, resume: bool) -> int:
+        """``Architecture.committee: "auto"``: the run folder's count when resuming, else the count
+        the time budget buys (:mod:`.committee_size`), from timed steps of a throwaway member;
+        under torch.distributed the ranks agree on the mean step time."""
+        tr = self.cfg.training
+        if resume:
+            try:
+                members = stored_members(self.run_dir)
+            except ValueError as exc:
+                raise TrainError(str(exc)) from None
+            self.log(f"committee auto: {members} member(s), as the run being resumed chose")
+            return members
+        step_s = None
+        if tr.max_time_s is not None and loaders[0] is not None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(tr.seed)
+                probe = build_model(model_config, self.cfg.schema)
+            probe_loader = create_dataloaders(data.train, None, None, tr.batch_size, batching=tr.batching, seed=tr.seed)[0]
+            step = time_train_step(probe, probe_loader, build_optimizer_factory(tr.optimizer), self.strategy.device)
+            step_s = float(self.strategy.all_reduce_mean(torch.tensor([step], dtype=torch.float64, device=self.strategy.device)).item())
+            del probe
+        val_batches = len(loaders[1]) if loaders[1] is not None else 0
+        train_batches = len(loaders[0]) if loaders[0] is not None else 0
+        choice = choose_members(step_s, train_batches, val_batches, tr.max_time_s, tr.num_epoch)
+        self.log(f"committee auto: {choice.reason}")
+        return choice.members
 
     def _energy_warnings(self, data, model_config: ModelConfig, summary: dict[str, Any]) -> float | None:
         """Warn when the energy error sat at the composition baseline; returns that baseline."""
