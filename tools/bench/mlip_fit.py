@@ -138,11 +138,13 @@ def train_ours(folder: Path, config: dict, budget_s: float, threads: int) -> dic
         env=_env(threads), check=True, stdout=open(folder / "hydragnn.log", "w"), stderr=subprocess.STDOUT,
     )
     metrics = json.loads((run / "metrics.json").read_text())
+    members = json.loads((run / "config.json").read_text())["NeuralNetwork"]["Architecture"].get("committee", 1)
     return {
         "model": run / "model.hydra",
         "wall_s": sum(h["seconds"] for h in metrics["history"]),  # the training loop, as max_time_s bounds it
         "process_s": time.perf_counter() - t0,
-        "epochs": metrics["epochs_run"],
+        # a committee's epochs are every member's ("134 x3": three members of 134 epochs each)
+        "epochs": metrics["epochs_run"] if members == 1 else f"{metrics['epochs_run']} x{members}",
         "params": metrics["num_parameters"],
     }
 

@@ -124,3 +124,19 @@ def test_auto_committee_is_resolved_recorded_and_kept_on_resume(tmp_path, monkey
     plain["NeuralNetwork"]["Architecture"].pop("committee", None)
     run_training(plain, tmp_path / "plain")
     assert not isinstance(load_artifact(tmp_path / "plain" / "model.hydra"), Committee)
+
+
+def test_a_resumed_auto_committee_needs_the_recorded_count(tmp_path):
+    import json
+
+    from hydragnn.train.committee_size import stored_members
+
+    with pytest.raises(ValueError, match="config.json: no committee size recorded"):
+        stored_members(tmp_path)
+    section = {"NeuralNetwork": {"Architecture": {"committee": "auto"}}}
+    (tmp_path / "config.json").write_text(json.dumps(section))
+    with pytest.raises(ValueError, match="committee is 'auto', not a member count"):
+        stored_members(tmp_path)
+    section["NeuralNetwork"]["Architecture"]["committee"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(section))
+    assert stored_members(tmp_path) == 2

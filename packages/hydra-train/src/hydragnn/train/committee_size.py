@@ -81,18 +81,23 @@ def time_train_step(
     steps: int = 6,
     warmup: int = 2,
 ) -> float:
-    """Median seconds of one training step (forward, loss, backward, update) of ``model`` on
-    the first ``warmup + steps`` batches of ``batches`` (cycled when shorter). ``model`` is a
-    throwaway: its weights are updated; the caller's random state is left as it was."""
+    """Median seconds of one training step (the batch from the loader, forward, loss, backward,
+    update) of ``model`` on the first ``warmup + steps`` batches of ``batches`` (cycled when
+    shorter). ``model`` is a throwaway: its weights are updated; the caller's random state is left
+    as it was."""
     model = model.to(device).train()
     optimizer = optimizer_factory(model.parameters())
     times: list[float] = []
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         while len(times) < warmup + steps:
             seen = len(times)
-            for batch in batches:
-                batch = batch.to(device)
+            iterator = iter(batches)
+            while len(times) < warmup + steps:
                 t0 = time.perf_counter()
+                batch = next(iterator, None)
+                if batch is None:
+                    break
+                batch = batch.to(device)
                 out = model(batch)
                 loss, _ = model.loss(out, batch)  # type: ignore[operator]  # a HydraModel
                 optimizer.zero_grad(set_to_none=True)
@@ -101,8 +106,6 @@ def time_train_step(
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 times.append(time.perf_counter() - t0)
-                if len(times) == warmup + steps:
-                    break
             if len(times) == seen:
                 raise ValueError("time_train_step: no batches to time")
     return statistics.median(times[warmup:])
