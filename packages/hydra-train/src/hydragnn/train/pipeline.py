@@ -261,6 +261,7 @@ class _Run:
                 torch.manual_seed(tr.seed)
                 probe = build_model(model_config, self.cfg.schema)
             probe_loader = create_dataloaders(data.train, None, None, tr.batch_size, batching=tr.batching, seed=tr.seed)[0]
+            assert probe_loader is not None  # data.train is not None: the run's loader exists
             step = time_train_step(probe, probe_loader, build_optimizer_factory(tr.optimizer), self.strategy.device)
             step_s = float(self.strategy.all_reduce_mean(torch.tensor([step], dtype=torch.float64, device=self.strategy.device)).item())
             del probe
