@@ -5,11 +5,12 @@ times, each in a fresh process so that nothing is warm but Warp's kernel cache o
 
 * ``ase.io.read`` of the whole file (the floor: parsing alone),
 * the first :func:`hydragnn.data.convert_source` (parse, label, prepare, neighbour lists at the
-  cutoff, write the ``.pt`` container), with the neighbour lists built one structure per search
-  (``EDGE_CHUNK`` 1, the conversion before batching) and then with the shipped chunk (one search
-  per ``EDGE_CHUNK`` structures), each into its own cache,
+  cutoff, write the ``.pt`` container), as it was before issue 33 (one neighbour search and one
+  ``.pt`` file per structure: ``EDGE_CHUNK`` 1, ``CHUNK_SAMPLES`` 1), with batched searches but one
+  file per structure, and as shipped (one search per ``EDGE_CHUNK`` structures, chunk files of
+  ``CHUNK_SAMPLES``), each into its own cache,
 * the second call (a cache hit: fingerprint check and opening the container),
-* reading every sample back from the cache.
+* reading every sample back from the cache (one file per structure, and chunk files).
 
 ``--molecules`` converts small molecules instead (ASE's G2 set of H, C, N, O molecules, rattled,
 labelled by ASE's EMT, non-periodic), the other case conversion must serve.
@@ -34,7 +35,8 @@ t0 = time.perf_counter()
 from hydragnn.data import AseSource, convert_source
 import ase.io
 import hydragnn.data.conversion_samples as conversion_samples
-path, cutoff, fmt, what, cache, chunk = sys.argv[1:7]
+import hydragnn.data.containers.pt_directory as pt_directory
+path, cutoff, fmt, what, cache, chunk, pt_chunk = sys.argv[1:8]
 cutoff = float(cutoff)
 t_import = time.perf_counter() - t0
 if what == "parse":
@@ -42,6 +44,8 @@ if what == "parse":
     print(json.dumps({"seconds": seconds, "import_s": t_import, "n": len(frames)})); sys.exit()
 if chunk != "default":
     conversion_samples.EDGE_CHUNK = int(chunk)
+if pt_chunk != "default":
+    pt_directory.CHUNK_SAMPLES = int(pt_chunk)
 source = AseSource(path, energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress")
 t0 = time.perf_counter()
 converted = convert_source(source, cutoff=cutoff, container_format=fmt, cache_dir=cache)
@@ -102,16 +106,18 @@ def main(argv: list[str] | None = None) -> int:
         path = write_extxyz(Path(tmp) / "set.xyz", structures)
         warm = write_extxyz(Path(tmp) / "warm.xyz", _cells(2, seed=1))
 
-        def child(what: str, file: Path = path, cache: str = "cache", chunk: str = "default") -> dict:
-            return _child(str(file), str(args.cutoff), args.format, what, str(Path(tmp) / cache), chunk)
+        def child(what: str, file: Path = path, cache: str = "cache", chunk: str = "default", pt_chunk: str = "default") -> dict:
+            return _child(str(file), str(args.cutoff), args.format, what, str(Path(tmp) / cache), chunk, pt_chunk)
 
         child("convert", warm, "warm")  # Warp compiles its kernels once per machine
         parse = child("parse")
-        one_by_one = child("convert", cache="one_by_one", chunk="1")
+        one_by_one = child("convert", cache="one_by_one", chunk="1", pt_chunk="1")
+        file_each = child("convert", cache="file_each", pt_chunk="1")
+        file_each_read = child("convert", cache="file_each", pt_chunk="1")
         first = child("convert")
         second = child("convert")
-        assert not first["cached"] and second["cached"] and not one_by_one["cached"]
-        assert one_by_one["edges"] == first["edges"]
+        assert not first["cached"] and second["cached"] and not one_by_one["cached"] and file_each_read["cached"]
+        assert one_by_one["edges"] == first["edges"] == file_each["edges"]
         per_k = 1000 / args.structures
         atoms = sum(len(a) for a in structures)
         what = "molecules (G2, H/C/N/O)" if args.molecules else "cells"
@@ -123,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|")
         rows = [
             ("ase.io.read alone", parse["seconds"]),
-            ("first convert_source, one neighbour search per structure", one_by_one["seconds"]),
-            ("first convert_source (shipped: batched neighbour search)", first["seconds"]),
+            ("first convert_source, one neighbour search and one file per structure", one_by_one["seconds"]),
+            ("first convert_source, batched neighbour search, one file per structure", file_each["seconds"]),
+            ("first convert_source (shipped: batched search, chunk files)", first["seconds"]),
             ("second convert_source (cache hit)", second["seconds"]),
-            ("read every sample from the cache", second["read_all_s"]),
+            ("read every sample from the cache, one file per structure", file_each_read["read_all_s"]),
+            ("read every sample from the cache (shipped: chunk files)", second["read_all_s"]),
         ]
         for name, seconds in rows:
             print(f"| {name} | {seconds:.3f} | {seconds * per_k:.3f} | {seconds / parse['seconds']:.2f} |")

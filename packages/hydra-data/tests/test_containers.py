@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -20,6 +21,7 @@ from hydragnn.data.containers import (
     PickleDataset,
     PtDirectoryDataset,
     open_dataset,
+    pt_directory,
     write_dataset,
 )
 from hydragnn.data.containers import pickle_container as pc
@@ -328,7 +330,7 @@ def test_newer_format_version_is_refused(tmp_path, samples, fmt, monkeypatch):
     monkeypatch.setattr(CLASSES[fmt], "VERSION", 5)  # a future writer
     path = write(tmp_path, samples[:2], fmt)
     monkeypatch.undo()
-    with pytest.raises(ContainerError, match=r"version 5 is newer than .* version 1; upgrade hydra-data"):
+    with pytest.raises(ContainerError, match=rf"version 5 is newer than .* version {CLASSES[fmt].VERSION}; upgrade hydra-data"):
         open_dataset(path)
 
 
@@ -376,30 +378,87 @@ def test_malicious_pickle_does_not_execute(tmp_path):
     assert not side_effect.exists()
 
 
-def test_pt_missing_truncated_and_newer(tmp_path, samples):
+def test_pt_missing_truncated_and_newer(tmp_path, samples, monkeypatch):
+    """Samples live in chunk files (two per chunk here): a missing, truncated or corrupted chunk
+    is named on reading any of its samples; the other chunks still read."""
+    monkeypatch.setattr(pt_directory, "CHUNK_SAMPLES", 2)
     path = write(tmp_path, samples, "pt", schema=SCHEMA)
     files = sorted(p.name for p in path.iterdir())
-    assert files == ["000000.pt", "000001.pt", "000002.pt", "000003.pt", "000004.pt", "000005.pt", "manifest.json"]
-    (path / "000002.pt").unlink()
-    raw = (path / "000004.pt").read_bytes()
-    (path / "000004.pt").write_bytes(raw[: len(raw) // 2])
+    assert files == ["chunk_000000.pt", "chunk_000001.pt", "chunk_000002.pt", "manifest.json"]
+    (path / "chunk_000001.pt").unlink()
+    raw = (path / "chunk_000002.pt").read_bytes()
+    (path / "chunk_000002.pt").write_bytes(raw[: len(raw) // 2])
     ds = open_dataset(path)
-    assert_same(samples[3], ds[3])
-    with pytest.raises(ContainerError, match=r"000002.pt: sample 2: sample file is missing"):
-        ds[2]
+    assert_same(samples[1], ds[1])
+    with pytest.raises(ContainerError, match=r"chunk_000001.pt: sample 3: chunk file is missing"):
+        ds[3]
     with pytest.raises(ContainerError, match=r"sample 4: .*truncated"):
         ds[-2]
-    (path / "000004.pt").write_bytes(raw)
-    flip(path / "000004.pt", len(raw) // 2)
-    with pytest.raises(ContainerError, match=r"sample 4: sample file is corrupted"):
-        ds[4]
+    (path / "chunk_000002.pt").write_bytes(raw)
+    flip(path / "chunk_000002.pt", len(raw) // 2)
+    with pytest.raises(ContainerError, match=r"sample 5: chunk file is corrupted"):
+        ds[5]
+    assert_same(samples[0], ds[0])
     manifest = json.loads((path / "manifest.json").read_text())
     (path / "manifest.json").write_text(json.dumps({**manifest, "version": 3}))
     with pytest.raises(ContainerError, match="pt container format version 3 is newer"):
         open_dataset(path)
+    files = manifest["files"]
+    (path / "manifest.json").write_text(json.dumps({**manifest, "files": {**files, "starts": [0, 4, 2]}}))
+    with pytest.raises(ContainerError, match="chunk starts .* do not cover 6 samples in order"):
+        open_dataset(path)
     (path / "manifest.json").write_text(json.dumps(manifest)[:-20])
     with pytest.raises(ContainerError, match="not valid JSON"):
         open_dataset(path)
+
+
+def test_pt_chunks_keep_every_sample_exact(tmp_path, samples, monkeypatch):
+    """Chunks of 4 over samples whose attributes differ (one lacks ``forces``, one has them in
+    another order, one holds a float64 ``energy``): every sample reads back exact, in order, as its
+    own copy (editing one leaves the chunk as written)."""
+    monkeypatch.setattr(pt_directory, "CHUNK_SAMPLES", 4)
+    mixed = [s.clone() for s in samples]
+    del mixed[1].forces
+    reordered = Data()
+    for key in reversed(list(mixed[2].keys())):
+        reordered[key] = mixed[2][key]
+    mixed[2] = reordered
+    mixed[3].energy = mixed[3].energy.double()
+    path = write(tmp_path, mixed, "pt", schema=SCHEMA)
+    ds = open_dataset(path)
+    assert len(list(path.glob("chunk_*.pt"))) == 2
+    for i in (5, 0, 3, 1, 2, 4):  # across chunks, out of order
+        assert_same(mixed[i], ds[i])
+    ds[0].pos.add_(1.0)
+    first = ds[0]
+    first.pos.add_(1.0)
+    assert_same(mixed[0], ds[0])
+
+
+def test_pt_version_1_directories_still_read(tmp_path, samples):
+    """A directory of one ``.pt`` file per sample (format version 1, written before chunks)."""
+    from hydragnn.data.containers.base import make_header
+    from hydragnn.data.containers.codec import sample_fields
+
+    path = tmp_path / "v1"
+    path.mkdir()
+    sizes, crcs = [], []
+    for i, sample in enumerate(samples):
+        buf = io.BytesIO()
+        torch.save({"hydragnn_pt": 1, "fields": dict(sample_fields(sample, "test"))}, buf)
+        (path / f"{i:06d}.pt").write_bytes(buf.getvalue())
+        sizes.append(len(buf.getvalue()))
+        crcs.append(zlib.crc32(buf.getvalue()))
+    header = make_header("pt", 1, SCHEMA, None, None)
+    files = {"digits": 6, "sizes": sizes, "crc32": crcs}
+    (path / "manifest.json").write_text(json.dumps({**header, "n_samples": len(samples), "files": files}))
+    ds = open_dataset(path)
+    assert ds.file_of(2) == path / "000002.pt"
+    for i in range(len(samples)):
+        assert_same(samples[i], ds[i])
+    (path / "000002.pt").unlink()
+    with pytest.raises(ContainerError, match=r"000002.pt: sample 2: sample file is missing"):
+        ds[2]
 
 
 def test_pt_reads_third_party_pyg_directory(tmp_path, samples):
@@ -519,9 +578,11 @@ def test_dataset_pickles_for_worker_processes(tmp_path, samples, fmt):
     assert seen == list(range(len(samples)))
 
 
-def test_pt_samples_that_are_not_bounded_regular_files_are_refused(tmp_path, samples):
+def test_pt_samples_that_are_not_bounded_regular_files_are_refused(tmp_path, samples, monkeypatch):
     """A FIFO would block the reader forever, a link to /dev/zero would read until MemoryError,
-    an oversized file would be read whole before its size was checked."""
+    an oversized file would be read whole before its size was checked (one sample per chunk
+    file here, so that each case has its own file)."""
+    monkeypatch.setattr(pt_directory, "CHUNK_SAMPLES", 1)
     path = write(tmp_path, samples, "pt", schema=SCHEMA)
     ds = open_dataset(path)
     fifo = ds.file_of(0)
@@ -536,5 +597,5 @@ def test_pt_samples_that_are_not_bounded_regular_files_are_refused(tmp_path, sam
         open_dataset(path)[1]
     big = ds.file_of(2)
     big.write_bytes(big.read_bytes() + b"\0" * 4096)
-    with pytest.raises(ContainerError, match=r"sample 2: sample file is \d+ bytes, more than the \d+ bytes the manifest records"):
+    with pytest.raises(ContainerError, match=r"sample 2: chunk file is \d+ bytes, more than the \d+ bytes the manifest records"):
         open_dataset(path)[2]

@@ -19,6 +19,14 @@ from hydragnn.data.neighbors import add_edges, brute_force_radius_graph, radius_
 F64 = torch.float64
 
 
+@pytest.fixture(autouse=True)
+def _nvalchemi_always(monkeypatch):
+    """These tests check nvalchemi's candidates against the brute force and ASE, so small
+    searches go to nvalchemi too (radius_graph would take the brute force below
+    ``BRUTE_FORCE_MAX_PAIRS``); ``test_small_searches_skip_nvalchemi`` checks that path."""
+    monkeypatch.setattr(nb, "BRUTE_FORCE_MAX_PAIRS", -1)
+
+
 def _triplets(edge_index, edge_shift, cell=None, batch=None):
     """Set of (source, target, integer image offset) of a radius graph."""
     src, dst = edge_index.tolist()
@@ -386,3 +394,43 @@ def test_add_edges_many_names_no_graph_but_fails_like_the_graph_at_fault():
         add_edges(tiny, 3.0)
     with pytest.raises(type(alone.value), match="cell"):
         nb.add_edges_many([good, tiny, good], 3.0)
+
+
+def _counting_nvalchemi(monkeypatch) -> list:
+    """Calls of nvalchemi's candidate search from now on (each appends one entry)."""
+    calls: list = []
+    real = nb._nvalchemi_candidates
+
+    def counted(inputs):
+        calls.append(inputs)
+        return real(inputs)
+
+    monkeypatch.setattr(nb, "_nvalchemi_candidates", counted)
+    return calls
+
+
+@pytest.mark.parametrize("case", ["molecules", "cell"])
+def test_small_searches_skip_nvalchemi(monkeypatch, case):
+    """At or below BRUTE_FORCE_MAX_PAIRS the candidates come from the brute force (no Warp call)
+    and the edges equal nvalchemi's; one pair more and nvalchemi runs."""
+    from hydragnn.data.neighbors_inputs import check_inputs
+    from hydragnn.data.neighbors_reference import brute_force_pairs
+
+    if case == "molecules":
+        water = [[0, 0, 0], [0.96, 0, 0], [-0.24, 0.93, 0]]
+        methane = [[0, 0, 0], [0.63, 0.63, 0.63], [-0.63, -0.63, 0.63], [-0.63, 0.63, -0.63], [0.63, -0.63, -0.63]]
+        pos, batch, cell = torch.tensor(water + methane, dtype=F64), torch.tensor([0] * 3 + [1] * 5), None
+    else:
+        atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 1, 1))
+        pos, batch, cell = torch.tensor(atoms.positions), None, torch.tensor(atoms.cell.array)
+    calls = _counting_nvalchemi(monkeypatch)
+    expected = radius_graph(pos, 5.0, batch, cell)  # BRUTE_FORCE_MAX_PAIRS -1 (the fixture): nvalchemi
+    assert len(calls) == 1
+    pairs = brute_force_pairs(check_inputs(pos, 5.0, batch, cell, None))
+    assert 0 < pairs <= 1 << 20
+    monkeypatch.setattr(nb, "BRUTE_FORCE_MAX_PAIRS", pairs)
+    found = radius_graph(pos, 5.0, batch, cell)
+    assert len(calls) == 1 and all(torch.equal(a, b) for a, b in zip(found, expected, strict=True))
+    monkeypatch.setattr(nb, "BRUTE_FORCE_MAX_PAIRS", pairs - 1)
+    found = radius_graph(pos, 5.0, batch, cell)
+    assert len(calls) == 2 and all(torch.equal(a, b) for a, b in zip(found, expected, strict=True))

@@ -16,6 +16,13 @@ Conventions (PyG ``source_to_target``)::
     edge_index[0] = j (neighbour, source), edge_index[1] = i (centre, target)
     vec = pos[j] - pos[i] + edge_shift          # |vec| < cutoff
 
+Small searches skip nvalchemi: when the brute force would test at most
+:data:`BRUTE_FORCE_MAX_PAIRS` candidate pairs (atoms^2 times periodic images, summed over the
+graphs; a few hundred molecules, one small cell), the candidates come from
+:func:`~.neighbors_reference.brute_force_candidates` in torch. The edges are the same (the one
+definition is ``finalize_edges``); what it saves is Warp's start-up in a process (1.6 s on this
+CPU at the first call) and its launch cost on a few atoms.
+
 Edges are sorted by ``(target, source, shift)``. An atom's own periodic image (``i == j`` with a
 non-zero shift) is an edge; ``i == j`` with a zero shift is one only with ``self_loops=True``.
 """
@@ -31,7 +38,7 @@ from torch_geometric.data import Data
 
 from .errors import NeighborListError
 from .neighbors_inputs import GraphInputs, check_inputs, check_max_neighbours, complete_cell
-from .neighbors_reference import brute_force_radius_graph, finalize_edges
+from .neighbors_reference import brute_force_candidates, brute_force_pairs, brute_force_radius_graph, finalize_edges
 from .neighbors_warp import neighbour_search
 from .validation import DEFAULT_MAX_CELL_IMAGES, check_cell_size
 
@@ -40,6 +47,9 @@ __all__ = ["add_edges", "add_edges_many", "brute_force_radius_graph", "radius_gr
 #: Graphs with at least this many atoms make the whole batch use the cell-list method (O(N));
 #: below it the naive O(N^2) kernel is faster on CPU.
 CELL_LIST_MIN_ATOMS = 256
+#: Searches testing at most this many candidate pairs by brute force run in torch, without
+#: nvalchemi (~50 ms at the bound on one CPU thread; 256 molecules of 3-12 atoms are ~15,000).
+BRUTE_FORCE_MAX_PAIRS = 1 << 20
 #: Testing hook: force the initial width of nvalchemi's neighbour matrix (``None``: estimate).
 _INITIAL_MAX_NEIGHBOURS: int | None = None
 #: nvalchemi calls made by the last :func:`radius_graph` (1 unless the buffer had to grow).
@@ -186,7 +196,8 @@ def radius_graph(
         return finalize_edges(
             inputs, empty, empty, torch.zeros(0, 3, dtype=torch.long, device=empty.device), k, self_loops
         )
-    src, dst, shift = _nvalchemi_candidates(inputs)
+    small = brute_force_pairs(inputs) <= BRUTE_FORCE_MAX_PAIRS
+    src, dst, shift = brute_force_candidates(inputs) if small else _nvalchemi_candidates(inputs)
     return finalize_edges(inputs, src, dst, shift, k, self_loops)
 
 

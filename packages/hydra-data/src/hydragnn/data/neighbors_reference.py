@@ -218,9 +218,28 @@ def brute_force_radius_graph(
     """
     inputs = check_inputs(pos, cutoff, batch, cell, pbc)
     k = check_max_neighbours(max_neighbours)
-    device = inputs.pos.device
-    ranges = image_ranges(inputs, complete_cell(inputs)).tolist()
+    src, dst, shift = brute_force_candidates(inputs)
+    return finalize_edges(inputs, src, dst, shift, k, self_loops)
+
+
+def _graph_images(inputs: GraphInputs) -> tuple[list[int], list[list[int]]]:
+    """Atoms per graph and the periodic image range of each graph (zeros when not periodic)."""
     counts = torch.bincount(inputs.batch, minlength=inputs.num_graphs).tolist()
+    return counts, image_ranges(inputs, complete_cell(inputs)).tolist()
+
+
+def brute_force_pairs(inputs: GraphInputs) -> int:
+    """How many candidate pairs :func:`brute_force_candidates` tests: sum over graphs of
+    atoms^2 times periodic images."""
+    counts, ranges = _graph_images(inputs)
+    return sum(n * n * math.prod(2 * r + 1 for r in rng) for n, rng in zip(counts, ranges, strict=True))
+
+
+def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every pair ``(src, dst, S)`` of a graph in every periodic image within its range, closer
+    than the cutoff (the test of :func:`finalize_edges`): unique candidates for it."""
+    device = inputs.pos.device
+    counts, ranges = _graph_images(inputs)
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     start = 0
     for g, count in enumerate(counts):
@@ -238,6 +257,6 @@ def brute_force_radius_graph(
         start += count
     if not parts:
         empty = torch.zeros(0, dtype=torch.long, device=device)
-        return finalize_edges(inputs, empty, empty, torch.zeros(0, 3, dtype=torch.long, device=device), k, self_loops)
+        return empty, empty, torch.zeros(0, 3, dtype=torch.long, device=device)
     src, dst, shift = (torch.cat(t) for t in zip(*parts, strict=True))
-    return finalize_edges(inputs, src, dst, shift, k, self_loops)
+    return src, dst, shift
