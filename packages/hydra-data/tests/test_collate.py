@@ -261,3 +261,35 @@ def test_what_is_not_packed():
     wider = [_graph(3, 2, 0), _graph(3, 2, 1)]
     wider[1].x = torch.randn(3, 5)  # node features that do not concatenate
     assert PackedGraphs.build(wider) is None
+
+
+def test_new_data_sets_attributes_without_the_attribute_error_path(monkeypatch):
+    """``new_data`` behaves as ``Data()`` (kinds, batching, copies, pickling) and setting an
+    attribute no longer looks PyG's kind cache up through ``__getattr__``."""
+    import copy
+    import pickle
+
+    from torch_geometric.data import Batch, Data
+    from torch_geometric.data.storage import BaseStorage
+
+    from hydragnn.data.pyg_data import new_data
+
+    looked_up = []
+    real = BaseStorage.__getattr__
+
+    def spy(self, key):
+        looked_up.append(key)
+        return real(self, key)
+
+    monkeypatch.setattr(BaseStorage, "__getattr__", spy)
+    fast = new_data()
+    fast.pos, fast.energy = torch.randn(3, 3), torch.tensor([[1.0]])
+    assert "_cached_attr" not in looked_up
+    plain = Data(pos=fast.pos, energy=fast.energy)
+    assert "_cached_attr" in looked_up  # what new_data avoids
+    monkeypatch.undo()
+    assert fast.is_node_attr("pos") and not fast.is_node_attr("energy")
+    for other in (copy.copy(fast), copy.deepcopy(fast), pickle.loads(pickle.dumps(fast))):
+        assert torch.equal(other.pos, plain.pos) and torch.equal(other.energy, plain.energy)
+    batch = Batch.from_data_list([fast, plain])
+    assert batch.pos.shape == (6, 3) and batch.energy.shape == (2, 1) and batch.batch.tolist() == [0] * 3 + [1] * 3

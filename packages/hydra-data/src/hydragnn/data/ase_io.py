@@ -40,6 +40,7 @@ from ase.stress import full_3x3_to_voigt_6_stress
 from torch_geometric.data import Data
 
 from .errors import SchemaError
+from .pyg_data import new_data
 
 __all__ = ["STRUCTURE_KEYS", "atoms_to_sample", "sample_to_atoms", "stress_voigt", "structure_sample"]
 
@@ -94,7 +95,7 @@ def structure_sample(atoms: Atoms, *, dtype: torch.dtype = torch.float64) -> Dat
     if not dtype.is_floating_point:
         raise SchemaError(f"atoms_to_sample: dtype must be floating point, found {dtype}")
     n = len(atoms)
-    data = Data()
+    data = new_data()
     data.atomic_number = torch.as_tensor(atoms.numbers.astype(np.int64)).reshape(n, 1)
     data.pos = torch.as_tensor(np.asarray(atoms.positions, dtype=np.float64)).to(dtype).reshape(n, 3)
     pbc = np.asarray(atoms.pbc, dtype=bool)

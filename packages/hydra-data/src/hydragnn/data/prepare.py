@@ -21,6 +21,7 @@ import torch
 from torch_geometric.data import Data
 
 from .errors import SchemaError
+from .pyg_data import new_data
 from .schema import LEVELS, RESERVED_NAMES, Schema, Variable
 from .validation import check_sample
 
@@ -159,7 +160,7 @@ def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:
     counts = _counts(sample, schema, where)
     checked = {var.name: _checked(sample, var, counts, where) for var in (*schema.inputs, *schema.outputs)}
 
-    data = Data()
+    data = new_data()
     for key, value in cast(Iterable[tuple[str, Any]], sample):  # (key, value) pairs; PyG types __iter__ loosely
         if key not in RESERVED_NAMES:
             data[key] = value

@@ -21,6 +21,7 @@ import torch
 from torch_geometric.data import Data
 
 from ..errors import ContainerError
+from ..pyg_data import new_data
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
     raise ImportError("hydragnn.data.containers requires a little-endian platform")
@@ -154,7 +155,7 @@ def sample_fields(sample: Any, where: str) -> Iterator[tuple[str, torch.Tensor |
 
 def build_data(fields: Mapping[str, Any]) -> Data:
     """A ``Data`` holding exactly ``fields`` (tensors as is, JSON text decoded by the caller)."""
-    data = Data()
+    data = new_data()
     for key, value in fields.items():
         data[key] = value
     return data
