@@ -9,6 +9,7 @@ the edge is kept when ``vec . vec < cutoff ** 2`` (strict).
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import cast
 
@@ -19,6 +20,8 @@ from .neighbors_inputs import GraphInputs, check_inputs, check_max_neighbours, c
 
 #: Candidate pairs the brute force holds in memory at once.
 _CHUNK = 1 << 22
+#: Candidate pairs of a group of equal graphs tested at once (small enough to stay in cache).
+_GROUP_PAIRS = 1 << 16
 
 
 def _shift_components(shift_int: torch.Tensor, cell: torch.Tensor) -> list[torch.Tensor]:
@@ -237,26 +240,49 @@ def brute_force_pairs(inputs: GraphInputs) -> int:
 
 def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Every pair ``(src, dst, S)`` of a graph in every periodic image within its range, closer
-    than the cutoff (the test of :func:`finalize_edges`): unique candidates for it."""
+    than the cutoff (the test of :func:`finalize_edges`): unique candidates for it.
+
+    Graphs with the same atom count and image ranges are searched together (one set of index
+    grids shifted by each graph's first atom), about :data:`_GROUP_PAIRS` pairs at a time, so a
+    batch of many small structures costs a few tensor operations per size, not per graph."""
     device = inputs.pos.device
     counts, ranges = _graph_images(inputs)
-    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    start = 0
+    starts = [0, *itertools.accumulate(counts)][:-1]
+    groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
     for g, count in enumerate(counts):
         if count:
-            axes = [torch.arange(-r, r + 1, device=device) for r in ranges[g]]
-            images = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
-            atoms = torch.arange(start, start + count, device=device)
-            step = max(1, _CHUNK // (count * images.shape[0]))
-            for c0 in range(0, count, step):
-                centres = atoms[c0 : c0 + step]
-                i, j, s = torch.meshgrid(centres, atoms, torch.arange(images.shape[0], device=device), indexing="ij")
-                i, j, s = i.flatten(), j.flatten(), images[s.flatten()]
-                near = edge_geometry(inputs, j, i, s)[1] < inputs.cutoff * inputs.cutoff  # same test as finalize
-                parts.append((j[near], i[near], s[near]))
-        start += count
+            groups.setdefault((count, tuple(ranges[g])), []).append(starts[g])
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    for (count, rng), firsts in groups.items():
+        axes = [torch.arange(-r, r + 1, device=device) for r in rng]
+        images = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
+        n_images = images.shape[0]
+        if count * count * n_images > _GROUP_PAIRS:  # a large graph: its centres in chunks of _CHUNK pairs
+            step = max(1, _CHUNK // (count * n_images))
+            for start in firsts:
+                atoms = torch.arange(start, start + count, device=device)
+                for c0 in range(0, count, step):
+                    grid = torch.meshgrid(atoms[c0 : c0 + step], atoms, torch.arange(n_images, device=device), indexing="ij")
+                    i, j, m = (t.flatten() for t in grid)
+                    parts.append(_near(inputs, j, i, images[m]))
+            continue
+        local = torch.arange(count, device=device)
+        li, lj, lm = (t.flatten() for t in torch.meshgrid(local, local, torch.arange(n_images, device=device), indexing="ij"))
+        offsets = torch.tensor(firsts, device=device)
+        step = max(1, _GROUP_PAIRS // li.numel())
+        for g0 in range(0, len(firsts), step):
+            first = offsets[g0 : g0 + step].unsqueeze(1)
+            parts.append(_near(inputs, (first + lj).flatten(), (first + li).flatten(), images[lm.repeat(first.shape[0])]))
     if not parts:
         empty = torch.zeros(0, dtype=torch.long, device=device)
         return empty, empty, torch.zeros(0, 3, dtype=torch.long, device=device)
     src, dst, shift = (torch.cat(t) for t in zip(*parts, strict=True))
     return src, dst, shift
+
+
+def _near(
+    inputs: GraphInputs, src: torch.Tensor, dst: torch.Tensor, shift: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The candidates closer than the cutoff (the same test as :func:`finalize_edges`)."""
+    near = edge_geometry(inputs, src, dst, shift)[1] < inputs.cutoff * inputs.cutoff
+    return src[near], dst[near], shift[near]
