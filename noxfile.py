@@ -57,9 +57,7 @@ def _install_editable(session: nox.Session, dists: list[str], extras: dict[str, 
     session.install(*CONSTRAINTS, *args)
 
 
-def _pytest(
-    session: nox.Session, dists: list[str], extra_paths: tuple[str, ...] = (), marks: str = "not slow"
-) -> None:
+def _pytest(session: nox.Session, dists: list[str], extra_paths: tuple[str, ...] = (), marks: str = "not slow") -> None:
     """pytest over the packages' tests; ``slow`` tests only in ``nox -s slow``; the 20 slowest listed.
 
     Tests run in one pytest-xdist worker per core (``-n auto``; ``nox -s tests -- -n 0`` runs them
@@ -96,8 +94,16 @@ def slow(session: nox.Session) -> None:
     python = ROOT / ".nox" / "tests" / "bin" / "python"
     paths = [str(ROOT / "packages" / d / "tests") for d in PACKAGES]
     session.run(
-        str(python), "-m", "pytest", *paths, "-m", "slow", "--durations=20", *session.posargs,
-        env={"PYTHONHASHSEED": "0"}, external=True,
+        str(python),
+        "-m",
+        "pytest",
+        *paths,
+        "-m",
+        "slow",
+        "--durations=20",
+        *session.posargs,
+        env={"PYTHONHASHSEED": "0"},
+        external=True,
     )
 
 
@@ -125,10 +131,16 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff over the whole tree."""
-    session.install("ruff>=0.6")
+    """ruff over the whole tree: the rules, and the formatting (``ruff format``; the version is
+    pinned so that its output, and so this check, cannot change under us; ``.pre-commit-config.yaml``
+    runs the same two)."""
+    session.install(RUFF)
     session.run("ruff", "check", str(ROOT))
+    session.run("ruff", "format", "--check", str(ROOT))
 
+
+RUFF = "ruff==0.17.6"
+"""The ruff of ``nox -s lint`` and of the pre-commit hooks (keep ``.pre-commit-config.yaml``'s rev equal)."""
 
 TYPED = ("hydra-data", "hydra-train", "hydra-infer")
 """Distributions whose ``src/`` pyright (basic, ``pyrightconfig.json``) checks clean in CI; the
@@ -160,10 +172,19 @@ def docs(session: nox.Session) -> None:
     nothing of the packages is installed or imported; versions are pinned in constraints/docs.txt.
     Open site/index.html, or ``.nox/docs/bin/mkdocs serve`` for a live preview with search.
     """
-    session.install("-c", str(ROOT / "constraints" / "docs.txt"), "mkdocs", "mkdocs-material", "mkdocstrings-python", "ruff")
+    session.install(
+        "-c", str(ROOT / "constraints" / "docs.txt"), "mkdocs", "mkdocs-material", "mkdocstrings-python", "ruff"
+    )
     session.run(
-        "mkdocs", "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(ROOT / "site"),
-        *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"},
+        "mkdocs",
+        "build",
+        "--strict",
+        "--config-file",
+        str(ROOT / "mkdocs.yml"),
+        "--site-dir",
+        str(ROOT / "site"),
+        *session.posargs,
+        env={"NO_MKDOCS_2_WARNING": "1"},
     )
 
 

@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+
 def _equal(a, b) -> bool:
     if set(a.keys()) != set(b.keys()):
         return False
@@ -67,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     t_gen = time.perf_counter() - t0
     print(f"      {len(raw)} structures in {t_gen:.1f} s", flush=True)
 
-    print(f"[2/6] preparing against the schema and building periodic neighbor lists (cutoff {args.cutoff} Å)", flush=True)
+    print(
+        f"[2/6] preparing against the schema and building periodic neighbor lists (cutoff {args.cutoff} Å)", flush=True
+    )
     schema = Schema.from_dict(CUAU_VARIABLES)
     t0 = time.perf_counter()
     samples = [add_edges(prepare(s, schema, index=i), args.cutoff) for i, s in enumerate(raw)]
@@ -83,7 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     for fmt in FORMATS:
         path = args.out / f"cuau_32atoms.{ {'pickle': 'pkl', 'pt': 'pt', 'adios': 'bp'}[fmt] }"
         t0 = time.perf_counter()
-        write_dataset(path, samples, fmt, schema=schema, normalization=norm.to_dict(), metadata={"source": "EMT", "cutoff": args.cutoff})
+        write_dataset(
+            path,
+            samples,
+            fmt,
+            schema=schema,
+            normalization=norm.to_dict(),
+            metadata={"source": "EMT", "cutoff": args.cutoff},
+        )
         t_write = time.perf_counter() - t0
         t0 = time.perf_counter()
         ds = open_dataset(path)
@@ -98,11 +108,19 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         rows.append((fmt, path.name, len(samples) / t_write, len(samples) / t_read))
     for fmt, name, w, r in rows:
-        print(f"      {fmt:7s} {name:22s} write {w:8.0f} samples/s   read {r:8.0f} samples/s   tensor-exact", flush=True)
+        print(
+            f"      {fmt:7s} {name:22s} write {w:8.0f} samples/s   read {r:8.0f} samples/s   tensor-exact", flush=True
+        )
 
     print("[4/6] batching with a node budget of 256 atoms", flush=True)
     train, val, test = open_dataset(args.out / "cuau_32atoms.bp"), samples[n_train:], samples[n_train:]
-    batching = {"mode": "node_budget", "max_nodes": 256, "max_graphs": 16, "oversized_sample": "error", "seed": args.seed}
+    batching = {
+        "mode": "node_budget",
+        "max_nodes": 256,
+        "max_graphs": 16,
+        "oversized_sample": "error",
+        "seed": args.seed,
+    }
     train_loader, _, _ = create_dataloaders(train, val, test, batch_size=8, batching=batching)
     sizes = [int(b.num_nodes) for b in train_loader]
     print(f"      {len(sizes)} training batches of {min(sizes)}–{max(sizes)} atoms (budget 256)", flush=True)

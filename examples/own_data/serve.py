@@ -32,8 +32,10 @@ def main() -> None:
     atoms.calc = HydraASECalculator(args.artifact)
     e_model, e_emt = atoms.get_potential_energy(), reference.get_potential_energy()
     f_err = np.abs(atoms.get_forces() - reference.get_forces()).mean()
-    print(f"{len(atoms)}-atom cell: energy {e_model:.4f} eV (EMT {e_emt:.4f}; "
-          f"{1000 * abs(e_model - e_emt) / len(atoms):.1f} meV/atom apart), force MAE {1000 * f_err:.1f} meV/Å")
+    print(
+        f"{len(atoms)}-atom cell: energy {e_model:.4f} eV (EMT {e_emt:.4f}; "
+        f"{1000 * abs(e_model - e_emt) / len(atoms):.1f} meV/atom apart), force MAE {1000 * f_err:.1f} meV/Å"
+    )
 
     thermalize_momenta(atoms, temperature_K=300, rng=np.random.default_rng(0))
     dyn = VelocityVerlet(atoms, timestep=1.0 * units.fs)

@@ -49,9 +49,25 @@ KINDS: dict[str, frozenset[str]] = {
         {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv", "dot", "convolution", "_convolution"}
     ),
     "gathers / scatters": frozenset(
-        {"index", "index_select", "index_add", "index_add_", "index_put_", "_index_put_impl_", "scatter",
-         "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_", "gather",
-         "segment_reduce", "embedding", "embedding_dense_backward", "index_select_backward"}  # fmt: skip
+        {
+            "index",
+            "index_select",
+            "index_add",
+            "index_add_",
+            "index_put_",
+            "_index_put_impl_",
+            "scatter",
+            "scatter_",
+            "scatter_add",
+            "scatter_add_",
+            "scatter_reduce",
+            "scatter_reduce_",
+            "gather",
+            "segment_reduce",
+            "embedding",
+            "embedding_dense_backward",
+            "index_select_backward",
+        }  # fmt: skip
     ),
 }
 """aten operators by kind; every other aten operator counts as element-wise / reduction / copy."""

@@ -78,7 +78,9 @@ def _molecules(n: int) -> list:
     from ase.calculators.singlepoint import SinglePointCalculator
     from ase.collections import g2
 
-    names = sorted(k for k in g2.names if set(g2[k].get_chemical_symbols()) <= {"H", "C", "N", "O"} and 3 <= len(g2[k]) <= 12)
+    names = sorted(
+        k for k in g2.names if set(g2[k].get_chemical_symbols()) <= {"H", "C", "N", "O"} and 3 <= len(g2[k]) <= 12
+    )
     rng = np.random.default_rng(0)
     out = []
     for i in range(n):
@@ -106,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         path = write_extxyz(Path(tmp) / "set.xyz", structures)
         warm = write_extxyz(Path(tmp) / "warm.xyz", _cells(2, seed=1))
 
-        def child(what: str, file: Path = path, cache: str = "cache", chunk: str = "default", pt_chunk: str = "default") -> dict:
+        def child(
+            what: str, file: Path = path, cache: str = "cache", chunk: str = "default", pt_chunk: str = "default"
+        ) -> dict:
             return _child(str(file), str(args.cutoff), args.format, what, str(Path(tmp) / cache), chunk, pt_chunk)
 
         child("convert", warm, "warm")  # Warp compiles its kernels once per machine

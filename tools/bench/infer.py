@@ -338,8 +338,10 @@ def peak_section(args, model, device, data, rates) -> list[dict]:
     dtype = next(model.parameters()).dtype
     rate = matmul_rate(device, dtype)
     calc = HydraCalculator(model, device=device)
-    print(f"\nfraction of peak, regular E+F (moving geometry): matmul rate {rate / 1e9:.1f} GFLOP/s "
-          f"({dtype}, {args.threads} thread(s)); counted: matrix-product FLOPs of forward + backward")
+    print(
+        f"\nfraction of peak, regular E+F (moving geometry): matmul rate {rate / 1e9:.1f} GFLOP/s "
+        f"({dtype}, {args.threads} thread(s)); counted: matrix-product FLOPs of forward + backward"
+    )
     rows = []
     for (n, system), (pos, z, cell) in data.items():
         flops = call_flops(lambda pos=pos, z=z, cell=cell: calc(pos, z, cell=cell, forces=True))
@@ -349,8 +351,10 @@ def peak_section(args, model, device, data, rates) -> list[dict]:
         if device.type == "cpu":  # host time is the call's time only on CPU
             row["time_shares"] = time_shares(lambda pos=pos, z=z, cell=cell: calc(pos, z, cell=cell, forces=True))
         rows.append(row)
-        print(f"  {n:6d} {system:9s} {row['mflop_per_call']:10.2f} MFLOP/call {calls:9.3g} calls/s "
-              f"-> {100 * row['fraction_of_peak']:.1f}% of peak")
+        print(
+            f"  {n:6d} {system:9s} {row['mflop_per_call']:10.2f} MFLOP/call {calls:9.3g} calls/s "
+            f"-> {100 * row['fraction_of_peak']:.1f}% of peak"
+        )
         if "time_shares" in row:
             print("         time: " + ", ".join(f"{100 * v:.0f}% {k}" for k, v in row["time_shares"].items()))
     return rows

@@ -97,7 +97,9 @@ def make_data(folder: Path) -> dict[str, Path]:
         out = []
         for i, size in enumerate(sizes):
             for j, rattle in enumerate(rattles):
-                k = n // (len(sizes) * len(rattles)) + (1 if i * len(rattles) + j < n % (len(sizes) * len(rattles)) else 0)
+                k = n // (len(sizes) * len(rattles)) + (
+                    1 if i * len(rattles) + j < n % (len(sizes) * len(rattles)) else 0
+                )
                 if k:
                     out += generate_bulk_atoms(k, size, seed=seed + 100 * i + j, max_strain=0.04, rattle=rattle)
         return out
@@ -119,7 +121,11 @@ def _env(threads: int) -> dict[str, str]:
 
 def evaluate(python: str, kind: str, model: Path, file: Path, threads: int) -> dict:
     out = subprocess.run(
-        [python, "-c", EVAL, kind, str(model), str(file)], capture_output=True, text=True, env=_env(threads), check=False
+        [python, "-c", EVAL, kind, str(model), str(file)],
+        capture_output=True,
+        text=True,
+        env=_env(threads),
+        check=False,
     )
     if out.returncode != 0:
         raise RuntimeError(f"evaluating {model} on {file} failed:\n{out.stderr[-3000:]}")
@@ -135,7 +141,10 @@ def train_ours(folder: Path, config: dict, budget_s: float, threads: int) -> dic
     t0 = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "hydragnn.train.cli", str(path), "--run-dir", str(run), "--overwrite"],
-        env=_env(threads), check=True, stdout=open(folder / "hydragnn.log", "w"), stderr=subprocess.STDOUT,
+        env=_env(threads),
+        check=True,
+        stdout=open(folder / "hydragnn.log", "w"),
+        stderr=subprocess.STDOUT,
     )
     metrics = json.loads((run / "metrics.json").read_text())
     members = json.loads((run / "config.json").read_text())["NeuralNetwork"]["Architecture"].get("committee", 1)
@@ -180,9 +189,18 @@ def train_mace(python: str, folder: Path, files: dict, epochs: int, threads: int
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     args = [
-        python, "-m", "mace.cli.run_train", "--name=mace", f"--train_file={files['train']}",
-        f"--valid_file={files['valid']}", "--energy_key=REF_energy", "--forces_key=REF_forces",
-        f"--max_num_epochs={epochs}", f"--start_swa={max(1, int(0.8 * epochs))}", *MACE_ARGS, *extra,
+        python,
+        "-m",
+        "mace.cli.run_train",
+        "--name=mace",
+        f"--train_file={files['train']}",
+        f"--valid_file={files['valid']}",
+        "--energy_key=REF_energy",
+        "--forces_key=REF_forces",
+        f"--max_num_epochs={epochs}",
+        f"--start_swa={max(1, int(0.8 * epochs))}",
+        *MACE_ARGS,
+        *extra,
     ]
     log = folder / "mace.log"
     subprocess.run(args, cwd=work, env=_env(threads), check=True, stdout=open(log, "w"), stderr=subprocess.STDOUT)

@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         ours = pool.submit(mlip_fit.train_ours, args.workdir / "ours", config, args.budget_s, 1)
         mace = None
         if args.mace_python:
-            mace = pool.submit(mlip_fit.train_mace, args.mace_python, args.workdir / "mace", mace_files, epochs, 1, mace_extra)
+            mace = pool.submit(
+                mlip_fit.train_mace, args.mace_python, args.workdir / "mace", mace_files, epochs, 1, mace_extra
+            )
         results = {"HydraGNN": {**ours.result(), "python": sys.executable, "kind": "hydra"}}
         if mace is not None:
             results["MACE"] = {**mace.result(), "python": args.mace_python, "kind": "mace"}

@@ -54,8 +54,12 @@ TYPO_CONFIG = {
     "Dataset": {"name": "typo", "generator": {"name": "cuau", "n_structures": 8, "seed": 0}},
     "NeuralNetwork": {
         "Architecture": {"mpnn_type": "SchNet", "hidden_dim": 8, "num_conv_layers": 1, "radius": 4.0},
-        "Training": {"num_epoch": 1, "batch_size": 4, "Optimizer": {"type": "AdamW", "learning_rate": 1e-3},
-                     "num_epochs": 2},
+        "Training": {
+            "num_epoch": 1,
+            "batch_size": 4,
+            "Optimizer": {"type": "AdamW", "learning_rate": 1e-3},
+            "num_epochs": 2,
+        },
     },
 }
 
@@ -88,7 +92,11 @@ def steps(tmp: pathlib.Path) -> dict[str, tuple[list[str], tuple[int, ...], bool
         "import hydragnn.infer": ([py, "-c", "import hydragnn.infer"], (0,), False),
         "import hydragnn.train": ([py, "-c", "import hydragnn.train"], (0,), False),
         "hydragnn-train --help": ([py, "-m", "hydragnn.train.cli", "--help"], (0,), False),
-        "config typo -> error": ([py, "-m", "hydragnn.train.cli", str(config), "--run-dir", str(tmp / "run")], (2,), False),
+        "config typo -> error": (
+            [py, "-m", "hydragnn.train.cli", str(config), "--run-dir", str(tmp / "run")],
+            (2,),
+            False,
+        ),
         "first E+F, cold Warp cache": ([py, "-c", FIRST_CALL, artifact], (0,), True),
         "first E+F, warm": ([py, "-c", FIRST_CALL, artifact], (0,), False),
     }
@@ -110,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
             for label, src in trees:
                 ref.append(_time([sys.executable, "-c", "import torch"], _env(src)))
                 for name, (cmd, ok, cold) in table.items():
-                    cache = tempfile.mkdtemp(prefix="warp-cold-", dir=tmp) if cold else str(tmp / f"warp-{label}".replace("/", "_"))
+                    cache = (
+                        tempfile.mkdtemp(prefix="warp-cold-", dir=tmp)
+                        if cold
+                        else str(tmp / f"warp-{label}".replace("/", "_"))
+                    )
                     if not cold and r == 0:  # fill the warm cache once, untimed
                         _time(cmd, _env(src, cache), ok)
                     times.setdefault((label, name), []).append(_time(cmd, _env(src, cache), ok))

@@ -284,9 +284,17 @@ def profile_main(args: argparse.Namespace) -> None:
         encoders = args.encoders or ",".join(_steps.UNIT_ENCODERS if workload == "unit" else _steps.MLIP_ENCODERS)
         rows = []
         for encoder in encoders.split(","):
-            cmd = [sys.executable, __file__, "--worker", f"--workload={workload}", f"--encoder={encoder}",
-                   f"--steps={args.steps}", f"--repeats={args.repeats}", f"--threads={args.threads}",
-                   f"--structures={args.structures or (350 if workload == 'unit' else 64)}"]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--worker",
+                f"--workload={workload}",
+                f"--encoder={encoder}",
+                f"--steps={args.steps}",
+                f"--repeats={args.repeats}",
+                f"--threads={args.threads}",
+                f"--structures={args.structures or (350 if workload == 'unit' else 64)}",
+            ]
             cmd += ["--compile"] if args.compile else []
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -295,11 +303,17 @@ def profile_main(args: argparse.Namespace) -> None:
                 rows.append((encoder, None))
                 continue
             rows.append((encoder, json.loads(lines[-1])))
-        title = ("upstream unit-test workload (2-8 nodes, batch 32, hidden 8, 2 layers)" if workload == "unit"
-                 else "CuAu MLIP (32 atoms, energy + forces, batch 8, hidden 32, 2 layers)")
+        title = (
+            "upstream unit-test workload (2-8 nodes, batch 32, hidden 8, 2 layers)"
+            if workload == "unit"
+            else "CuAu MLIP (32 atoms, energy + forces, batch 8, hidden 32, 2 layers)"
+        )
         print(f"\n{title}; {args.threads} thread(s), {args.repeats} alternating repeats of {args.steps} steps")
-        print("| encoder | params | before graphs/s | after graphs/s | after/before | "
-              + " | ".join(f"{p} %" for p in _steps.PHASES) + " | neighbour list ms/graph (once, at preparation) | peak RSS MB |")
+        print(
+            "| encoder | params | before graphs/s | after graphs/s | after/before | "
+            + " | ".join(f"{p} %" for p in _steps.PHASES)
+            + " | neighbour list ms/graph (once, at preparation) | peak RSS MB |"
+        )
         print("|---" * (7 + len(_steps.PHASES)) + "|")
         for encoder, r in rows:
             if r is None:
@@ -308,25 +322,33 @@ def profile_main(args: argparse.Namespace) -> None:
             gps = r["graphs_per_s"]
             total = sum(r["phases"]["after"].values()) or 1.0
             shares = " | ".join(f"{100 * r['phases']['after'][p] / total:.0f}" for p in _steps.PHASES)
-            print(f"| {encoder} | {r['params']} | {gps['before']:.0f} | {gps['after']:.0f} | "
-                  f"{gps['after'] / gps['before']:.2f} | {shares} | {r['prep_ms_per_graph']:.2f} | {r['peak_mb']:.0f} |")
+            print(
+                f"| {encoder} | {r['params']} | {gps['before']:.0f} | {gps['after']:.0f} | "
+                f"{gps['after'] / gps['before']:.2f} | {shares} | {r['prep_ms_per_graph']:.2f} | {r['peak_mb']:.0f} |"
+            )
         single = [(e, r) for e, r in rows if r is not None and "after 1 thread" in r["graphs_per_s"]]
         if single:
-            print(f"\nOne intra-op thread vs {args.threads} (the comparison Training.intra_op_threads \"auto\" makes):")
-            print(f"| encoder | after, {args.threads} threads graphs/s | after, 1 thread graphs/s | 1 thread / {args.threads} |")
+            print(f'\nOne intra-op thread vs {args.threads} (the comparison Training.intra_op_threads "auto" makes):')
+            print(
+                f"| encoder | after, {args.threads} threads graphs/s | after, 1 thread graphs/s | 1 thread / {args.threads} |"
+            )
             print("|---|---|---|---|")
             for encoder, r in single:
                 gps = r["graphs_per_s"]
-                print(f"| {encoder} | {gps['after']:.0f} | {gps['after 1 thread']:.0f} | "
-                      f"{gps['after 1 thread'] / gps['after']:.2f} |")
+                print(
+                    f"| {encoder} | {gps['after']:.0f} | {gps['after 1 thread']:.0f} | "
+                    f"{gps['after 1 thread'] / gps['after']:.2f} |"
+                )
         compiled = [(e, r) for e, r in rows if r is not None and "compiled" in r["graphs_per_s"]]
         if compiled:
             print("\n| encoder | after (eager) graphs/s | compiled graphs/s | compiled/eager | first compiled step s |")
             print("|---|---|---|---|---|")
             for encoder, r in compiled:
                 gps = r["graphs_per_s"]
-                print(f"| {encoder} | {gps['after']:.0f} | {gps['compiled']:.0f} | {gps['compiled'] / gps['after']:.2f} "
-                      f"| {r['compile_s']:.1f} |")
+                print(
+                    f"| {encoder} | {gps['after']:.0f} | {gps['compiled']:.0f} | {gps['compiled'] / gps['after']:.2f} "
+                    f"| {r['compile_s']:.1f} |"
+                )
 
 
 def main() -> None:
@@ -341,7 +363,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--compile", action="store_true", help="unit workload: also Training.compile (after + compiled)")
+    parser.add_argument(
+        "--compile", action="store_true", help="unit workload: also Training.compile (after + compiled)"
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workload", help=argparse.SUPPRESS)

@@ -249,7 +249,10 @@ hostile = st.one_of(
 
 
 @FUZZ
-@given(key=st.sampled_from(sorted(ARCH) + ["num_species", "max_neighbours", "task_weights", "reference_energies"]), value=hostile)
+@given(
+    key=st.sampled_from(sorted(ARCH) + ["num_species", "max_neighbours", "task_weights", "reference_energies"]),
+    value=hostile,
+)
 def test_artifact_manifest_values(artifact, tmp_path_factory, key, value):
     """Structurally valid artifacts (checksums recomputed) whose architecture holds a hostile value."""
     path, _ = artifact
@@ -301,7 +304,11 @@ def test_calculator_inputs(calc, data, cell, forces, pbc):
 
 
 @FUZZ
-@given(data=arrays, cell=cells, extra=st.dictionaries(st.sampled_from(["energy", "forces", "stress", "x"]), hostile, max_size=2))
+@given(
+    data=arrays,
+    cell=cells,
+    extra=st.dictionaries(st.sampled_from(["energy", "forces", "stress", "x"]), hostile, max_size=2),
+)
 def test_prepare_inputs(data, cell, extra):
     coords, numbers = data
     n = len(numbers)
@@ -347,7 +354,12 @@ def _atom_lines(n: int) -> str:
 @example(count="2000000000", lines=1, frame=1, tail="")  # the shapes every run must see
 @example(count="-3", lines=3, frame=0, tail="")
 @example(count="2.5", lines=2, frame=1, tail="\n")
-@given(count=counts, lines=st.integers(0, 5), frame=st.sampled_from([0, 1]), tail=st.sampled_from(["", "\n", "VEC1 1 0 0\n"]))
+@given(
+    count=counts,
+    lines=st.integers(0, 5),
+    frame=st.sampled_from([0, 1]),
+    tail=st.sampled_from(["", "\n", "VEC1 1 0 0\n"]),
+)
 def test_extxyz_declared_sizes(tmp_path_factory, count, lines, frame, tail):
     good = f"2\n{XYZ_COMMENT}\n{_atom_lines(2)}"
     lie = f"{count}\n{XYZ_COMMENT}\n{_atom_lines(lines)}{tail}"
@@ -369,12 +381,27 @@ def test_extxyz_declared_sizes(tmp_path_factory, count, lines, frame, tail):
 def converted(tmp_path_factory):
     root = tmp_path_factory.mktemp("cache")
     path = write_extxyz(root / "train.xyz", generate_cuau_atoms(2, seed=0))
-    out = convert_source(AseSource(path, energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress"), cutoff=3.0, cache_dir=root / "cache")
+    out = convert_source(
+        AseSource(path, energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress"),
+        cutoff=3.0,
+        cache_dir=root / "cache",
+    )
     return path, out
 
 
-RECORD_KEYS = [("digest",), ("fingerprint",), ("fingerprint", "file"), ("fingerprint", "file", "sha256"), ("schema",),
-               ("schema", "outputs"), ("isolated_atoms",), ("path",), ("mtime_ns",), ("created",), ("samples",)]
+RECORD_KEYS = [
+    ("digest",),
+    ("fingerprint",),
+    ("fingerprint", "file"),
+    ("fingerprint", "file", "sha256"),
+    ("schema",),
+    ("schema", "outputs"),
+    ("isolated_atoms",),
+    ("path",),
+    ("mtime_ns",),
+    ("created",),
+    ("samples",),
+]
 
 
 @FUZZ
@@ -435,7 +462,9 @@ declared = st.recursive(
         st.booleans(),
         st.none(),
     ),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["graph", "node", "dim", "x"]), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["graph", "node", "dim", "x"]), inner, max_size=3)
+    ),
     max_leaves=12,
 )
 
@@ -460,7 +489,9 @@ def _loads_or_refuses(target: Path, model) -> None:
             assert len(str(exc)) < 3000, "an error message must stay short"
             return
     state = loaded.state_dict()
-    assert state.keys() == model.state_dict().keys() and all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    assert state.keys() == model.state_dict().keys() and all(
+        torch.equal(v, state[k]) for k, v in model.state_dict().items()
+    )
 
 
 def _put(tree: dict, where: tuple[str, ...], value) -> None:

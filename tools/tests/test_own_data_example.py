@@ -19,7 +19,12 @@ TIMEOUT_S = 600
 
 def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     out = subprocess.run(
-        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+        [sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
         env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"},
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]

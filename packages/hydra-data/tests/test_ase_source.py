@@ -133,12 +133,19 @@ def test_extra_keys_stress_matrix_and_trajectory(tmp_path, emt_atoms):
     xyz = tmp_path / "x.xyz"
     ase.io.write(xyz, frames, format="extxyz")
     source = AseSource(
-        xyz, energy_key="E_dft", forces_key=None, stress_key="sigma", extra_keys=(("dipole", "dipole_ref"), ("charge", "q_ref"))
+        xyz,
+        energy_key="E_dft",
+        forces_key=None,
+        stress_key="sigma",
+        extra_keys=(("dipole", "dipole_ref"), ("charge", "q_ref")),
     )
     frame = next(iter_frames(source))
     schema, outputs = resolve_outputs(source, frame.atoms, None, frame.where)
     assert [(v.name, v.level, v.dim) for v in schema.outputs] == [
-        ("energy", "graph", 1), ("stress", "graph", 6), ("dipole", "graph", 3), ("charge", "node", 1)
+        ("energy", "graph", 1),
+        ("stress", "graph", 6),
+        ("dipole", "graph", 3),
+        ("charge", "node", 1),
     ]
     data = labelled_sample(frame.atoms, outputs, frame.where)
     np.testing.assert_allclose(data.stress.numpy().reshape(6), emt_atoms[0].calc.results["stress"], rtol=0, atol=1e-15)

@@ -19,7 +19,9 @@ from hydragnn.data.reference import generate_cuau
 
 
 def _sample(numbers, energy):
-    return Data(atomic_number=torch.tensor(numbers).reshape(-1, 1), energy=torch.tensor([[energy]], dtype=torch.float64))
+    return Data(
+        atomic_number=torch.tensor(numbers).reshape(-1, 1), energy=torch.tensor([[energy]], dtype=torch.float64)
+    )
 
 
 def test_average_recovers_exact_per_species_energies():
@@ -45,7 +47,9 @@ def test_average_on_emt_alloys_matches_numpy_least_squares():
     np.testing.assert_allclose([fit.energies[29], fit.energies[79]], expected, rtol=1e-10)
     residual = (energies - counts @ expected) / counts.sum(1)
     assert fit.residual_rms == pytest.approx(float(np.sqrt((residual**2).mean())), rel=1e-10)
-    assert format_reference_energies(fit.energies).startswith("Cu ") and " eV, Au " in format_reference_energies(fit.energies)
+    assert format_reference_energies(fit.energies).startswith("Cu ") and " eV, Au " in format_reference_energies(
+        fit.energies
+    )
 
 
 def test_one_stoichiometry_is_rank_deficient():

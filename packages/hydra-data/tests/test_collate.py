@@ -60,7 +60,9 @@ def _graph(nodes: int, edges: int, seed: int) -> Data:
     return Data(
         x=torch.randn(nodes, 2, generator=g),
         pos=torch.randn(nodes, 3, generator=g),
-        edge_index=torch.randint(0, max(nodes, 1), (2, edges), generator=g) if nodes else torch.zeros(2, 0, dtype=torch.long),
+        edge_index=torch.randint(0, max(nodes, 1), (2, edges), generator=g)
+        if nodes
+        else torch.zeros(2, 0, dtype=torch.long),
         edge_attr=torch.randn(edges, 1, generator=g),
         graph_output=torch.randn(1, 1, generator=g),
     )
@@ -82,8 +84,17 @@ def test_graphs_outside_the_fast_path_are_collated_by_pyg():
     plain = [_graph(3, 4, 0), _graph(2, 2, 1)]
     named = [Data(**g.to_dict(), name=f"s{i}") for i, g in enumerate(plain)]  # a non-tensor attribute
     tagged = [Tagged(**g.to_dict(), tag=torch.tensor([1])) for g in plain]  # a subclass with its own __inc__
-    missing = [plain[0], Data(x=plain[1].x, pos=plain[1].pos, edge_index=plain[1].edge_index,
-                              edge_attr=plain[1].edge_attr, graph_output=plain[1].graph_output, extra=torch.ones(1))]
+    missing = [
+        plain[0],
+        Data(
+            x=plain[1].x,
+            pos=plain[1].pos,
+            edge_index=plain[1].edge_index,
+            edge_attr=plain[1].edge_attr,
+            graph_output=plain[1].graph_output,
+            extra=torch.ones(1),
+        ),
+    ]
     later_scalar = [plain[0], Data(**{**plain[1].to_dict(), "graph_output": torch.tensor(1.0)})]
     for case in (named, tagged, missing):
         assert_same_batch(collate_graphs(case), Batch.from_data_list(case))

@@ -330,7 +330,9 @@ def test_newer_format_version_is_refused(tmp_path, samples, fmt, monkeypatch):
     monkeypatch.setattr(CLASSES[fmt], "VERSION", 5)  # a future writer
     path = write(tmp_path, samples[:2], fmt)
     monkeypatch.undo()
-    with pytest.raises(ContainerError, match=rf"version 5 is newer than .* version {CLASSES[fmt].VERSION}; upgrade hydra-data"):
+    with pytest.raises(
+        ContainerError, match=rf"version 5 is newer than .* version {CLASSES[fmt].VERSION}; upgrade hydra-data"
+    ):
         open_dataset(path)
 
 
@@ -597,5 +599,7 @@ def test_pt_samples_that_are_not_bounded_regular_files_are_refused(tmp_path, sam
         open_dataset(path)[1]
     big = ds.file_of(2)
     big.write_bytes(big.read_bytes() + b"\0" * 4096)
-    with pytest.raises(ContainerError, match=r"sample 2: chunk file is \d+ bytes, more than the \d+ bytes the manifest records"):
+    with pytest.raises(
+        ContainerError, match=r"sample 2: chunk file is \d+ bytes, more than the \d+ bytes the manifest records"
+    ):
         open_dataset(path)[2]

@@ -61,7 +61,9 @@ def test_a_count_far_beyond_the_file_is_refused_at_once(tmp_path):
 
     packed = tmp_path / "lies.xyz.gz"  # compressed: no byte bound, the line count refuses it
     packed.write_bytes(gzip.compress(path.read_bytes()))
-    with pytest.raises(ContainerError, match=r"lies\.xyz\.gz: frame 0: declares 2000000000 atoms; the file holds 1 more line$"):
+    with pytest.raises(
+        ContainerError, match=r"lies\.xyz\.gz: frame 0: declares 2000000000 atoms; the file holds 1 more line$"
+    ):
         _frames(packed)
 
 
@@ -81,8 +83,10 @@ def test_a_count_that_is_no_natural_number_is_refused(tmp_path, count):
 
 
 def test_file_content_in_a_message_is_clipped(tmp_path):
-    for name, text in (("count.xyz", "x" * 100_000 + f"\n{COMMENT}\nH 0 0 0\n"),
-                       ("token.xyz", f"1\n{COMMENT}\nH {'9' * 100_000}x 0 0\n")):
+    for name, text in (
+        ("count.xyz", "x" * 100_000 + f"\n{COMMENT}\nH 0 0 0\n"),
+        ("token.xyz", f"1\n{COMMENT}\nH {'9' * 100_000}x 0 0\n"),
+    ):
         path = tmp_path / name
         path.write_text(text)
         with pytest.raises(ContainerError) as info:

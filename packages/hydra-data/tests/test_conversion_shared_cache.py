@@ -22,9 +22,7 @@ def atoms():
 
 
 def _source(path):
-    return AseSource(
-        path, energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress", format="extxyz"
-    )
+    return AseSource(path, energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress", format="extxyz")
 
 
 _CONVERT = """
@@ -50,7 +48,10 @@ def test_two_processes_converting_one_file_at_once_both_succeed(tmp_path):
         procs = [
             subprocess.Popen(
                 [sys.executable, "-c", _CONVERT, str(path), str(cache), str(go), delay],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
             )
             for delay in ("0", "0.3")
         ]

@@ -148,7 +148,7 @@ def test_refused_zip_members_and_bounds(tmp_path):
     link = tmp_path / "link.zip"
     with zipfile.ZipFile(link, "w") as zf:
         info = zipfile.ZipInfo("l")
-        info.external_attr = (0o120777 << 16)
+        info.external_attr = 0o120777 << 16
         zf.writestr(info, "/etc/passwd")
     with pytest.raises(ArchiveError, match="symbolic link"):
         list(iter_files(link))

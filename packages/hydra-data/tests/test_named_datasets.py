@@ -29,7 +29,10 @@ def fixture_archive(n: int = 6, seed: int = 0, atoms: tuple[int, int, int] = (2,
     """A tar.gz laid out as upstream's data: ``FePt_32atoms/output_files/out_<k>``, plus a README."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        members = [(f"FePt_32atoms/output_files/{name}", text.encode()) for name, text in synthetic_alloy(n, seed, repeat=atoms)]
+        members = [
+            (f"FePt_32atoms/output_files/{name}", text.encode())
+            for name, text in synthetic_alloy(n, seed, repeat=atoms)
+        ]
         for name, content in [("FePt_32atoms/README.md", b"synthetic fixture"), *members]:
             info = tarfile.TarInfo(name)
             info.size = len(content)
@@ -89,7 +92,9 @@ def server(monkeypatch, tmp_path):
 
 
 def _prepare(tmp_path, lines=None, **kw):
-    return prepare_named_dataset(NAME, cutoff=7.0, cache_dir=tmp_path / "cache", log=lines.append if lines is not None else None, **kw)
+    return prepare_named_dataset(
+        NAME, cutoff=7.0, cache_dir=tmp_path / "cache", log=lines.append if lines is not None else None, **kw
+    )
 
 
 def test_registry_names_upstream_sets_without_invented_sources():
@@ -118,9 +123,13 @@ def test_downloaded_once_parsed_prepared_and_cached(server, tmp_path):
     assert torch.equal(second.dataset[3].y, first.dataset[3].y)
 
     lines.clear()
-    third = _prepare(tmp_path, lines, schema=Schema.from_dict({**LSMS_VARIABLES, "outputs": LSMS_VARIABLES["outputs"][:1]}))
+    third = _prepare(
+        tmp_path, lines, schema=Schema.from_dict({**LSMS_VARIABLES, "outputs": LSMS_VARIABLES["outputs"][:1]})
+    )
     assert not third.cached and len(server.requests) == 1  # re-prepared from the download cache, by the pinned hash
-    assert third.record["raw"]["verified"] == "pinned at first download" and any("rebuilding (schema changed)" in x for x in lines)
+    assert third.record["raw"]["verified"] == "pinned at first download" and any(
+        "rebuilding (schema changed)" in x for x in lines
+    )
 
 
 def test_a_pinned_checksum_verifies_and_a_wrong_one_is_refused(server, tmp_path):
@@ -152,7 +161,13 @@ def test_offline_and_unreachable_say_how_to_place_the_files(server, tmp_path, mo
     with pytest.raises(DownloadError) as info:
         _prepare(tmp_path)
     message = str(info.value)
-    for part in (f"{server.base}/mirror/{ARCHIVE}", "HYDRAGNN_OFFLINE", str(home / ARCHIVE), str(home / "raw"), "HYDRAGNN_DATASET_URL"):
+    for part in (
+        f"{server.base}/mirror/{ARCHIVE}",
+        "HYDRAGNN_OFFLINE",
+        str(home / ARCHIVE),
+        str(home / "raw"),
+        "HYDRAGNN_DATASET_URL",
+    ):
         assert part in message, part
     assert server.requests == []
     monkeypatch.delenv("HYDRAGNN_OFFLINE")

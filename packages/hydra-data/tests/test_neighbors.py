@@ -323,7 +323,10 @@ _POS = torch.zeros(4, 3, dtype=F64)
         ({"pos": torch.tensor([[0.0, float("inf"), 0.0]])}, "NaN or inf"),
         ({"pos": torch.tensor([[0.0, 0.0, 0.0], [1e200, 0.0, 0.0]], dtype=F64)}, r"beyond 1e\+06 Å in atom rows \[1\]"),
         (
-            {"pos": torch.tensor([[0.0, 0.0, 0.0], [1e300, 0.0, 0.0]], dtype=F64), "cell": 5.0 * torch.eye(3, dtype=F64)},
+            {
+                "pos": torch.tensor([[0.0, 0.0, 0.0], [1e300, 0.0, 0.0]], dtype=F64),
+                "cell": 5.0 * torch.eye(3, dtype=F64),
+            },
             "beyond",
         ),
         ({"cell": torch.eye(3, dtype=F64) * 1e200}, "cell: entries beyond"),

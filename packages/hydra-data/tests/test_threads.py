@@ -53,7 +53,9 @@ print(json.dumps({"policy": os.environ.get("OMP_WAIT_POLICY"), "threads": torch.
 def _probe(first: str, **env: str) -> dict:
     environ = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
     environ.update(env)
-    out = subprocess.run([sys.executable, "-c", _PROBE, first], env=environ, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, first], env=environ, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

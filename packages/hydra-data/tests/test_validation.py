@@ -48,7 +48,9 @@ def test_prepare_refuses_unknown_species_naming_the_sample():
     sample = _cuau_sample()
     sample.pos = sample.pos.clone()
     sample.pos[2, 1] = float("inf")
-    with pytest.raises(StructureError, match=r"sample 1: 'pos': expected finite positions, found NaN or inf \(rows \[2\]\)"):
+    with pytest.raises(
+        StructureError, match=r"sample 1: 'pos': expected finite positions, found NaN or inf \(rows \[2\]\)"
+    ):
         prepare(sample, Schema.from_dict(CUAU_VARIABLES), index=1)
 
 

@@ -67,7 +67,9 @@ def test_install_returns_patched_copy_with_identical_state(encoder):
     assert type(patched.encoder) is type(model.encoder)  # the encoder is not replaced: its primitives are
     on_triton = {type(m).__name__ for m in patched.modules() if isinstance(m, Primitive) and m.backend == "triton"}
     assert on_triton == KERNEL_PRIMITIVES[encoder]
-    assert all(m.backend == "torch" for m in model.modules() if isinstance(m, Primitive))  # the stock model is untouched
+    assert all(
+        m.backend == "torch" for m in model.modules() if isinstance(m, Primitive)
+    )  # the stock model is untouched
     ref, got = model.state_dict(), patched.state_dict()
     assert ref.keys() == got.keys()
     assert all(torch.equal(ref[k], got[k]) and ref[k].dtype == got[k].dtype for k in ref)

@@ -68,7 +68,8 @@ def test_inference_error_is_a_value_error():
 def test_cell_too_small_for_cutoff(calc):
     # cutoff 4 Å, max_cell_images 8: widths below 0.5 Å are refused (e.g. a cell given in nm)
     with pytest.raises(
-        InferenceError, match=r"cell: too small for the cutoff 4 Å: structure 0 .*0.36 Å along periodic lattice vector 0"
+        InferenceError,
+        match=r"cell: too small for the cutoff 4 Å: structure 0 .*0.36 Å along periodic lattice vector 0",
     ):
         calc(POS * 0.1, Z, cell=np.diag([0.36, 0.5, 0.5]))
     calc(POS * 0.1, Z, cell=np.diag([0.5, 0.5, 0.5]))  # 8 images per direction is allowed
@@ -82,7 +83,9 @@ def test_cell_too_small_for_cutoff(calc):
 
 def test_singular_cell(calc):
     cell = np.array([[3.0, 0, 0], [0, 3.0, 0], [3.0, 3.0, 0]])
-    with pytest.raises(InferenceError, match="cell: graph 0 has a singular cell.*expected linearly independent lattice vectors"):
+    with pytest.raises(
+        InferenceError, match="cell: graph 0 has a singular cell.*expected linearly independent lattice vectors"
+    ):
         calc(POS, Z, cell=cell)
 
 

@@ -252,7 +252,12 @@ def test_artifact_permissions_follow_the_umask(model, tmp_path):
 
 @pytest.mark.parametrize(
     "precision, key, value",
-    [("fp64", "radius", 3.402823466385289e38), ("fp32", "hidden_dim", -4), ("fp32", "mpnn_type", "NoSuchNet"), ("fp32", "num_radial", 2**40)],
+    [
+        ("fp64", "radius", 3.402823466385289e38),
+        ("fp32", "hidden_dim", -4),
+        ("fp32", "mpnn_type", "NoSuchNet"),
+        ("fp32", "num_radial", 2**40),
+    ],
 )
 def test_hostile_architecture_values_are_artifact_errors(tmp_path, precision, key, value):
     """Found by the fuzz suite (tools/tests/test_fuzz.py): a huge radius in an fp64 model overflowed
@@ -317,7 +322,9 @@ def _never_built(monkeypatch):
         (("committee",), 64, "layers"),
     ],
 )
-def test_declared_sizes_beyond_the_weights_are_refused_before_building(model, tmp_path, monkeypatch, where, value, bound):
+def test_declared_sizes_beyond_the_weights_are_refused_before_building(
+    model, tmp_path, monkeypatch, where, value, bound
+):
     """A manifest declaring more than its weights can hold (``num_radial`` 1e9 used 4.3 GB, 5000 layers
     took minutes) is refused from the sizes alone, naming the field, the value and the bound."""
     import tracemalloc
@@ -338,7 +345,9 @@ def test_declared_sizes_beyond_the_weights_are_refused_before_building(model, tm
     finally:
         tracemalloc.stop()
     message = str(info.value)
-    assert f"architecture.{'.'.join(where)}" in message and str(value[0] if isinstance(value, list) else value) in message
+    assert (
+        f"architecture.{'.'.join(where)}" in message and str(value[0] if isinstance(value, list) else value) in message
+    )
     assert bound in message and len(message) < 500
     assert peak < 8 * 2**20  # nothing sized by the declared values was allocated
 

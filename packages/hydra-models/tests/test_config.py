@@ -227,12 +227,16 @@ def test_energy_name_and_task_weights_by_name():
     assert model.task_weights == {"E": 1.0, "F": 5.0}
     # MACE-style role weights land on the outputs playing those roles, next to task_weights for others
     model = build_model(
-        _arch(enable_interatomic_potential=True, energy_name="E", forces_name="F", forces_weight=50.0, energy_weight=2.0),
+        _arch(
+            enable_interatomic_potential=True, energy_name="E", forces_name="F", forces_weight=50.0, energy_weight=2.0
+        ),
         schema,
     )
     assert model.task_weights == {"E": 2.0, "F": 50.0}
     three = _schema(outputs=[*MLIP_VARS["outputs"], {"name": "charge", "level": "node", "dim": 1}])
-    model = build_model(_arch(enable_interatomic_potential=True, forces_weight=7.0, task_weights={"charge": 0.5}), three)
+    model = build_model(
+        _arch(enable_interatomic_potential=True, forces_weight=7.0, task_weights={"charge": 0.5}), three
+    )
     assert model.task_weights == {"energy": 1.0, "forces": 7.0, "charge": 0.5}
 
 
@@ -248,5 +252,7 @@ def test_schema_without_outputs_is_refused_with_a_reason(mlip):
     # hydra-data prepares samples from a schema without outputs (prediction inputs); a model
     # needs at least one output to predict and train on, and says so
     schema = Schema.from_dict({"inputs": MLIP_VARS["inputs"]})
-    with pytest.raises(ModelConfigError, match=r"Variables.outputs: a model needs at least one output to predict and train on"):
+    with pytest.raises(
+        ModelConfigError, match=r"Variables.outputs: a model needs at least one output to predict and train on"
+    ):
         build_model(_arch(enable_interatomic_potential=mlip), schema)

@@ -32,7 +32,9 @@ HEAVY = ("torch", "torch_geometric", "e3nn", "fairchem")
 
 def _run_without_torch(code: str) -> dict:
     """Run ``code`` in a fresh interpreter; it sets ``out`` (JSON); ``heavy`` lists the heavy modules it loaded."""
-    script = f"import json, sys\n{code}\nout['heavy'] = [m for m in {HEAVY!r} if m in sys.modules]\nprint(json.dumps(out))"
+    script = (
+        f"import json, sys\n{code}\nout['heavy'] = [m for m in {HEAVY!r} if m in sys.modules]\nprint(json.dumps(out))"
+    )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -40,7 +42,9 @@ def _run_without_torch(code: str) -> dict:
 
 def test_config_registry_matches_encoder_registry():
     # the names come from the config modules alone, in a process that never imports an encoder
-    out = _run_without_torch("from hydragnn.models.encoder_configs import ENCODER_CONFIGS\nout = {'names': sorted(ENCODER_CONFIGS)}")
+    out = _run_without_torch(
+        "from hydragnn.models.encoder_configs import ENCODER_CONFIGS\nout = {'names': sorted(ENCODER_CONFIGS)}"
+    )
     assert out["heavy"] == []
     assert out["names"] == sorted(ENCODERS)
     for name, cls in ENCODERS.items():

@@ -50,7 +50,9 @@ CONFIGS = {
     # mace-torch's max_L=0 (scalar node features) with per-species tables for four elements only
     "mace_l0": (
         MACEEncoder,
-        MACEConfig(max_ell=2, node_max_ell=0, correlation=2, avg_num_neighbors=4.0, radial_mlp_dim=8, elements=(1, 3, 5, 7)),
+        MACEConfig(
+            max_ell=2, node_max_ell=0, correlation=2, avg_num_neighbors=4.0, radial_mlp_dim=8, elements=(1, 3, 5, 7)
+        ),
     ),
 }
 BASIC = ["dimenet", "dimenet_padded", "mace"]  # the configs of the slower tests

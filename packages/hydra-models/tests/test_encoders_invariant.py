@@ -226,19 +226,35 @@ def test_pna_aggregation_matches_its_definition_node_by_node():
         var = (wi * (mi - mean) ** 2).sum(0) / big_d[i]
         soft = {t: (wi * mi.mul(t).exp() * mi).sum(0) / (1 + (wi * mi.mul(t).exp()).sum(0)) for t in (1.0, -1.0)}
         return {
-            "sum": mi.sum(0), "mean": mean, "max": with_zero.amax(0), "min": with_zero.amin(0), "var": var,
-            "std": torch.sqrt(var + pna.STD_EPS**2) - pna.STD_EPS, "softmax": soft[1.0], "softmin": soft[-1.0],
+            "sum": mi.sum(0),
+            "mean": mean,
+            "max": with_zero.amax(0),
+            "min": with_zero.amin(0),
+            "var": var,
+            "std": torch.sqrt(var + pna.STD_EPS**2) - pna.STD_EPS,
+            "softmax": soft[1.0],
+            "softmin": soft[-1.0],
         }[name]
 
     factor = {
-        "identity": torch.ones_like(d), "amplification": torch.log(d + 1) / avg_log,
-        "attenuation": avg_log / torch.log(big_d + 1), "linear": d / avg_lin, "inverse_linear": avg_lin / big_d,
+        "identity": torch.ones_like(d),
+        "amplification": torch.log(d + 1) / avg_log,
+        "attenuation": avg_log / torch.log(big_d + 1),
+        "linear": d / avg_lin,
+        "inverse_linear": avg_lin / big_d,
     }
     for aggregators in (pna.PNA_AGGREGATORS, ("min", "mean", "max"), ("max",), ("min", "std")):
         conv = pnaplus.GatedPNAConv(
-            4, aggregators, learned_gate=False, in_channels=f * towers, out_channels=f * towers,
-            aggregators=pna.pyg_aggregators(aggregators), scalers=list(pna.PNA_SCALERS),
-            deg=torch.tensor([0, 2, 2]), towers=towers, divide_input=True,
+            4,
+            aggregators,
+            learned_gate=False,
+            in_channels=f * towers,
+            out_channels=f * towers,
+            aggregators=pna.pyg_aggregators(aggregators),
+            scalers=list(pna.PNA_SCALERS),
+            deg=torch.tensor([0, 2, 2]),
+            towers=towers,
+            divide_input=True,
         ).double()
         conv.aggr_module.avg_deg_lin.fill_(avg_lin)
         conv.aggr_module.avg_deg_log.fill_(avg_log)

@@ -74,7 +74,9 @@ def test_engine_none_as_the_seed_writes_it_means_no_global_attention(engine):
     assert cfg.attention.engine is None and to_json(cfg.attention)["global_attn_engine"] is None
     model = build_model(arch, CLUSTER_SCHEMA)
     assert model.encoder.mixers is None and model.global_stage is None
-    with pytest.raises(ModelConfigError, match=r'global_attn_engine: expected one of .* or "None" \(or null\), found \'none\''):
+    with pytest.raises(
+        ModelConfigError, match=r'global_attn_engine: expected one of .* or "None" \(or null\), found \'none\''
+    ):
         ModelConfig.from_dict({**arch, "global_attn_engine": "none"})
 
 

@@ -71,7 +71,18 @@ def _train(run_dir, epochs, user=(), resume=False, **training):
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     nn_config = config("graph", epochs=epochs, **training)["NeuralNetwork"]
     summary = train_validate_test(
-        model, optimizer, train, val, None, None, None, nn_config, "cb", 0, run_dir=run_dir, resume=resume,
+        model,
+        optimizer,
+        train,
+        val,
+        None,
+        None,
+        None,
+        nn_config,
+        "cb",
+        0,
+        run_dir=run_dir,
+        resume=resume,
         callbacks=user,
     )
     return model, summary

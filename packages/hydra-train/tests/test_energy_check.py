@@ -15,7 +15,9 @@ from hydragnn.train.pipeline import run_training
 
 
 def _molecule(numbers, energy):
-    return Data(atomic_number=torch.tensor(numbers).reshape(-1, 1), energy=torch.tensor([[energy]], dtype=torch.float64))
+    return Data(
+        atomic_number=torch.tensor(numbers).reshape(-1, 1), energy=torch.tensor([[energy]], dtype=torch.float64)
+    )
 
 
 def test_baseline_is_the_least_squares_composition_fit_on_validation():

@@ -55,7 +55,10 @@ def test_train_then_predict(tmp_path):
     metrics = json.loads((run_dir / "metrics.json").read_text())
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["NeuralNetwork"]["Training"]["Scheduler"] == {
-        "type": "CosineAnnealingLR", "T_max": 1, "eta_min": 0.0, "warmup_steps": 0
+        "type": "CosineAnnealingLR",
+        "T_max": 1,
+        "eta_min": 0.0,
+        "warmup_steps": 0,
     }
     predict = _run(
         "import sys; from hydragnn.train.cli import predict_main; sys.exit(predict_main())",
@@ -94,8 +97,18 @@ def test_train_under_torchrun_ddp(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "hydragnn.train.cli", str(path), "--run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "hydragnn.train.cli",
+        str(path),
+        "--run-dir",
+        str(run_dir),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False, env=env)
     # a rank may abort in C++ after finishing (FACTS: "terminate called without an active exception")

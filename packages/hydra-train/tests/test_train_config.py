@@ -157,7 +157,14 @@ def test_legacy_early_stopping_and_checkpoint_keys():
 
 
 @pytest.mark.parametrize(
-    "name", ["cuau_mlip.json", "multihead_graph.json", "conditioning_charge_spin.json", "own_data/train.json", "fept_lsms.json"]
+    "name",
+    [
+        "cuau_mlip.json",
+        "multihead_graph.json",
+        "conditioning_charge_spin.json",
+        "own_data/train.json",
+        "fept_lsms.json",
+    ],
 )
 def test_examples_parse(name):
     run = load_config(EXAMPLES / name)

@@ -55,7 +55,9 @@ def test_an_encoder_key_typo_is_reported_without_torch(tmp_path):
     arch["num_gausians"] = arch.pop("num_gaussians")
     out = _load(tmp_path, cfg)
     assert out["heavy"] == []
-    assert out["error"].startswith("NeuralNetwork.Architecture.num_gausians: unknown key (did you mean 'num_gaussians'?)")
+    assert out["error"].startswith(
+        "NeuralNetwork.Architecture.num_gausians: unknown key (did you mean 'num_gaussians'?)"
+    )
 
 
 def test_a_training_key_typo_is_reported_without_torch(tmp_path):
@@ -82,7 +84,10 @@ def test_cli_reports_a_config_error_before_importing_torch(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "hydragnn-train: error: NeuralNetwork.Training.num_epochs: unknown key (did you mean 'num_epoch'?)" in proc.stderr
+    assert (
+        "hydragnn-train: error: NeuralNetwork.Training.num_epochs: unknown key (did you mean 'num_epoch'?)"
+        in proc.stderr
+    )
     assert "Traceback" not in proc.stderr
     # -X importtime writes "import time: self | cumulative | module" for every module imported
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}

@@ -36,8 +36,6 @@ def files(tmp_path_factory):
     return folder
 
 
-
-
 def _config(dataset: dict, **arch) -> dict:
     return {
         "Verbosity": {"level": 1},
@@ -61,7 +59,10 @@ def test_one_command_from_extxyz_files_to_an_artifact(files, tmp_path):
     code = "import sys; from hydragnn.train.cli import train_main; sys.exit(train_main())"
     out = subprocess.run(
         [sys.executable, "-c", code, str(path), "--run-dir", str(run_dir)],
-        capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "reference energies (isolated_atoms" in out.stdout
@@ -85,7 +86,10 @@ def test_one_command_from_extxyz_files_to_an_artifact(files, tmp_path):
     code = "import sys; from hydragnn.train.cli import predict_main; sys.exit(predict_main())"
     out = subprocess.run(
         [sys.executable, "-c", code, str(run_dir / "model.hydra"), str(files / "test.xyz"), "--json"],
-        capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -120,7 +124,10 @@ def test_missing_label_is_a_clean_cli_error(files, tmp_path):
     code = "import sys; from hydragnn.train.cli import train_main; sys.exit(train_main())"
     out = subprocess.run(
         [sys.executable, "-c", code, str(path), "--run-dir", str(tmp_path / "r")],
-        capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
     )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "train.xyz: frame 0" in out.stderr and "no label 'DFT_energy'" in out.stderr
@@ -154,7 +161,10 @@ def test_prepared_container_is_used_as_stored(files, tmp_path):
         ({"path": "a.xyz", "test_file": "b.xyz"}, "Dataset.test_file: only together with 'train_file'"),
         ({"generator": {}, "energy_key": "E"}, "Dataset.energy_key: only for files ASE reads"),
         ({"train_file": "a.xyz", "index": "1:x"}, "Dataset.index: expected an ase.io index"),
-        ({"train_file": "a.xyz", "keys": {"energy": "E"}}, "Dataset.keys.energy: give the label of 'energy' with 'energy_key'"),
+        (
+            {"train_file": "a.xyz", "keys": {"energy": "E"}},
+            "Dataset.keys.energy: give the label of 'energy' with 'energy_key'",
+        ),
         ({"train_file": "a.xyz", "config_types": []}, "Dataset.config_types: expected a config type"),
         ({"train_file": "a.xyz", "cache_verify": "sha"}, "Dataset.cache_verify: expected one of"),
         ({"generator": {}, "cache_verify": "hash"}, "Dataset.cache_verify: only for files ASE reads"),
@@ -169,7 +179,9 @@ def test_dataset_section_errors(dataset, message):
 
 def test_reference_energy_errors(files, tmp_path):
     cfg = _config({"train_file": str(files / "valid.xyz"), **KEYS}, reference_energies="isolated_atoms")
-    with pytest.raises(ConfigError, match=r"reference_energies: the training data: no IsolatedAtom frame for \['Cu', 'Au'\]"):
+    with pytest.raises(
+        ConfigError, match=r"reference_energies: the training data: no IsolatedAtom frame for \['Cu', 'Au'\]"
+    ):
         run_training(cfg, tmp_path, verbosity=0)
     cfg = _config({"train_file": str(files / "valid.xyz"), **KEYS}, reference_energies={"Cu": -1.0})
     with pytest.raises(ConfigError, match=r"reference_energies: no value for \['Au'\]"):
@@ -183,8 +195,18 @@ def test_reference_energy_errors(files, tmp_path):
 
 
 def test_config_round_trip_with_files(files):
-    run = load_config(_config({"train_file": str(files / "train.xyz"), "valid_fraction": 0.2, **KEYS, "keys": {"q": "Q"},
-                               "config_types": "bulk", "index": 3}))
+    run = load_config(
+        _config(
+            {
+                "train_file": str(files / "train.xyz"),
+                "valid_fraction": 0.2,
+                **KEYS,
+                "keys": {"q": "Q"},
+                "config_types": "bulk",
+                "index": 3,
+            }
+        )
+    )
     again = load_config(run.to_dict())
     assert again.to_dict() == run.to_dict() and again.dataset == run.dataset
     assert run.dataset.index == "3" and run.dataset.config_types == ("bulk",)
@@ -254,10 +276,16 @@ def test_cache_verify_hash_sees_a_large_file_edited_to_the_same_size(files, tmp_
 
 
 def test_sources_inherit_cache_verify(files):
-    cfg = _config({"cache_verify": "hash", "sources": [
-        {"name": "a", "train_file": str(files / "valid.xyz"), **KEYS},
-        {"name": "b", "train_file": str(files / "test.xyz"), "cache_verify": "auto", **KEYS},
-    ]}, energy_heads=["a", "b"])
+    cfg = _config(
+        {
+            "cache_verify": "hash",
+            "sources": [
+                {"name": "a", "train_file": str(files / "valid.xyz"), **KEYS},
+                {"name": "b", "train_file": str(files / "test.xyz"), "cache_verify": "auto", **KEYS},
+            ],
+        },
+        energy_heads=["a", "b"],
+    )
     run = load_config(cfg)
     assert [s.cache_verify for s in run.dataset.sources] == ["hash", "auto"]
     assert load_config(run.to_dict()).dataset == run.dataset

@@ -52,7 +52,9 @@ def test_architecture_comes_from_the_artifact_and_heads_are_kept_or_replaced(bas
     for heads in ("keep", "replace"):
         torch.manual_seed(7)
         model = build_model(run.model_config, trained.schema)
-        record = initialise_from(model, load_base(artifact, trained.schema, FineTuneConfig(), [29]), FineTuneConfig(heads=heads))
+        record = initialise_from(
+            model, load_base(artifact, trained.schema, FineTuneConfig(), [29]), FineTuneConfig(heads=heads)
+        )
         base_state, state = trained.state_dict(), model.state_dict()
         for key, value in state.items():
             same = torch.equal(value, base_state[key])
@@ -108,9 +110,20 @@ def test_init_from_on_the_command_line(base, tmp_path):
     path.write_text(json.dumps(_config(base / "cu2.xyz", arch=None)))
     code = "import sys; from hydragnn.train.cli import train_main; sys.exit(train_main())"
     out = subprocess.run(
-        [sys.executable, "-c", code, str(path), "--run-dir", str(tmp_path / "run"), "--init-from",
-         str(base / "base" / "model.hydra")],
-        capture_output=True, text=True, timeout=240, check=False,
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(path),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--init-from",
+            str(base / "base" / "model.hydra"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     saved = json.loads((tmp_path / "run" / "config.json").read_text())

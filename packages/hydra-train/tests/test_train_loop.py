@@ -129,7 +129,9 @@ def test_skipping_more_than_the_allowed_fraction_aborts(tmp_path):
     model = build()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     with pytest.raises(TrainingAborted, match=r"1 of 2 training batches .*more than max_skipped_fraction=0\.1"):
-        train_validate_test(model, optimizer, train, val, None, None, None, _nn(2, nan_policy="skip"), "s", 0, run_dir=tmp_path)
+        train_validate_test(
+            model, optimizer, train, val, None, None, None, _nn(2, nan_policy="skip"), "s", 0, run_dir=tmp_path
+        )
 
 
 def test_atomic_checkpoint_leaves_no_partial_file(tmp_path):

@@ -35,11 +35,21 @@ ARCH = {
 def named_config(cache_dir, **dataset) -> dict:
     return {
         "Verbosity": {"level": 0},
-        "Dataset": {"name": "FePt_32atoms", "split": [0.5, 0.25, 0.25], "seed": 0, "cache_dir": str(cache_dir), **dataset},
+        "Dataset": {
+            "name": "FePt_32atoms",
+            "split": [0.5, 0.25, 0.25],
+            "seed": 0,
+            "cache_dir": str(cache_dir),
+            **dataset,
+        },
         "NeuralNetwork": {
             "Architecture": copy.deepcopy(ARCH),
-            "Training": {"num_epoch": 1, "batch_size": 4, "Optimizer": {"type": "Adam", "learning_rate": 0.01},
-                         "Checkpoint": {"every": 1}},
+            "Training": {
+                "num_epoch": 1,
+                "batch_size": 4,
+                "Optimizer": {"type": "Adam", "learning_rate": 0.01},
+                "Checkpoint": {"every": 1},
+            },
         },
     }
 
@@ -117,7 +127,9 @@ def test_a_named_config_validates_without_torch(tmp_path):
         "import sys; from hydragnn.train.config import load_config; c = load_config(sys.argv[1]); "
         "print(c.dataset.named, [m for m in ('torch', 'torch_geometric') if m in sys.modules])"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120, check=True
+    )
     assert out.stdout.strip() == "True []", out.stderr[-2000:]
 
 
@@ -155,4 +167,7 @@ def test_offline_run_names_the_url_the_cache_and_the_way_by_hand(tmp_path, monke
         run_training(named_config(tmp_path / "cache"), tmp_path / "run")
     message = str(info.value)
     assert "https://mirror.example.org/hydragnn/FePt_32atoms.tar.gz" in message
-    assert str(tmp_path / "cache" / "datasets" / "FePt_32atoms" / "raw") in message and "Place the files by hand" in message
+    assert (
+        str(tmp_path / "cache" / "datasets" / "FePt_32atoms" / "raw") in message
+        and "Place the files by hand" in message
+    )

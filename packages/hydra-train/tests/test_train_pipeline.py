@@ -61,9 +61,7 @@ def test_pna_degree_histogram_filled_from_the_training_split(tmp_path):
     assert list(model.config.encoder.pna_deg) == degree_histogram(prepared)
 
     given = load_config(cfg).model_config
-    fixed = fill_data_statistics(
-        type(given).from_dict({**given.raw, "pna_deg": [0, 3, 5]}), prepared
-    )
+    fixed = fill_data_statistics(type(given).from_dict({**given.raw, "pna_deg": [0, 3, 5]}), prepared)
     assert list(fixed.encoder.pna_deg) == [0, 3, 5]
     schnet = load_config(config("graph")).model_config
     assert fill_data_statistics(schnet, prepared) is schnet

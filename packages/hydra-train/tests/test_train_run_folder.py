@@ -131,7 +131,7 @@ def test_the_run_folder_holds_the_log_of_the_run(tmp_path, capsys, monkeypatch):
         run_training(config("graph", n=8, epochs=2), tmp_path, resume=True, verbosity=1)
     assert "epoch 1:" not in capsys.readouterr().out
     resumed = (tmp_path / "train.log").read_text(encoding="utf-8")
-    assert resumed.startswith(log) and "resumed from" in resumed[len(log):]
+    assert resumed.startswith(log) and "resumed from" in resumed[len(log) :]
     assert "epoch 1:" not in resumed  # verbosity 1: no epoch lines in the log either
 
     with warnings.catch_warnings():
@@ -177,7 +177,9 @@ def test_max_time_s_is_the_budget_of_the_whole_run(tmp_path, capsys):
     atomic_save(stored, ckpt_path)
     run_training(config("graph", n=8, epochs=3, max_time_s=150.0), tmp_path, resume=True, verbosity=1)
     seconds = sum(h["seconds"] for h in stored["history"])
-    assert f"after epoch 2 ({seconds:.1f} s trained; {150 - seconds:.1f} s of max_time_s left)" in capsys.readouterr().out
+    assert (
+        f"after epoch 2 ({seconds:.1f} s trained; {150 - seconds:.1f} s of max_time_s left)" in capsys.readouterr().out
+    )
 
 
 def test_resume_help_says_the_budget_spans_the_run(capsys):

@@ -127,8 +127,18 @@ def test_second_stage_switches_lr_and_weights_and_resumes(tmp_path):
     again = build("mlip")
     opt = torch.optim.Adam(again.parameters(), lr=0.01)
     resumed = train_validate_test(
-        again, opt, train, val, test_loader, None, None, config("mlip", epochs=4, **kw)["NeuralNetwork"], "s", 0,
-        run_dir=cut, resume=True,
+        again,
+        opt,
+        train,
+        val,
+        test_loader,
+        None,
+        None,
+        config("mlip", epochs=4, **kw)["NeuralNetwork"],
+        "s",
+        0,
+        run_dir=cut,
+        resume=True,
     )
     assert again.task_weights["energy"] == 50.0 and resumed["second_stage_epoch"] == 2
     for key, value in model.state_dict().items():

@@ -22,8 +22,11 @@ from hydragnn.train.predict import predict
 def files(tmp_path_factory):
     """original.xyz: pure Cu (+ free atoms); mine.xyz: Cu-Au; stress.xyz: Cu-Au with stress labels."""
     folder = tmp_path_factory.mktemp("sources")
-    write_extxyz(folder / "original.xyz", generate_cuau_atoms(8, seed=1, compositions=(0.0,)),
-                 extra_frames=isolated_atom_frames(["Cu"]))
+    write_extxyz(
+        folder / "original.xyz",
+        generate_cuau_atoms(8, seed=1, compositions=(0.0,)),
+        extra_frames=isolated_atom_frames(["Cu"]),
+    )
     write_extxyz(folder / "mine.xyz", generate_cuau_atoms(8, seed=2, compositions=(0.25, 0.5)))
     return folder
 
@@ -31,8 +34,15 @@ def files(tmp_path_factory):
 def _sources(files, **extra) -> list[dict]:
     return [
         {"name": "mine", "train_file": str(files / "mine.xyz"), "valid_fraction": 0.25, **KEYS},
-        {"name": "replay", "path": str(files / "original.xyz"), "index": ":6", "split": [0.5, 0.25, 0.25],
-         "weight": 0.5, **KEYS, **extra},
+        {
+            "name": "replay",
+            "path": str(files / "original.xyz"),
+            "index": ":6",
+            "split": [0.5, 0.25, 0.25],
+            "weight": 0.5,
+            **KEYS,
+            **extra,
+        },
     ]
 
 
@@ -92,7 +102,11 @@ def test_readouts_start_from_the_artifact(files, tmp_path):
     base = load_artifact(tmp_path / "b" / "model.hydra")
     run = load_config(_config({"sources": _sources(files)}))
     model = build_model(run.model_config.raw | {"energy_heads": ["mine", "replay"]}, base.schema)
-    initialise_from(model, load_base(tmp_path / "b" / "model.hydra", base.schema, FineTuneConfig(new_species="add"), [29, 79]), FineTuneConfig())
+    initialise_from(
+        model,
+        load_base(tmp_path / "b" / "model.hydra", base.schema, FineTuneConfig(new_species="add"), [29, 79]),
+        FineTuneConfig(),
+    )
     last = [k for k in base.state_dict() if k.startswith("energy_head.atom.net")][-2:]
     for key in last:
         for row in model.state_dict()[key]:
@@ -105,11 +119,22 @@ def test_readouts_start_from_the_artifact(files, tmp_path):
         ({"sources": [{"name": "a", "generator": {}}, {"name": "a", "generator": {}}]}, ARCH, "names must be unique"),
         ({"sources": [{"generator": {}}]}, ARCH, "Dataset.sources[0]: expected an object with a 'name'"),
         ({"sources": [], "name": "x"}, ARCH, "Dataset.sources: expected a non-empty list"),
-        ({"sources": [{"name": "a", "generator": {}}], "generator": {}}, ARCH, "Dataset.generator: give it inside each"),
+        (
+            {"sources": [{"name": "a", "generator": {}}], "generator": {}},
+            ARCH,
+            "Dataset.generator: give it inside each",
+        ),
         ({"generator": {}, "weight": 2.0}, ARCH, "Dataset.weight: only for an entry of Dataset.sources"),
-        ({"sources": [{"name": "a", "generator": {}}]}, {**ARCH, "energy_heads": ["b"]}, "must be the Dataset.sources names"),
-        ({"sources": [{"name": "a", "generator": {}}]}, {**ARCH, "enable_interatomic_potential": False},
-         "Dataset.sources: one energy head per source is for interatomic potentials"),
+        (
+            {"sources": [{"name": "a", "generator": {}}]},
+            {**ARCH, "energy_heads": ["b"]},
+            "must be the Dataset.sources names",
+        ),
+        (
+            {"sources": [{"name": "a", "generator": {}}]},
+            {**ARCH, "enable_interatomic_potential": False},
+            "Dataset.sources: one energy head per source is for interatomic potentials",
+        ),
     ],
 )
 def test_sources_config_errors(dataset, arch, message):

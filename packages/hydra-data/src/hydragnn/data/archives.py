@@ -95,7 +95,9 @@ def _checked_name(archive: Path, name: str) -> str:
         or ".." in PurePosixPath(name.replace("\\", "/")).parts
     )
     if bad:
-        raise ArchiveError(f"{archive}: member {name!r}: a path outside the archive's folder (absolute, '..' or a drive)")
+        raise ArchiveError(
+            f"{archive}: member {name!r}: a path outside the archive's folder (absolute, '..' or a drive)"
+        )
     return name
 
 
@@ -117,7 +119,9 @@ class _Budget:
             )
         data = read(self.limits.max_member_bytes + 1)
         if len(data) > self.limits.max_member_bytes:
-            raise ArchiveError(f"{self.archive}: member {name!r}: more than max_member_bytes={self.limits.max_member_bytes}")
+            raise ArchiveError(
+                f"{self.archive}: member {name!r}: more than max_member_bytes={self.limits.max_member_bytes}"
+            )
         self.total += len(data)
         if self.total > self.limits.max_total_bytes:
             raise ArchiveError(f"{self.archive}: more than max_total_bytes={self.limits.max_total_bytes} uncompressed")
@@ -139,7 +143,9 @@ def _tar_members(path: Path, tar: tarfile.TarFile, budget: _Budget) -> Iterator[
         budget.member(member.name)
         name = _checked_name(path, member.name)
         if member.issym() or member.islnk():
-            raise ArchiveError(f"{path}: member {name!r}: a link ({'symbolic' if member.issym() else 'hard'}); links are refused")
+            raise ArchiveError(
+                f"{path}: member {name!r}: a link ({'symbolic' if member.issym() else 'hard'}); links are refused"
+            )
         if member.isdir() or _skipped(name):
             continue
         if not member.isfile():

@@ -200,9 +200,7 @@ def resolve_outputs(
     for name, key in source.candidates():
         if key not in labels.values:
             if name in source.explicit:
-                raise SchemaError(
-                    f"{where}: no label {key!r} for output {name!r}; this frame has {labels.describe()}"
-                )
+                raise SchemaError(f"{where}: no label {key!r} for output {name!r}; this frame has {labels.describe()}")
             continue
         place, value = labels.values[key]
         outputs.append((_variable(name, place, value, len(atoms)), key))
@@ -253,16 +251,16 @@ def labelled_sample(
     """
     numbers = atoms.numbers
     if len(numbers) and (numbers.min() < 1 or numbers.max() >= len(chemical_symbols)):
-        raise SchemaError(f"{where}: atomic numbers must be in 1..{len(chemical_symbols) - 1}, found {clip(sorted(set(numbers.tolist())))}")
+        raise SchemaError(
+            f"{where}: atomic numbers must be in 1..{len(chemical_symbols) - 1}, found {clip(sorted(set(numbers.tolist())))}"
+        )
     if not np.isfinite(atoms.positions).all() or not np.isfinite(atoms.cell.array).all():
         raise SchemaError(f"{where}: positions or cell hold non-finite values")
     data = structure_sample(atoms, dtype=dtype)
     labels = FrameLabels.of(atoms)
     for var, key in outputs:
         if key not in labels.values:
-            raise SchemaError(
-                f"{where}: no label {key!r} for output {var.name!r}; this frame has {labels.describe()}"
-            )
+            raise SchemaError(f"{where}: no label {key!r} for output {var.name!r}; this frame has {labels.describe()}")
         data[var.name] = _label_tensor(var, key, labels.values[key][1], len(atoms), where).to(dtype)
     return data
 

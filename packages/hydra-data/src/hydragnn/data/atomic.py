@@ -67,7 +67,9 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
     return removed
 
 
-def atomic_write(path: str | os.PathLike, content: bytes | Callable[[BinaryIO], None], *, mode: int | None = None) -> Path:
+def atomic_write(
+    path: str | os.PathLike, content: bytes | Callable[[BinaryIO], None], *, mode: int | None = None
+) -> Path:
     """Write ``content`` (bytes, or a function writing to a binary file object) to ``path`` atomically.
 
     Args:

@@ -64,7 +64,12 @@ def parse_reference_energies(values: Mapping[Any, Any], where: str) -> dict[int,
         z = atomic_number_of(key, where)
         if z in out:
             raise DataError(f"{where}: {chemical_symbols[z]} (Z={z}) is given twice")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or value != value
+            or abs(value) == float("inf")
+        ):
             raise DataError(f"{where}.{key}: expected a finite number (eV), found {value!r}")
         out[z] = float(value)
     return dict(sorted(out.items()))
@@ -145,7 +150,9 @@ def from_isolated_atoms(isolated: Iterable[tuple[int, float]], species: Iterable
     table: dict[int, float] = {}
     for z, e in isolated:
         if z in table and abs(table[z] - e) > 1e-8 * max(1.0, abs(e)):
-            raise DataError(f"{where}: two IsolatedAtom frames of {chemical_symbols[z]} disagree ({table[z]} vs {e} eV)")
+            raise DataError(
+                f"{where}: two IsolatedAtom frames of {chemical_symbols[z]} disagree ({table[z]} vs {e} eV)"
+            )
         table[z] = float(e)
     missing = sorted(set(species) - set(table))
     if missing:

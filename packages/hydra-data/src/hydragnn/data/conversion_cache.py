@@ -98,7 +98,11 @@ def publish(built: Path, entry: Path, digest: str, data_name: str) -> Path:
             return entry
         except OSError:
             existing = read_record(entry)
-            if existing is not None and existing.get("digest") == digest and open_entry(entry / data_name, digest, None) is not None:
+            if (
+                existing is not None
+                and existing.get("digest") == digest
+                and open_entry(entry / data_name, digest, None) is not None
+            ):
                 shutil.rmtree(built, ignore_errors=True)
                 return entry
             trash = entry.with_name(f".{entry.name}.stale-{os.getpid()}-{time.monotonic_ns()}")
@@ -124,7 +128,12 @@ def file_identity(path: Path, known: list[tuple[Path, dict[str, Any]]], verify: 
     trust_time = verify == "auto" and st.st_size >= HASH_ALWAYS_BELOW
     for _, record in known if trust_time else ():
         f = record["fingerprint"].get("file", {})
-        if record.get("path") == resolved and f.get("size") == st.st_size and record.get("mtime_ns") == st.st_mtime_ns and f.get("sha256"):
+        if (
+            record.get("path") == resolved
+            and f.get("size") == st.st_size
+            and record.get("mtime_ns") == st.st_mtime_ns
+            and f.get("sha256")
+        ):
             return {"name": path.name, "size": st.st_size, "sha256": f["sha256"], "mtime_ns": st.st_mtime_ns}
     return {"name": path.name, "size": st.st_size, "sha256": sha256_file(path), "mtime_ns": st.st_mtime_ns}
 

@@ -168,7 +168,9 @@ def _next_sample(
             continue
         labels = FrameLabels.of(atoms)
         if key not in labels.values:
-            raise SchemaError(f"{frame.where}: no label {key!r} for the energy of this IsolatedAtom frame; it has {labels.describe()}")
+            raise SchemaError(
+                f"{frame.where}: no label {key!r} for the energy of this IsolatedAtom frame; it has {labels.describe()}"
+            )
         try:
             energy = float(np.asarray(labels.values[key][1], dtype=np.float64).reshape(()))
         except (TypeError, ValueError):

@@ -144,7 +144,13 @@ class _Limits:
 
 
 def _copy(
-    src: BinaryIO, dst: BinaryIO, done: int, total: int | None, progress: ProgressCallback | None, limits: _Limits, part: Path
+    src: BinaryIO,
+    dst: BinaryIO,
+    done: int,
+    total: int | None,
+    progress: ProgressCallback | None,
+    limits: _Limits,
+    part: Path,
 ) -> int:
     """Stream ``src`` into ``dst``; returns the byte count including the ``done`` already there."""
     while chunk := src.read(_CHUNK):

@@ -175,7 +175,9 @@ def format_lsms(
     """
     n = len(numbers)
     if not (len(positions) == len(charges) == len(moments) == n):
-        raise DataError(f"format_lsms: expected N={n} positions, charges and moments, found {len(positions)}, {len(charges)}, {len(moments)}")
+        raise DataError(
+            f"format_lsms: expected N={n} positions, charges and moments, found {len(positions)}, {len(charges)}, {len(moments)}"
+        )
     lines = [f"{energy:.10g}"]
     for k, (z, (x, y, zz), q, m) in enumerate(zip(numbers, positions, charges, moments, strict=True)):
         lines.append(f"{int(z)}\t{k}\t{x:.10g}\t{y:.10g}\t{zz:.10g}\t{q:.10g}\t{m:.10g}")

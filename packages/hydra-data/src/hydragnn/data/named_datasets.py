@@ -115,14 +115,27 @@ _UNCONFIRMED = (
     "found in the sources stored for this project: url and sha256 are unknown (None)."
 )
 
+
 def _lsms_set(
-    name: str, title: str, n_atoms: int, elements: tuple[int, int], max_gib: int, landing: tuple[str, ...] = (),
+    name: str,
+    title: str,
+    n_atoms: int,
+    elements: tuple[int, int],
+    max_gib: int,
+    landing: tuple[str, ...] = (),
     note: str = "",
 ) -> NamedDataset:
     """One of upstream's LSMS sets: archive ``<name>.tar.gz``, no confirmed URL or checksum yet."""
     return NamedDataset(
-        name=name, title=title, archive=f"{name}.tar.gz", url=None, sha256=None, max_bytes=max_gib << 30,
-        n_atoms=n_atoms, elements=elements, landing=(CONSTELLATION, WIKI, *landing),
+        name=name,
+        title=title,
+        archive=f"{name}.tar.gz",
+        url=None,
+        sha256=None,
+        max_bytes=max_gib << 30,
+        n_atoms=n_atoms,
+        elements=elements,
+        landing=(CONSTELLATION, WIKI, *landing),
         provenance=_UNCONFIRMED.format(name=name) + note,
     )
 
@@ -133,7 +146,11 @@ NAMED_DATASETS: dict[str, NamedDataset] = {
     for d in (
         _lsms_set("CuAu_32atoms", f"Cu-Au binary alloy, 32-atom cells, {_PROPERTIES}", 32, (29, 79), 16),
         _lsms_set(
-            "FePt_32atoms", f"Fe-Pt binary alloy, 32-atom BCT cells, {_PROPERTIES}", 32, (26, 78), 16,
+            "FePt_32atoms",
+            f"Fe-Pt binary alloy, 32-atom BCT cells, {_PROPERTIES}",
+            32,
+            (26, 78),
+            16,
             landing=("https://github.com/ORNL/HydraGNN/issues/246",),
             note=" Upstream issue #246 calls the archive FePt.zip and points to examples/lsms (config lsms.json, "
             "Variables as here); examples/lsms/compute_enthalpy.py reads out_<k> files with the total energy in "

@@ -229,12 +229,20 @@ def fetch_raw(
         if sha is not None:
             path = cache.fetch(where, sha, entry.archive, progress=progress, timeout=timeout, max_bytes=entry.max_bytes)
             return RawData(path, sha, where, label)
-        path, actual = cache.fetch_unpinned(where, entry.archive, progress=progress, timeout=timeout, max_bytes=entry.max_bytes)
+        path, actual = cache.fetch_unpinned(
+            where, entry.archive, progress=progress, timeout=timeout, max_bytes=entry.max_bytes
+        )
     except ChecksumError as exc:
         raise ChecksumError(f"{exc} (the expected checksum comes from {sha_from})") from None
     except DownloadError as exc:
         raise DownloadError(how_to_place(entry, where, home, str(exc))) from exc
-    record = {"url": where, "sha256": actual, "size": path.stat().st_size, "archive": entry.archive, "time": time.time()}
+    record = {
+        "url": where,
+        "sha256": actual,
+        "size": path.stat().st_size,
+        "archive": entry.archive,
+        "time": time.time(),
+    }
     atomic_write(home / PIN, json.dumps(record, indent=1, sort_keys=True).encode())
     if log is not None:
         log(

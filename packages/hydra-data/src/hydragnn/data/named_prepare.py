@@ -57,7 +57,9 @@ def _identity(raw: RawData) -> dict:
     if raw.sha256 is not None:
         return {"name": raw.path.name, "size": raw.path.stat().st_size, "sha256": raw.sha256}
     listing = sorted(
-        (p.relative_to(raw.path).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in raw.path.rglob("*") if p.is_file()
+        (p.relative_to(raw.path).as_posix(), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in raw.path.rglob("*")
+        if p.is_file()
     )
     digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
     return {"name": raw.path.name + "/", "size": sum(s for _, s, _ in listing), "sha256": digest}
@@ -116,7 +118,12 @@ def prepare_named_dataset(
     fingerprint = {
         "converter": READER_VERSION,
         "file": _identity(raw),
-        "source": {"format": entry.format, "dataset": entry.name, "n_atoms": entry.n_atoms, "elements": list(entry.elements)},
+        "source": {
+            "format": entry.format,
+            "dataset": entry.name,
+            "n_atoms": entry.n_atoms,
+            "elements": list(entry.elements),
+        },
         "schema": resolved.to_dict(),
         "cutoff": float(cutoff),
         "container": container_format,
@@ -136,7 +143,9 @@ def prepare_named_dataset(
     if log is not None:
         why = f"rebuilding ({'; '.join(changes(known[0][1]['fingerprint'], fingerprint))})" if known else "preparing"
         log(f"{entry.name}: {why} {raw.path} into {final}")
-    built, record = _write_prepared(entry, raw, resolved, float(cutoff), container_format, final, fingerprint, cache_dir)
+    built, record = _write_prepared(
+        entry, raw, resolved, float(cutoff), container_format, final, fingerprint, cache_dir
+    )
     final = publish(built, final, digest, data_name)
     for old_entry, old in known:
         if old_entry != final and old["fingerprint"].get("file", {}).get("sha256") != fingerprint["file"]["sha256"]:
@@ -171,7 +180,9 @@ def _write_prepared(
         folder.mkdir(parents=True, exist_ok=True)
         built = Path(tempfile.mkdtemp(prefix=f".{final.name}.part-", dir=folder))
     except OSError as exc:
-        raise ContainerError(f"{folder}: the cache folder is not writable ({exc}); set Dataset.cache_dir or $HYDRAGNN_CACHE") from exc
+        raise ContainerError(
+            f"{folder}: the cache folder is not writable ({exc}); set Dataset.cache_dir or $HYDRAGNN_CACHE"
+        ) from exc
     count = [0]
 
     def samples() -> Iterator[Data]:
@@ -185,11 +196,18 @@ def _write_prepared(
 
     full_digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
     try:
-        write_dataset(built / data_name, samples(), container_format, schema=schema,
-                      metadata={"source": f"{entry.name} ({raw.origin})", "digest": full_digest})
+        write_dataset(
+            built / data_name,
+            samples(),
+            container_format,
+            schema=schema,
+            metadata={"source": f"{entry.name} ({raw.origin})", "digest": full_digest},
+        )
     except BaseException as exc:
         shutil.rmtree(built, ignore_errors=True)
-        if isinstance(exc, DataError) and not isinstance(exc, (SchemaError, ContainerError)):  # the content, not the disk
+        if isinstance(exc, DataError) and not isinstance(
+            exc, (SchemaError, ContainerError)
+        ):  # the content, not the disk
             forget_pin(entry, raw, cache_dir)
         raise
     record = {

@@ -262,17 +262,23 @@ def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Ten
             for start in firsts:
                 atoms = torch.arange(start, start + count, device=device)
                 for c0 in range(0, count, step):
-                    grid = torch.meshgrid(atoms[c0 : c0 + step], atoms, torch.arange(n_images, device=device), indexing="ij")
+                    grid = torch.meshgrid(
+                        atoms[c0 : c0 + step], atoms, torch.arange(n_images, device=device), indexing="ij"
+                    )
                     i, j, m = (t.flatten() for t in grid)
                     parts.append(_near(inputs, j, i, images[m]))
             continue
         local = torch.arange(count, device=device)
-        li, lj, lm = (t.flatten() for t in torch.meshgrid(local, local, torch.arange(n_images, device=device), indexing="ij"))
+        li, lj, lm = (
+            t.flatten() for t in torch.meshgrid(local, local, torch.arange(n_images, device=device), indexing="ij")
+        )
         offsets = torch.tensor(firsts, device=device)
         step = max(1, _GROUP_PAIRS // li.numel())
         for g0 in range(0, len(firsts), step):
             first = offsets[g0 : g0 + step].unsqueeze(1)
-            parts.append(_near(inputs, (first + lj).flatten(), (first + li).flatten(), images[lm.repeat(first.shape[0])]))
+            parts.append(
+                _near(inputs, (first + lj).flatten(), (first + li).flatten(), images[lm.repeat(first.shape[0])])
+            )
     if not parts:
         empty = torch.zeros(0, dtype=torch.long, device=device)
         return empty, empty, torch.zeros(0, 3, dtype=torch.long, device=device)

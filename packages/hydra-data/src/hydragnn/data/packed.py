@@ -118,7 +118,9 @@ class PackedGraphs:
                 return False
         return True
 
-    def chunks(self, selections: Iterable[Sequence[int]], max_bytes: int | None = None) -> Iterator[list[Sequence[int]]]:
+    def chunks(
+        self, selections: Iterable[Sequence[int]], max_bytes: int | None = None
+    ) -> Iterator[list[Sequence[int]]]:
         """``selections`` in order, grouped into lists whose graphs hold about ``max_bytes``
         (default :data:`CHUNK_BYTES`) of tensors at most, and at least one selection each: what one
         :meth:`batches` call cuts."""

@@ -97,10 +97,7 @@ def _checked(sample: Data, var: Variable, counts: dict[str, Any], where: str) ->
     hint = ""
     if t.numel() == rows * var.dim and t.dim() < 2:
         lead = {"node": ("N", -1), "edge": ("E", -1), "graph": ("1", 1)}[var.level]
-        hint = (
-            f"; {var.level} variables have shape ({lead[0]}, dim): "
-            f"use {var.name}.reshape({lead[1]}, {var.dim})"
-        )
+        hint = f"; {var.level} variables have shape ({lead[0]}, dim): use {var.name}.reshape({lead[1]}, {var.dim})"
     raise SchemaError(f"{label}: wrong shape: expected {expected}, found {_describe(t)}{hint}")
 
 

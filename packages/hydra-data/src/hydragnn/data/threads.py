@@ -186,4 +186,3 @@ def wait_policy(environ: Mapping[str, str] = os.environ) -> str:
         return "OpenMP spins (set OMP_WAIT_POLICY=PASSIVE before torch)"
     here = _PASSIVE_SET_HERE and environ is os.environ and policy == "PASSIVE"
     return f"OpenMP {policy.lower()} ({'set by hydragnn' if here else 'from environment'})"
-

@@ -72,14 +72,22 @@ def perpendicular_widths(cell: torch.Tensor) -> torch.Tensor:
     a, b, c = cell[:, 0], cell[:, 1], cell[:, 2]
     volume = torch.linalg.cross(a, b).mul(c).sum(-1).abs()
     faces = torch.stack(
-        [torch.linalg.cross(b, c).norm(dim=-1), torch.linalg.cross(c, a).norm(dim=-1), torch.linalg.cross(a, b).norm(dim=-1)],
+        [
+            torch.linalg.cross(b, c).norm(dim=-1),
+            torch.linalg.cross(c, a).norm(dim=-1),
+            torch.linalg.cross(a, b).norm(dim=-1),
+        ],
         dim=-1,
     )
     return volume.unsqueeze(-1) / faces.clamp_min(1e-300)
 
 
 def check_cell_size(
-    cell: torch.Tensor, pbc: torch.Tensor, cutoff: float, max_cell_images: int = DEFAULT_MAX_CELL_IMAGES, where: str = "cell"
+    cell: torch.Tensor,
+    pbc: torch.Tensor,
+    cutoff: float,
+    max_cell_images: int = DEFAULT_MAX_CELL_IMAGES,
+    where: str = "cell",
 ) -> None:
     """Refuse periodic cells too small for ``cutoff`` (see the module docstring).
 

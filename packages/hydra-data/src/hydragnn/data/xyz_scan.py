@@ -182,7 +182,9 @@ def _walk(path: Path, lines: _Lines, last_frame: int | None, size: int | None, r
                 seen[1], seen[2] = seen[1] + 1, max(seen[2], keys.count(key))
         got = lines.skip(count)
         if got < count:
-            raise ContainerError(f"{where}: declares {count} atoms; the file holds {got} more line{'s' if got != 1 else ''}")
+            raise ContainerError(
+                f"{where}: declares {count} atoms; the file holds {got} more line{'s' if got != 1 else ''}"
+            )
         header = lines.line()
         vec = 0
         while header is not None and header.lstrip().startswith(b"VEC") and vec < 3:

@@ -9,7 +9,6 @@ per-atom energies with forces ``-dE/dpos`` and stress by autograd. ``save_artifa
 Every public name is imported on first use (PEP 562): ``import hydragnn.models`` loads no torch.
 """
 
-
 from hydragnn.data.lazy import lazy_names
 
 from .__about__ import __version__

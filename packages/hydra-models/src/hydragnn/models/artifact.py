@@ -289,7 +289,20 @@ class _TooLarge(Exception):
 
 
 _FACTORIES = frozenset(
-    {"empty", "empty_strided", "zeros", "ones", "full", "rand", "randn", "randint", "new_empty", "new_zeros", "new_ones", "new_full"}
+    {
+        "empty",
+        "empty_strided",
+        "zeros",
+        "ones",
+        "full",
+        "rand",
+        "randn",
+        "randint",
+        "new_empty",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+    }
 )
 _RANGES = frozenset({"linspace", "logspace", "arange", "eye", "randperm"})
 _INTEGER_RANGES = frozenset({"arange", "randperm"})
@@ -308,7 +321,11 @@ def _factory_size(name: str, args: tuple, kwargs: dict) -> Any:
         return [args[0]]
     if name == "arange":
         start, end, step = (0, args[0], 1) if len(args) == 1 else (*args[:2], args[2] if len(args) > 2 else 1)
-        if all(isinstance(v, (int, float)) for v in (start, end, step)) and step and math.isfinite((end - start) / step):
+        if (
+            all(isinstance(v, (int, float)) for v in (start, end, step))
+            and step
+            and math.isfinite((end - start) / step)
+        ):
             return [max(0, math.ceil((end - start) / step))]
     return None
 
@@ -329,11 +346,17 @@ class _AllocationGuard(TorchDispatchMode):
         size = _factory_size(name, args, kwargs) if name in _FACTORIES or name in _RANGES else None
         if isinstance(size, (list, tuple)) and all(isinstance(n, int) for n in size):
             dtype = kwargs.get("dtype") or (
-                args[0].dtype if name.startswith("new_") else torch.int64 if name in _INTEGER_RANGES else torch.get_default_dtype()
+                args[0].dtype
+                if name.startswith("new_")
+                else torch.int64
+                if name in _INTEGER_RANGES
+                else torch.get_default_dtype()
             )
             nbytes = math.prod(size) * dtype.itemsize
             if nbytes > self.per_tensor:
-                raise _TooLarge(tuple(size), nbytes, f"more than the {self.per_tensor / 2**20:.1f} MiB allowed per tensor")
+                raise _TooLarge(
+                    tuple(size), nbytes, f"more than the {self.per_tensor / 2**20:.1f} MiB allowed per tensor"
+                )
             self.allocated += nbytes
             if self.allocated > self.total:
                 raise _TooLarge(

@@ -187,7 +187,9 @@ def apply_strain(
     if cell is not None:
         cell = cell + torch.bmm(cell, sym)
     if edge_shift is not None:
-        edge_shift = edge_shift + torch.einsum("ei,eij->ej", edge_shift, sym.index_select(0, batch.index_select(0, edge_index[1])))
+        edge_shift = edge_shift + torch.einsum(
+            "ei,eij->ej", edge_shift, sym.index_select(0, batch.index_select(0, edge_index[1]))
+        )
     return pos, cell, edge_shift, displacement
 
 

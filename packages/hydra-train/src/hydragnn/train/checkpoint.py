@@ -87,7 +87,9 @@ def load_state_strict(model: nn.Module, state: Mapping[str, torch.Tensor], where
             parts.append(f"unexpected keys {unexpected}")
         if shapes:
             parts.append(f"shape mismatches {shapes}")
-        raise CheckpointError(f"{where}: checkpoint does not match the model (other architecture?): " + "; ".join(parts))
+        raise CheckpointError(
+            f"{where}: checkpoint does not match the model (other architecture?): " + "; ".join(parts)
+        )
     model.load_state_dict(state, strict=True)
 
 

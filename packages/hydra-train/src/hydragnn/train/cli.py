@@ -45,11 +45,19 @@ def train_main(argv: list[str] | None = None) -> int:
         "Training.max_time_s is the budget of the whole run, earlier segments included: a run that used it up "
         "trains no more until you raise max_time_s",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace the run files of a previous run in the folder")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the run files of a previous run in the folder"
+    )
     parser.add_argument(
         "--init-from", type=Path, default=None, help="fine-tune a trained model artifact (overrides Training.init_from)"
     )
-    parser.add_argument("--verbosity", type=int, default=None, choices=range(5), help="override Verbosity.level (also what train.log records)")
+    parser.add_argument(
+        "--verbosity",
+        type=int,
+        default=None,
+        choices=range(5),
+        help="override Verbosity.level (also what train.log records)",
+    )
     parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
     from hydragnn.data import DataError
@@ -99,7 +107,9 @@ def predict_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", default=None, help="frames of the file to evaluate, as ase.io.read's index")
     parser.add_argument("--head", default=None, help="the energy head of a model trained on several sources")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--output", type=Path, default=None, help="write targets and predictions (torch .pt of tensors)")
+    parser.add_argument(
+        "--output", type=Path, default=None, help="write targets and predictions (torch .pt of tensors)"
+    )
     parser.add_argument(
         "--json", action="store_true", help="print the errors as JSON (with the model's loss on the data, unitless)"
     )

@@ -30,7 +30,15 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["MAX_MEMBERS", "MIN_EPOCHS", "MIN_STEPS", "CommitteeChoice", "choose_members", "stored_members", "time_train_step"]
+__all__ = [
+    "MAX_MEMBERS",
+    "MIN_EPOCHS",
+    "MIN_STEPS",
+    "CommitteeChoice",
+    "choose_members",
+    "stored_members",
+    "time_train_step",
+]
 
 MAX_MEMBERS = 3
 """The largest committee ``"auto"`` builds (serving cost grows with it; the measured gain of a
@@ -118,7 +126,9 @@ def stored_members(run_dir: Path) -> int:
     try:
         members = json.loads(path.read_text())["NeuralNetwork"]["Architecture"]["committee"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: no committee size recorded ({exc}); the run cannot resume an 'auto' committee") from exc
+        raise ValueError(
+            f"{path}: no committee size recorded ({exc}); the run cannot resume an 'auto' committee"
+        ) from exc
     if not isinstance(members, int) or isinstance(members, bool) or members < 1:
         raise ValueError(f"{path}: NeuralNetwork.Architecture.committee is {members!r}, not a member count")
     return members

@@ -167,7 +167,9 @@ def _architecture(
     except ModelConfigError as exc:
         raise ConfigError(str(exc)) from exc
     if mode in REFERENCE_MODES and not mc.mlip.enabled:
-        raise ConfigError(f"{ARCH}.reference_energies: {mode!r} is for interatomic potentials (enable_interatomic_potential)")
+        raise ConfigError(
+            f"{ARCH}.reference_energies: {mode!r} is for interatomic potentials (enable_interatomic_potential)"
+        )
     parsed_values = key_values(mc)
     for key in sorted(ARCH_COMMON_KEYS):
         if key not in arch and key not in ("task_weights", "reference_energies", "output_heads", *FITTED_KEYS):
@@ -185,6 +187,28 @@ def _artifact_architecture(path: str) -> dict[str, Any]:
         return dict(read_manifest(path)["architecture"])
     except ModelError as exc:
         raise ConfigError(f"{TRAINING}.init_from: {exc}") from None
+
+
+def _dataset(dataset: DatasetConfig, mc: ModelConfig) -> DatasetConfig:
+    """``Dataset`` completed by the model: its cutoff (and each source's) from the model radius;
+    sources only for an interatomic potential whose energy heads, if named, are the sources."""
+    if dataset.cutoff is None:
+        dataset = dataclasses.replace(dataset, cutoff=mc.radius)
+    if not dataset.sources:
+        return dataset
+    filled = tuple(
+        s if s.cutoff is not None else dataclasses.replace(s, cutoff=dataset.cutoff) for s in dataset.sources
+    )
+    dataset = dataclasses.replace(dataset, sources=filled)
+    if not mc.mlip.enabled:
+        raise ConfigError(
+            "Dataset.sources: one energy head per source is for interatomic potentials (enable_interatomic_potential)"
+        )
+    names = [s.name for s in dataset.sources]
+    heads = [h.name for h in mc.mlip.energy_heads] if mc.mlip.energy_heads else None
+    if heads is not None and heads != names:
+        raise ConfigError(f"{ARCH}.energy_heads: {heads} must be the Dataset.sources names in order, {names}")
+    return dataset
 
 
 def load_config(
@@ -217,7 +241,11 @@ def load_config(
         if key not in top:
             raise ConfigError(
                 f"{key}: required section missing"
-                + (" (a 'path' or 'train_file' of structures, a 'generator', or the 'name' of a published data set)" if key == "Dataset" else "")
+                + (
+                    " (a 'path' or 'train_file' of structures, a 'generator', or the 'name' of a published data set)"
+                    if key == "Dataset"
+                    else ""
+                )
             )
     verb = section(top.get("Verbosity"), "Verbosity", {"level"})
     level = parse_value(verb.get("level", 2), int, "Verbosity.level", ConfigError, {"min": 0, "max": 4})
@@ -260,18 +288,7 @@ def load_config(
         if mlip_filled:
             training = parse(training_values)
     arch, mc, mode = _architecture(arch_section, training, from_artifact="Architecture" not in nn)
-    dataset = DatasetConfig.from_dict(top["Dataset"], base=base)
-    if dataset.cutoff is None:
-        dataset = dataclasses.replace(dataset, cutoff=mc.radius)
-    if dataset.sources:
-        filled = tuple(s if s.cutoff is not None else dataclasses.replace(s, cutoff=dataset.cutoff) for s in dataset.sources)
-        dataset = dataclasses.replace(dataset, sources=filled)
-        if not mc.mlip.enabled:
-            raise ConfigError("Dataset.sources: one energy head per source is for interatomic potentials (enable_interatomic_potential)")
-        names = [s.name for s in dataset.sources]
-        heads = [h.name for h in mc.mlip.energy_heads] if mc.mlip.energy_heads else None
-        if heads is not None and heads != names:
-            raise ConfigError(f"{ARCH}.energy_heads: {heads} must be the Dataset.sources names in order, {names}")
+    dataset = _dataset(DatasetConfig.from_dict(top["Dataset"], base=base), mc)
     return RunConfig(
         verbosity=level,
         dataset=dataset,

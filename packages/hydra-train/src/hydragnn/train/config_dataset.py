@@ -206,7 +206,9 @@ class DatasetConfig:
         if not sources:
             ase_only = sorted(k for k in (*_ASE_ONLY, "format") if k in v and k != "cache_verify")
             if ase_only:
-                raise ConfigError(f"{where}.{ase_only[0]}: not for the published data set {name!r} (LSMS files, read as published)")
+                raise ConfigError(
+                    f"{where}.{ase_only[0]}: not for the published data set {name!r} (LSMS files, read as published)"
+                )
         for key in ("valid_file", "test_file"):
             if kw.get(key) is not None and kw.get("train_file") is None:
                 raise ConfigError(f"{where}.{key}: only together with 'train_file'")
@@ -234,11 +236,20 @@ class DatasetConfig:
         if not isinstance(v["sources"], list) or not v["sources"]:
             raise ConfigError(f"{where}.sources: expected a non-empty list of data sources, found {v['sources']!r}")
         verify = v.get("cache_verify")
-        top = cls.from_dict({k: v[k] for k in v if k not in ("sources", "cache_verify")} | {"generator": {}}, where, base)
+        top = cls.from_dict(
+            {k: v[k] for k in v if k not in ("sources", "cache_verify")} | {"generator": {}}, where, base
+        )
         if verify is not None:
-            top = dataclasses.replace(top, cache_verify=cp.parse_fields(cls, {"cache_verify": verify}, where, ConfigError)["cache_verify"])
-        inherited = {"seed": top.seed, "cutoff": top.cutoff, "cache_dir": top.cache_dir, "cache_format": top.cache_format,
-                     "cache_verify": top.cache_verify}
+            top = dataclasses.replace(
+                top, cache_verify=cp.parse_fields(cls, {"cache_verify": verify}, where, ConfigError)["cache_verify"]
+            )
+        inherited = {
+            "seed": top.seed,
+            "cutoff": top.cutoff,
+            "cache_dir": top.cache_dir,
+            "cache_format": top.cache_format,
+            "cache_verify": top.cache_verify,
+        }
         sources = []
         for i, entry in enumerate(v["sources"]):
             at = f"{where}.sources[{i}]"
@@ -250,7 +261,9 @@ class DatasetConfig:
         names = [s.name for s in sources]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
-            raise ConfigError(f"{where}.sources: names must be unique (they name the energy heads), found {twice} twice")
+            raise ConfigError(
+                f"{where}.sources: names must be unique (they name the energy heads), found {twice} twice"
+            )
         return dataclasses.replace(top, generator=None, sources=tuple(sources))
 
     def to_dict(self) -> dict[str, Any]:
@@ -288,8 +301,12 @@ class DatasetConfig:
                     out[key] = getattr(self, key)
             if self.keys:
                 out["keys"] = dict(self.keys)
-            out.update(index=self.index, config_type_key=self.config_type_key, cache_format=self.cache_format,
-                       cache_verify=self.cache_verify)
+            out.update(
+                index=self.index,
+                config_type_key=self.config_type_key,
+                cache_format=self.cache_format,
+                cache_verify=self.cache_verify,
+            )
             for key in ("config_types", "file_format", "cache_dir"):
                 value = getattr(self, key)
                 if value is not None:

@@ -147,7 +147,11 @@ _SECTIONS = frozenset(
     | {"SecondStage", "FineTune", "model_keys", "callbacks"}
 )
 """Training keys parsed by their own ``from_dict`` (rules between their keys); the rest by annotation."""
-_TRAINING_KEYS = (section_keys(TrainingConfig) - {"model_keys"}) | {"patience", "checkpoint_warmup", *MODEL_KEYS_IN_TRAINING}
+_TRAINING_KEYS = (section_keys(TrainingConfig) - {"model_keys"}) | {
+    "patience",
+    "checkpoint_warmup",
+    *MODEL_KEYS_IN_TRAINING,
+}
 
 
 def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:

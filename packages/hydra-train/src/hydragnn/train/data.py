@@ -268,15 +268,34 @@ def load_run_data(
     def convert(file: str, schema: Schema | None) -> tuple[ConvertedSource, list[Data]]:
         result = None
         if is_main:
-            result = convert_source(_source(ds, file), cutoff=cutoff, schema=schema, cache_dir=ds.cache_dir,
-                                    container_format=ds.cache_format, verify=ds.cache_verify, log=log)
+            result = convert_source(
+                _source(ds, file),
+                cutoff=cutoff,
+                schema=schema,
+                cache_dir=ds.cache_dir,
+                container_format=ds.cache_format,
+                verify=ds.cache_verify,
+                log=log,
+            )
         barrier()
         if result is None:
-            result = convert_source(_source(ds, file), cutoff=cutoff, schema=schema, cache_dir=ds.cache_dir,
-                                    container_format=ds.cache_format, verify=ds.cache_verify)
+            result = convert_source(
+                _source(ds, file),
+                cutoff=cutoff,
+                schema=schema,
+                cache_dir=ds.cache_dir,
+                container_format=ds.cache_format,
+                verify=ds.cache_verify,
+            )
         files.append(
-            {"path": file, "samples": len(result.dataset), "cached": result.cached, "seconds": result.seconds,
-             "entry": str(result.entry), "sha256": result.record["fingerprint"]["file"]["sha256"]}
+            {
+                "path": file,
+                "samples": len(result.dataset),
+                "cached": result.cached,
+                "seconds": result.seconds,
+                "entry": str(result.entry),
+                "sha256": result.record["fingerprint"]["file"]["sha256"],
+            }
         )
         samples = [_complete(result.dataset[i], cutoff, pe_dim) for i in range(len(result.dataset))]
         return result, samples

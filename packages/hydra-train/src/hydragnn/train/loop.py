@@ -94,8 +94,6 @@ def _clone_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
-
-
 def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, progress: Progress) -> list[Callback]:
     """The callbacks the ``Training`` section asks for, in the order they run."""
     module = strategy.unwrap()
@@ -238,7 +236,9 @@ class TrainingLoop:
         try:
             for cb in self.callbacks:
                 cb.on_fit_start(self)
-            self.log(f"training {log_name}: {self.cfg.num_epoch} epochs, {len(train_loader)} batches per epoch per rank")
+            self.log(
+                f"training {log_name}: {self.cfg.num_epoch} epochs, {len(train_loader)} batches per epoch per rank"
+            )
             if self.stop_reason is not None:
                 self.log(self._stop_message)
             else:
@@ -339,9 +339,7 @@ class TrainingLoop:
             "train_time_s": self.train_time_s(),
             "rng": get_rng_state(),
             "fingerprint": dict(self.fingerprint) if self.fingerprint is not None else None,
-            "callbacks": {
-                cb.name: state for cb in self.callbacks if (state := cb.state_dict()) is not None
-            },
+            "callbacks": {cb.name: state for cb in self.callbacks if (state := cb.state_dict()) is not None},
         }
         if self.strategy.is_main:
             atomic_save(state, self.ckpt_path)
@@ -382,7 +380,11 @@ class TrainingLoop:
         """The best model's test losses and errors per head, into ``summary``."""
         loss, heads, trues, preds, extras = evaluate_losses(self.strategy, test_loader, collect=True)
         trues, preds, natoms = gather_rows(self.strategy, trues, preds, extras.get("natoms"))
-        summary["test"] = {"loss": loss, "heads": heads, "mae": mae_report(trues, preds, natoms, head_units(self.module))}
+        summary["test"] = {
+            "loss": loss,
+            "heads": heads,
+            "mae": mae_report(trues, preds, natoms, head_units(self.module)),
+        }
         summary["test_targets"], summary["test_predictions"], summary["test_natoms"] = trues, preds, natoms
         self.log(f"test loss {loss:.6g}; errors per head (energies per atom, vectors per component):")
         for line in format_errors(summary["test"]["mae"]):

@@ -260,10 +260,16 @@ class _Run:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(tr.seed)
                 probe = build_model(model_config, self.cfg.schema)
-            probe_loader = create_dataloaders(data.train, None, None, tr.batch_size, batching=tr.batching, seed=tr.seed)[0]
+            probe_loader = create_dataloaders(
+                data.train, None, None, tr.batch_size, batching=tr.batching, seed=tr.seed
+            )[0]
             assert probe_loader is not None  # data.train is not None: the run's loader exists
             step = time_train_step(probe, probe_loader, build_optimizer_factory(tr.optimizer), self.strategy.device)
-            step_s = float(self.strategy.all_reduce_mean(torch.tensor([step], dtype=torch.float64, device=self.strategy.device)).item())
+            step_s = float(
+                self.strategy.all_reduce_mean(
+                    torch.tensor([step], dtype=torch.float64, device=self.strategy.device)
+                ).item()
+            )
             del probe
         val_batches = len(loaders[1]) if loaders[1] is not None else 0
         train_batches = len(loaders[0]) if loaders[0] is not None else 0

@@ -124,14 +124,14 @@ def _json(table: dict[int, float]) -> dict[str, float]:
     return {str(z): e for z, e in table.items()}
 
 
-def _scale_shift(
-    part: RunData, model_config: ModelConfig, reference: dict[int, float]
-) -> tuple[dict[str, float], str]:
+def _scale_shift(part: RunData, model_config: ModelConfig, reference: dict[int, float]) -> tuple[dict[str, float], str]:
     per_atom, forces = [], []
     for i, sample in enumerate(part.train):
         z = sample.atomic_number.reshape(-1).long().tolist()
         if not z:
-            raise DataError(f"training sample {i} has no atoms: an energy per atom is undefined (remove it from the data)")
+            raise DataError(
+                f"training sample {i} has no atoms: an energy per atom is undefined (remove it from the data)"
+            )
         energy = float(getattr(sample, model_config.mlip.energy_name).reshape(-1)[0])
         per_atom.append((energy - sum(reference.get(k, 0.0) for k in z)) / len(z))
         f = getattr(sample, model_config.mlip.forces_name, None)

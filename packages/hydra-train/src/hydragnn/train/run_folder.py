@@ -121,7 +121,11 @@ def check_fingerprint(stored: Mapping[str, Any] | None, current: Mapping[str, An
     if stored is None:
         return
     keys = sorted(set(stored) | set(current))
-    diffs = [f"{k}: {stored.get(k, '<absent>')!r} -> {current.get(k, '<absent>')!r}" for k in keys if stored.get(k) != current.get(k)]
+    diffs = [
+        f"{k}: {stored.get(k, '<absent>')!r} -> {current.get(k, '<absent>')!r}"
+        for k in keys
+        if stored.get(k) != current.get(k)
+    ]
     if diffs:
         shown = "; ".join(diffs[:12]) + (f"; ... ({len(diffs) - 12} more)" if len(diffs) > 12 else "")
         raise CheckpointError(

@@ -87,7 +87,9 @@ def known_good(record: dict[str, Any]) -> bool:
     if key is None:
         return False
     stamp = record.get("seal")
-    if isinstance(stamp, str) and hmac.compare_digest(stamp, hmac.new(key, _canonical(record), hashlib.sha256).hexdigest()):
+    if isinstance(stamp, str) and hmac.compare_digest(
+        stamp, hmac.new(key, _canonical(record), hashlib.sha256).hexdigest()
+    ):
         return True
     return _digest(record, key) in _verified(key)
 
@@ -129,7 +131,11 @@ def probe_in_child(path: Path, timeout_s: float | None = None) -> None:
     if out.returncode == 0 and out.stdout.strip().endswith("ok"):
         return
     if out.returncode < 0:
-        name = signal.Signals(-out.returncode).name if -out.returncode in signal.Signals._value2member_map_ else out.returncode
+        name = (
+            signal.Signals(-out.returncode).name
+            if -out.returncode in signal.Signals._value2member_map_
+            else out.returncode
+        )
         why = f"the ADIOS2 reader crashed ({name})"
     else:
         tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1][-300:]

@@ -72,6 +72,7 @@ def _has_pt_files(path: Path) -> bool:
 MAX_FOREIGN_SAMPLE_BYTES = 1 << 30
 """Largest sample file read from a ``.pt`` directory without a manifest (1 GiB)."""
 
+
 class PtDirectoryDataset(ContainerDataset):
     """Random-access dataset stored as a directory of ``.pt`` files (see the module docstring).
 
@@ -118,14 +119,20 @@ class PtDirectoryDataset(ContainerDataset):
         for i, sample in enumerate(samples):
             fields = dict(sample_fields(sample, f"{path}: sample {i}"))
             chunk.append(fields)
-            chunk_bytes += sum(v.numel() * v.element_size() if isinstance(v, torch.Tensor) else len(v) for v in fields.values())
+            chunk_bytes += sum(
+                v.numel() * v.element_size() if isinstance(v, torch.Tensor) else len(v) for v in fields.values()
+            )
             n += 1
             if len(chunk) == CHUNK_SAMPLES or chunk_bytes >= CHUNK_BYTES:
                 flush()
                 chunk, chunk_bytes = [], 0
         if chunk:
             flush()
-        manifest = {**header, "n_samples": n, "files": {"digits": digits, "starts": starts, "sizes": sizes, "crc32": crcs}}
+        manifest = {
+            **header,
+            "n_samples": n,
+            "files": {"digits": digits, "starts": starts, "sizes": sizes, "crc32": crcs},
+        }
         with open(path / MANIFEST, "w") as f:
             json.dump(manifest, f, allow_nan=True, separators=(",", ":"))
             f.flush()
@@ -300,7 +307,9 @@ def _pack(chunk: list[dict[str, torch.Tensor | str]]) -> dict[str, Any]:
             isinstance(v, torch.Tensor) and v.dtype == first.dtype and v.dim() == first.dim() for v in values
         ):
             tensors = cast(list[torch.Tensor], values)
-            shapes = torch.tensor([list(t.shape) for t in tensors], dtype=torch.int64).reshape(len(tensors), first.dim())
+            shapes = torch.tensor([list(t.shape) for t in tensors], dtype=torch.int64).reshape(
+                len(tensors), first.dim()
+            )
             out[key] = {"data": torch.cat([t.reshape(-1) for t in tensors]), "shapes": shapes}
         else:
             out[key] = {"values": values}
@@ -318,8 +327,10 @@ class _Field:
             raise bad
         if "values" in packed:
             values = packed["values"]
-            if not isinstance(values, list) or len(values) != count or not all(
-                v is None or isinstance(v, (torch.Tensor, str)) for v in values
+            if (
+                not isinstance(values, list)
+                or len(values) != count
+                or not all(v is None or isinstance(v, (torch.Tensor, str)) for v in values)
             ):
                 raise bad
             self.values: list[Any] | None = values
@@ -327,15 +338,21 @@ class _Field:
         self.values = None
         data, shapes = packed.get("data"), packed.get("shapes")
         if not (
-            isinstance(data, torch.Tensor) and data.dim() == 1
-            and isinstance(shapes, torch.Tensor) and shapes.dtype == torch.int64 and shapes.dim() == 2
-            and shapes.shape[0] == count and bool((shapes >= 0).all())
+            isinstance(data, torch.Tensor)
+            and data.dim() == 1
+            and isinstance(shapes, torch.Tensor)
+            and shapes.dtype == torch.int64
+            and shapes.dim() == 2
+            and shapes.shape[0] == count
+            and bool((shapes >= 0).all())
         ):
             raise bad
         self.shapes = [tuple(row) for row in shapes.tolist()]
         ends = list(itertools.accumulate(math.prod(shape) for shape in self.shapes))  # Python ints: no overflow
         if (ends[-1] if ends else 0) != data.numel():
-            raise ContainerError(f"{where}: field {key!r} holds {data.numel()} values, its shapes {ends[-1] if ends else 0}")
+            raise ContainerError(
+                f"{where}: field {key!r} holds {data.numel()} values, its shapes {ends[-1] if ends else 0}"
+            )
         self.data = data
         self.bounds = list(zip([0, *ends[:-1]], ends))
 
@@ -357,6 +374,8 @@ def _unpack(fields: dict[Any, Any], orders: Any, count: int, where: str) -> tupl
             raise ContainerError(f"{where}: 'orders' is not a list of {count} key orders")
         for j, order in enumerate(orders):
             present = {f.key for f in packed if (f.values[j] is not None if f.values is not None else True)}
-            if order is not None and (not isinstance(order, list) or set(order) != present or len(order) != len(present)):
+            if order is not None and (
+                not isinstance(order, list) or set(order) != present or len(order) != len(present)
+            ):
                 raise ContainerError(f"{where}: sample {j}'s key order does not name its attributes")
     return packed, orders

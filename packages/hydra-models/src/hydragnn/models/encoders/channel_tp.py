@@ -31,7 +31,16 @@ import torch
 from e3nn import o3
 from torch import nn
 
-__all__ = ["DENSE_LINEAR_MAX", "DENSE_TP_MAX_WORK", "ChannelTP", "DenseLinear", "channel_tp", "dense_bilinear", "dense_linear", "outer"]
+__all__ = [
+    "DENSE_LINEAR_MAX",
+    "DENSE_TP_MAX_WORK",
+    "ChannelTP",
+    "DenseLinear",
+    "channel_tp",
+    "dense_bilinear",
+    "dense_linear",
+    "outer",
+]
 
 DENSE_LINEAR_MAX = 4096
 """Largest ``d_in * d_out`` of an ``o3.Linear`` run as one dense matrix (sizes where dispatch,

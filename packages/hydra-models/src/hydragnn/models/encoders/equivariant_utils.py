@@ -138,9 +138,7 @@ class EquivariantEncoder(Encoder):
     def name(self) -> str:
         return type(self).__name__
 
-    def edge_inputs(
-        self, inputs: GraphInputs
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def edge_inputs(self, inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """``(s [N, H], length [E], unit [E, 3], edge_attr [E, edge_in] or None)``: the embedded
         atoms and the edge geometry and inputs in their dtype."""
         length, unit = edge_geometry(inputs, self.name)

@@ -36,7 +36,12 @@ class E3nnProduct(o3.TensorProduct):
 
     def forward(self, x, y, weight=None):  # noqa: D102  (e3nn's signature)
         rows = math.prod(x.shape[:-1])  # (Size.numel() would fix a symbolic size)
-        if self.dense is None or weight is None or not isinstance(rows, int) or rows * self.dense.mul > DENSE_TP_MAX_WORK:
+        if (
+            self.dense is None
+            or weight is None
+            or not isinstance(rows, int)
+            or rows * self.dense.mul > DENSE_TP_MAX_WORK
+        ):
             return super().forward(x, y, weight)
         return self.dense(x, y, weight)
 

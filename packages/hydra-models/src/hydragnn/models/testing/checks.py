@@ -198,7 +198,9 @@ def check_batch_equals_single(subject: Subject | str) -> None:
     out = model(collate(samples))
     singles = [model(collate([s])) for s in samples]
     for key in out:
-        torch.testing.assert_close(out[key], torch.cat([s[key] for s in singles]), rtol=s.tol.batching[0], atol=s.tol.batching[1])
+        torch.testing.assert_close(
+            out[key], torch.cat([s[key] for s in singles]), rtol=s.tol.batching[0], atol=s.tol.batching[1]
+        )
 
 
 def check_padding(subject: Subject | str) -> None:
@@ -256,7 +258,9 @@ def check_periodic_supercell(subject: Subject | str) -> None:
     small, big = supercell_sample(CUTOFF)
     a, b = model(collate([small])), model(collate([big]))
     n = small.num_nodes
-    torch.testing.assert_close(b["energy"] / big.num_nodes, a["energy"] / n, rtol=s.tol.batching[0], atol=s.tol.batching[1])
+    torch.testing.assert_close(
+        b["energy"] / big.num_nodes, a["energy"] / n, rtol=s.tol.batching[0], atol=s.tol.batching[1]
+    )
     torch.testing.assert_close(b["forces"][:n], a["forces"], rtol=rtol, atol=atol)
     torch.testing.assert_close(b["forces"][n:], a["forces"], rtol=rtol, atol=atol)
     torch.testing.assert_close(b["stress"], a["stress"], rtol=rtol, atol=atol / 10)
@@ -308,5 +312,3 @@ def check_checkpointing(subject: Subject | str) -> None:
     assert sorted(g1) == sorted(g2)
     for key in g1:
         torch.testing.assert_close(g2[key], g1[key], rtol=10 * c_rtol, atol=c_atol)
-
-

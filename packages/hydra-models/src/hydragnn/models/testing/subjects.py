@@ -141,5 +141,3 @@ def build(name: str, seed: int = 0, schema=SCHEMA, **overrides):
 def is_equivariant(name: str) -> bool:
     """Whether subject ``name`` returns vector features (encoder class or variant)."""
     return subject(name).equivariant
-
-

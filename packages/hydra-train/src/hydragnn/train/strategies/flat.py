@@ -182,7 +182,9 @@ class FlatStep:
             return True
         for g in self.groups:
             g.flat.grad = g.grad
-        flat_state: dict[torch.Tensor, dict[str, Any]] = {g.flat: {"step": g.step, "exp_avg": g.exp_avg, "exp_avg_sq": g.exp_avg_sq} for g in self.groups}
+        flat_state: dict[torch.Tensor, dict[str, Any]] = {
+            g.flat: {"step": g.step, "exp_avg": g.exp_avg, "exp_avg_sq": g.exp_avg_sq} for g in self.groups
+        }
         saved = [group["params"] for group in opt.param_groups]
         try:
             for group, g in zip(opt.param_groups, self.groups):

@@ -53,7 +53,9 @@ class ShardedStateMixin(_StrategyBase):
 
     def load_model_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         with collective(self, "load full model state dict"):
-            set_model_state_dict(self._wrapped, cast("dict[str, Any]", state), options=StateDictOptions(full_state_dict=True))
+            set_model_state_dict(
+                self._wrapped, cast("dict[str, Any]", state), options=StateDictOptions(full_state_dict=True)
+            )
 
     def optimizer_state_dict(self) -> dict[str, Any] | None:
         with collective(self, "full optimizer state dict"):
@@ -61,7 +63,9 @@ class ShardedStateMixin(_StrategyBase):
 
     def load_optimizer_state_dict(self, state: dict[str, Any]) -> None:
         with collective(self, "load full optimizer state dict"):
-            set_optimizer_state_dict(self._wrapped, self._optimizer, state, options=StateDictOptions(full_state_dict=True))
+            set_optimizer_state_dict(
+                self._wrapped, self._optimizer, state, options=StateDictOptions(full_state_dict=True)
+            )
 
 
 @register_strategy
