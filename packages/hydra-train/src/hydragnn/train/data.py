@@ -266,27 +266,21 @@ def load_run_data(
     files: list[dict[str, Any]] = []
 
     def convert(file: str, schema: Schema | None) -> tuple[ConvertedSource, list[Data]]:
-        result = None
-        if is_main:
-            result = convert_source(
+        def run(logged: bool) -> ConvertedSource:
+            return convert_source(
                 _source(ds, file),
                 cutoff=cutoff,
                 schema=schema,
                 cache_dir=ds.cache_dir,
                 container_format=ds.cache_format,
                 verify=ds.cache_verify,
-                log=log,
+                log=log if logged else None,
             )
+
+        result = run(logged=True) if is_main else None  # rank 0 converts; the others then open its cache
         barrier()
         if result is None:
-            result = convert_source(
-                _source(ds, file),
-                cutoff=cutoff,
-                schema=schema,
-                cache_dir=ds.cache_dir,
-                container_format=ds.cache_format,
-                verify=ds.cache_verify,
-            )
+            result = run(logged=False)
         files.append(
             {
                 "path": file,

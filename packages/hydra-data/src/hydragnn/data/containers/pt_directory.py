@@ -195,29 +195,30 @@ class PtDirectoryDataset(ContainerDataset):
             return self.path / f"chunk_{self._chunk_index(index):0{self._digits}d}.pt"
         return self.path / f"{index:0{self._digits}d}.pt"
 
-    def _bytes_of(self, file: Path, number: int, what: str) -> bytes:
-        """The checked bytes of chunk file ``number`` of the manifest."""
-        where = f"{file}: {what}"
+    @staticmethod
+    def _file_bytes(file: Path, where: str, kind: str, limit: int, size: int | None, crc: int | None) -> bytes:
+        """The bytes of ``file`` (a ``kind`` file: "sample" or "chunk"), read only if it is a
+        regular file of at most ``limit`` bytes; with the manifest's ``size`` and ``crc``, checked
+        against them."""
         try:
             info = file.stat()
         except FileNotFoundError:
-            raise ContainerError(f"{where}: chunk file is missing") from None
+            raise ContainerError(f"{where}: {kind} file is missing") from None
         except OSError as exc:
-            raise ContainerError(f"{where}: cannot read the chunk file: {exc}") from None
+            raise ContainerError(f"{where}: cannot read the {kind} file: {exc}") from None
         if not stat.S_ISREG(info.st_mode):  # a FIFO would block, /dev/zero would never end
             raise ContainerError(f"{where}: not a regular file (a FIFO, device or socket); refused")
-        limit = self._sizes[number]
         if info.st_size > limit:
             raise ContainerError(
-                f"{where}: chunk file is {info.st_size} bytes, more than the {limit} bytes the manifest records; "
-                "refused before reading"
+                f"{where}: {kind} file is {info.st_size} bytes, more than the {limit} bytes "
+                f"{'the manifest records' if size is not None else 'allowed for a sample'}; refused before reading"
             )
         with open(file, "rb") as fh:
             raw = fh.read(limit + 1)  # bounded even if the file grows after the stat
-        if len(raw) != limit:
-            raise ContainerError(f"{where}: chunk file is {len(raw)} bytes, expected {limit}: truncated or replaced")
-        if zlib.crc32(raw) != self._crcs[number]:
-            raise ContainerError(f"{where}: chunk file is corrupted (checksum mismatch)")
+        if size is not None and len(raw) != size:
+            raise ContainerError(f"{where}: {kind} file is {len(raw)} bytes, expected {size}: truncated or replaced")
+        if crc is not None and zlib.crc32(raw) != crc:
+            raise ContainerError(f"{where}: {kind} file is corrupted (checksum mismatch)")
         return raw
 
     def _read_chunked(self, index: int) -> Data:
@@ -226,7 +227,9 @@ class PtDirectoryDataset(ContainerDataset):
             file = self.file_of(index)
             count = (self._starts[k + 1] if k + 1 < len(self._starts) else self._n) - self._starts[k]
             where = f"{file}: chunk {k} (samples {self._starts[k]}-{self._starts[k] + count - 1})"
-            obj = self._load(self._bytes_of(file, k, f"sample {index}"), where, [])
+            size, crc = self._sizes[k], self._crcs[k]
+            raw = self._file_bytes(file, f"{file}: sample {index}", "chunk", size, size, crc)
+            obj = self._load(raw, where, [])
             if not isinstance(obj, dict) or not isinstance(obj.get("fields"), dict):
                 raise ContainerError(f"{where}: not a HydraGNN .pt chunk (expected a dict with 'fields')")
             check_version(obj.get("hydragnn_pt"), self.VERSION, "pt chunk", where)
@@ -249,35 +252,16 @@ class PtDirectoryDataset(ContainerDataset):
             return self._read_chunked(index)
         file = self.file_of(index)
         where = f"{file}: sample {index}"
-        try:
-            info = file.stat()
-        except FileNotFoundError:
-            raise ContainerError(f"{where}: sample file is missing") from None
-        except OSError as exc:
-            raise ContainerError(f"{where}: cannot read the sample file: {exc}") from None
-        if not stat.S_ISREG(info.st_mode):  # a FIFO would block, /dev/zero would never end
-            raise ContainerError(f"{where}: not a regular file (a FIFO, device or socket); refused")
-        limit = self._sizes[index] if self._foreign is None else MAX_FOREIGN_SAMPLE_BYTES
-        if info.st_size > limit:
-            raise ContainerError(
-                f"{where}: sample file is {info.st_size} bytes, more than the {limit} bytes "
-                f"{'the manifest records' if self._foreign is None else 'allowed for a sample'}; refused before reading"
-            )
-        with open(file, "rb") as fh:
-            raw = fh.read(limit + 1)  # bounded even if the file grows after the stat
         if self._foreign is None:
-            if len(raw) != self._sizes[index]:
-                raise ContainerError(
-                    f"{where}: sample file is {len(raw)} bytes, expected {self._sizes[index]}: truncated or replaced"
-                )
-            if zlib.crc32(raw) != self._crcs[index]:
-                raise ContainerError(f"{where}: sample file is corrupted (checksum mismatch)")
+            size, crc = self._sizes[index], self._crcs[index]
+            raw = self._file_bytes(file, where, "sample", size, size, crc)
             obj = self._load(raw, where, [])
             if not isinstance(obj, dict) or not isinstance(obj.get("fields"), dict):
                 raise ContainerError(f"{where}: not a HydraGNN .pt sample (expected a dict with 'fields')")
             check_version(obj.get("hydragnn_pt"), 1, "pt sample", where)
             fields = {k: loads_json(v, k, where) if isinstance(v, str) else v for k, v in obj["fields"].items()}
             return build_data(fields)
+        raw = self._file_bytes(file, where, "sample", MAX_FOREIGN_SAMPLE_BYTES, None, None)
         obj = self._load(raw, where, _PYG_SAFE_GLOBALS)
         if isinstance(obj, Data):
             return obj
