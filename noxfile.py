@@ -4,7 +4,7 @@
     nox -s tests-hydra-data      one distribution (and the layers below it) alone, its tests
     nox -s slow                  the long training runs (@pytest.mark.slow) that tests leaves out
     nox -s lint                  ruff
-    nox -s typecheck             pyright (basic) over the src/ of the distributions that check clean
+    nox -s typecheck             pyright (basic) over the src/ of the four layers
     nox -s docs                  the documentation site in site/ (mkdocs build --strict)
     nox -s wheels                a wheel and an sdist per distribution in dist/ (twine-checked)
     nox -s build                 the wheels, then README.md's install lines in a fresh virtual
@@ -142,9 +142,9 @@ def lint(session: nox.Session) -> None:
 RUFF = "ruff==0.17.6"
 """The ruff of ``nox -s lint`` and of the pre-commit hooks (keep ``.pre-commit-config.yaml``'s rev equal)."""
 
-TYPED = ("hydra-data", "hydra-train", "hydra-infer")
-"""Distributions whose ``src/`` pyright (basic, ``pyrightconfig.json``) checks clean in CI; the
-others join as they get there (``nox -s typecheck -- packages/hydra-models/src`` shows what is left)."""
+TYPED = ("hydra-data", "hydra-models", "hydra-train", "hydra-infer")
+"""Distributions whose ``src/`` pyright (basic, ``pyrightconfig.json``) checks clean in CI: the four
+layers (``nox -s typecheck -- packages/<layer>/src`` checks one)."""
 
 
 @nox.session(python=PYTHON)

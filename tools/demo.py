@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from hydragnn.data import Schema, prepare
     from hydragnn.data.containers import FORMATS, open_dataset, write_dataset
+    from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
     from hydragnn.data.loaders import create_dataloaders
     from hydragnn.data.neighbors import add_edges
     from hydragnn.data.normalize import Normalizer
-    from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"[1/6] generating {args.structures} CuAu_32atoms structures with ASE's EMT (seed {args.seed})", flush=True)
@@ -182,7 +182,7 @@ def _md_from_artifact(artifact: str, seed: int, steps: int = 100) -> dict:
     from ase.md.velocitydistribution import thermalize_momenta
     from ase.md.verlet import VelocityVerlet
 
-    from hydragnn.data.reference import generate_cuau_atoms
+    from hydragnn.data.emt import generate_cuau_atoms
     from hydragnn.infer import HydraASECalculator
 
     atoms = generate_cuau_atoms(1, seed=seed + 1000)[0]

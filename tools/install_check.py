@@ -81,7 +81,7 @@ CHECK_SERVE = """
 import tempfile, pathlib, torch
 from ase.build import bulk
 from hydragnn.data import Schema
-from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.models import build_model, save_artifact
 from hydragnn.infer import HydraASECalculator
 arch = {"mpnn_type": "SchNet", "hidden_dim": 8, "num_conv_layers": 1, "radius": 3.0, "num_radial": 8,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hydragnn.data.reference import generate_bulk_atoms, isolated_atom_frames, write_extxyz
+from hydragnn.data.emt import generate_bulk_atoms, isolated_atom_frames, write_extxyz
 
 
 def cells(count: int, seed: int) -> list:

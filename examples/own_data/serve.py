@@ -16,7 +16,7 @@ from ase.calculators.emt import EMT
 from ase.md.velocitydistribution import thermalize_momenta
 from ase.md.verlet import VelocityVerlet
 
-from hydragnn.data.reference import generate_bulk_atoms
+from hydragnn.data.emt import generate_bulk_atoms
 from hydragnn.infer import HydraASECalculator
 
 

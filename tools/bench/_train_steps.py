@@ -85,7 +85,7 @@ def unit_workload(n_graphs: int, seed: int = 97) -> tuple[list, dict, object]:
 def mlip_workload(n_graphs: int, seed: int = 0) -> tuple[list, dict, object]:
     """``(prepared CuAu graphs, Architecture without the encoder, schema)`` of the MLIP workload."""
     from hydragnn.data import Schema, add_edges, prepare
-    from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
+    from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
 
     schema = Schema.from_dict(CUAU_VARIABLES)
     data = [add_edges(prepare(s, schema, index=i), 4.0) for i, s in enumerate(generate_cuau(n_graphs, seed=seed))]

@@ -59,8 +59,8 @@ def synthetic(n: int, atoms: int, edges: int, seed: int = 0) -> tuple[list[Data]
 
 def reference(n: int, cutoff: float) -> tuple[list[Data], Schema]:
     """``n`` CuAu_32atoms samples (EMT labels) with radius-graph edges, prepared."""
+    from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
     from hydragnn.data.neighbors import add_edges
-    from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 
     schema = Schema.from_dict(CUAU_VARIABLES)
     return [prepare(add_edges(s, cutoff), schema, i) for i, s in enumerate(generate_cuau(n))], schema

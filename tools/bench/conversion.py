@@ -34,7 +34,7 @@ import json, sys, time
 t0 = time.perf_counter()
 from hydragnn.data import AseSource, convert_source
 import ase.io
-import hydragnn.data.conversion_samples as conversion_samples
+import hydragnn.data.io.conversion_samples as conversion_samples
 import hydragnn.data.containers.pt_directory as pt_directory
 path, cutoff, fmt, what, cache, chunk, pt_chunk = sys.argv[1:8]
 cutoff = float(cutoff)
@@ -66,7 +66,7 @@ def _child(*args: str) -> dict:
 
 
 def _cells(n: int, seed: int) -> list:
-    from hydragnn.data.reference import generate_cuau_atoms
+    from hydragnn.data.emt import generate_cuau_atoms
 
     return generate_cuau_atoms(n, seed=seed)
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--molecules", action="store_true", help="small G2 molecules instead of 32-atom cells")
     args = parser.parse_args(argv)
 
-    from hydragnn.data.reference import write_extxyz
+    from hydragnn.data.emt import write_extxyz
 
     structures = _molecules(args.structures) if args.molecules else _cells(args.structures, seed=0)
     with tempfile.TemporaryDirectory() as tmp:

@@ -41,7 +41,7 @@ def make_artifact(folder: Path) -> Path:
     import torch
 
     from hydragnn.data import Schema
-    from hydragnn.data.reference import CUAU_VARIABLES
+    from hydragnn.data.emt import CUAU_VARIABLES
     from hydragnn.models import build_model, save_artifact
 
     variables = copy.deepcopy(CUAU_VARIABLES)

@@ -24,8 +24,8 @@ from _timing import median_seconds
 from torch_geometric.data import Batch
 
 from hydragnn.data import Schema, add_edges, prepare
+from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
 from hydragnn.data.positional import add_positional_encodings
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 from hydragnn.models import ENCODERS, build_model
 
 BASE = {

@@ -53,7 +53,7 @@ from ase.md.velocitydistribution import thermalize_momenta
 from ase.md.verlet import VelocityVerlet
 
 from hydragnn.data import Schema
-from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.infer import HydraASECalculator, HydraCalculator, HydraInferWarning
 from hydragnn.infer.modes import ENV_GRAPH_BACKEND
 from hydragnn.infer.neighbors import MD_SKIN

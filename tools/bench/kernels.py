@@ -26,7 +26,7 @@ import torch
 
 def make_model(encoder: str, hidden: int, layers: int, cutoff: float):
     from hydragnn.data import Schema
-    from hydragnn.data.reference import CUAU_VARIABLES
+    from hydragnn.data.emt import CUAU_VARIABLES
     from hydragnn.models import build_model
 
     arch = {

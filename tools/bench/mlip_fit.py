@@ -91,7 +91,7 @@ print(json.dumps({"e_mae": 1000 * float(np.mean(de)), "f_mae": 1000 * float(np.m
 
 def make_data(folder: Path) -> dict[str, Path]:
     """The extxyz files (written once; reused when present)."""
-    from hydragnn.data.reference import generate_bulk_atoms, isolated_atom_frames, write_extxyz
+    from hydragnn.data.emt import generate_bulk_atoms, isolated_atom_frames, write_extxyz
 
     def cells(n: int, seed: int, sizes=(8, 16, 32), rattles=(0.05, 0.1, 0.15)) -> list:
         out = []

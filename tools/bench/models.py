@@ -4,7 +4,7 @@ Each model is ``build_model({"mpnn_type": name, "radius": 5.0, "enable_interatom
 true}, CUAU schema)``: the default ``hidden_dim`` / ``num_conv_layers`` / ``num_radial`` of
 ``ModelConfig`` and the encoder's own defaults. A step is forward (energy and forces = -dE/dpos),
 MSE loss on energy and forces, and backward, on one batch of ``--batch`` CuAu 32-atom
-structures (``hydragnn.data.reference.generate_cuau``, edges from
+structures (``hydragnn.data.emt.generate_cuau``, edges from
 ``hydragnn.data.neighbors.add_edges`` at the model radius, collated with PyG's ``Batch``).
 Times are the median of ``--repeats`` steps after ``--warmup`` warm-up steps; the ratio is
 against SchNet's time measured in the same run (SchNet is always measured). Nothing is asserted.
@@ -22,8 +22,8 @@ from _timing import median_seconds
 from torch_geometric.data import Batch
 
 from hydragnn.data import Schema, prepare
+from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
 from hydragnn.data.neighbors import add_edges
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 from hydragnn.models import ENCODERS, build_model
 
 RADIUS = 5.0

@@ -20,7 +20,7 @@ import torch
 from ase import Atoms
 from ase.neighborlist import neighbor_list as ase_neighbor_list
 
-import hydragnn.data.neighbors as nb
+import hydragnn.data.neighbors.search as nb
 
 DENSITY = 0.085
 CUTOFF = 5.0

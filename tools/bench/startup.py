@@ -42,7 +42,7 @@ assert out["forces"].shape == (108, 3)
 MAKE_ARTIFACT = """
 import sys, torch
 from hydragnn.data import Schema
-from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.models import build_model, save_artifact
 arch = {"mpnn_type": "SchNet", "hidden_dim": 16, "num_conv_layers": 2, "radius": 4.0, "num_radial": 8,
         "enable_interatomic_potential": True, "output_heads": {"node": {"num_headlayers": 1}}}

@@ -69,8 +69,8 @@ def architecture(encoder: str, hidden: int) -> dict:
 def make_data(path: Path, n: int) -> None:
     from hydragnn.data import Schema, prepare
     from hydragnn.data.containers import write_dataset
+    from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
     from hydragnn.data.neighbors import add_edges
-    from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 
     schema = Schema.from_dict(CUAU_VARIABLES)
     data = [add_edges(prepare(s, schema, index=i), 4.0) for i, s in enumerate(generate_cuau(n, seed=0))]
@@ -95,7 +95,7 @@ def worker(args: argparse.Namespace) -> None:
 
     from hydragnn.data import Schema
     from hydragnn.data.containers import open_dataset
-    from hydragnn.data.reference import CUAU_VARIABLES
+    from hydragnn.data.emt import CUAU_VARIABLES
     from hydragnn.models import build_model
     from hydragnn.train.strategies import build_optimizer_factory, make_strategy
 

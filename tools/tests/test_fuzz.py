@@ -34,11 +34,11 @@ from hypothesis import strategies as st
 from torch_geometric.data import Data
 
 from hydragnn.data import DataError, Schema, open_dataset, prepare, write_dataset
-from hydragnn.data.ase_source import AseSource, iter_frames
-from hydragnn.data.conversion import convert_source
-from hydragnn.data.lsms import iter_lsms, parse_lsms
-from hydragnn.data.lsms_synthetic import synthetic_alloy
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau, generate_cuau_atoms, write_extxyz
+from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau, generate_cuau_atoms, write_extxyz
+from hydragnn.data.io.ase_source import AseSource, iter_frames
+from hydragnn.data.io.conversion import convert_source
+from hydragnn.data.named.lsms import iter_lsms, parse_lsms
+from hydragnn.data.named.lsms_synthetic import synthetic_alloy
 from hydragnn.infer import HydraCalculator, InferenceError
 from hydragnn.models import ArtifactError, build_model, load_artifact, save_artifact
 from hydragnn.models.artifact import _HEADER, CHECKSUM_BYTES, MAGIC

@@ -49,3 +49,38 @@ def test_refuses_a_real_run_without_a_gpu():
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "run with --dry-run" in proc.stdout
+
+
+def test_accepting_an_older_runtime_lowers_the_floor_and_is_recorded(tmp_path, monkeypatch):
+    """``--accept torch=2.11`` (an image that cannot be upgraded): the engine's floor is lowered in
+    this process and the report says so; names outside the engine's floors are refused."""
+    import pytest
+
+    monkeypatch.syspath_prepend(str(ROOT / "tools" / "gpu"))
+    import _floor_override
+
+    from hydragnn.infer import modes
+
+    assert _floor_override.parse("torch=2.11, warp-lang=1.18") == {"torch": (2, 11), "warp-lang": (1, 18)}
+    with pytest.raises(ValueError, match="DIST=VERSION"):
+        _floor_override.parse("torch")
+    with pytest.raises(ValueError, match="the engine's floors"):
+        _floor_override.apply({"numpy": (1, 0)})
+    monkeypatch.setattr(modes, "MIN_VERSIONS", dict(modes.MIN_VERSIONS))
+    assert modes.MIN_VERSIONS["torch"] > (2, 11)
+    _floor_override.apply(_floor_override.parse("torch=2.11"))
+    assert modes.MIN_VERSIONS["torch"] == (2, 11)
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gpu" / "qualify.py"), "--dry-run", "--sections", "environment",
+         "--accept", "torch=2.11", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(out.read_text())["accepted_below_validated"] == {"torch": "2.11"}
+
+
+def test_device_wheel_scripts_parse():
+    for name in ("prepare_device_wheels.sh", "install_device_wheels.sh"):
+        proc = subprocess.run(["bash", "-n", str(ROOT / "tools" / "gpu" / name)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr

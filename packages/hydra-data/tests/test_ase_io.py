@@ -11,8 +11,8 @@ from ase.calculators.emt import EMT
 from ase.calculators.singlepoint import SinglePointCalculator
 from torch_geometric.data import Data
 
-from hydragnn.data.ase_io import atoms_to_sample, sample_to_atoms
 from hydragnn.data.errors import SchemaError
+from hydragnn.data.io.ase_io import atoms_to_sample, sample_to_atoms
 
 
 def _periodic(calc: bool = True) -> Atoms:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from hydragnn.data.atomic import atomic_write, current_umask, remove_stale_temporaries
+from hydragnn.data.io.atomic import atomic_write, current_umask, remove_stale_temporaries
 
 
 @pytest.fixture()

@@ -15,7 +15,7 @@ from hydragnn.data.atomic_references import (
     from_isolated_atoms,
     parse_reference_energies,
 )
-from hydragnn.data.reference import generate_cuau
+from hydragnn.data.emt import generate_cuau
 
 
 def _sample(numbers, energy):

@@ -13,9 +13,9 @@ from torch_geometric.data import Batch, Data
 
 from hydragnn.data import Schema, add_edges, create_dataloaders, prepare, set_epoch
 from hydragnn.data.collate import GraphCollater, collate_graphs
+from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
 from hydragnn.data.loaders import GraphLoader
 from hydragnn.data.packed import PackedGraphs
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 
 
 def assert_same_batch(ours: Batch, pyg: Batch) -> None:

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from hydragnn.data import ContainerError, SchemaError
-from hydragnn.data.ase_source import AseSource
-from hydragnn.data.conversion import convert_source
+from hydragnn.data.emt import generate_cuau_atoms, isolated_atom_frames, write_extxyz
+from hydragnn.data.io.ase_source import AseSource
+from hydragnn.data.io.conversion import convert_source
 from hydragnn.data.neighbors import add_edges
-from hydragnn.data.reference import generate_cuau_atoms, isolated_atom_frames, write_extxyz
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,11 @@ import warnings
 import numpy as np
 import pytest
 
-from hydragnn.data import ContainerError, DataError, conversion_cache, errors
-from hydragnn.data.ase_source import AseSource, iter_frames
-from hydragnn.data.conversion import convert_source
-from hydragnn.data.reference import generate_cuau_atoms, write_extxyz
+from hydragnn.data import ContainerError, DataError, errors
+from hydragnn.data.emt import generate_cuau_atoms, write_extxyz
+from hydragnn.data.io import conversion_cache
+from hydragnn.data.io.ase_source import AseSource, iter_frames
+from hydragnn.data.io.conversion import convert_source
 
 COMMENT = "Properties=species:S:1:pos:R:3"
 

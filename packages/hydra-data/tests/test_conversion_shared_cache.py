@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from hydragnn.data.ase_source import AseSource
-from hydragnn.data.conversion import convert_source
-from hydragnn.data.reference import generate_cuau_atoms, write_extxyz
+from hydragnn.data.emt import generate_cuau_atoms, write_extxyz
+from hydragnn.data.io.ase_source import AseSource
+from hydragnn.data.io.conversion import convert_source
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +27,8 @@ def _source(path):
 
 _CONVERT = """
 import json, os, sys, time
-from hydragnn.data.ase_source import AseSource
-from hydragnn.data.conversion import convert_source
+from hydragnn.data.io.ase_source import AseSource
+from hydragnn.data.io.conversion import convert_source
 source = AseSource(sys.argv[1], energy_key="REF_energy", forces_key="REF_forces", stress_key="REF_stress")
 print("ready", flush=True)
 while not os.path.exists(sys.argv[3]):  # both start converting together, the second sys.argv[4] s later

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hydragnn.data.download import DownloadCache, default_cache_dir, download
 from hydragnn.data.errors import DataError, DownloadError
+from hydragnn.data.io.download import DownloadCache, default_cache_dir, download
 
 CONTENT = bytes(range(256)) * 40 + b"tail"  # 10,244 bytes
 SHA = hashlib.sha256(CONTENT).hexdigest()

@@ -20,7 +20,7 @@ def test_import_and_schema_load_no_torch_and_functions_keep_their_names():
         import hydragnn.data as hd
         from hydragnn.data import Schema, SchemaError
         assert "torch" not in sys.modules and "torch_geometric" not in sys.modules, "heavy import"
-        import hydragnn.data.prepare, hydragnn.data.download  # submodules named like their functions
+        import hydragnn.data.prepare, hydragnn.data.io.download  # submodules named like their functions
         assert callable(hd.prepare) and callable(hd.download), (hd.prepare, hd.download)
         assert set(hd.__all__) <= set(dir(hd))
         print("ok")
@@ -38,7 +38,7 @@ def test_warp_cuda_notice_is_dropped_and_the_rest_of_stderr_kept(tmp_path):
     out = _run(
         """
         import torch
-        from hydragnn.data.warp_import import import_without_cuda_notice
+        from hydragnn.data.neighbors.warp_import import import_without_cuda_notice
         assert not torch.cuda.is_available()
         import_without_cuda_notice("noisy_warp_init")
         """,

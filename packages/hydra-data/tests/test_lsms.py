@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from hydragnn.data import Schema, prepare
-from hydragnn.data.archives import Limits, archive_kind, iter_files
 from hydragnn.data.errors import ArchiveError, DataError
-from hydragnn.data.lsms import LSMS_VARIABLES, format_lsms, iter_lsms, parse_lsms
-from hydragnn.data.lsms_synthetic import synthetic_alloy
+from hydragnn.data.io.archives import Limits, archive_kind, iter_files
+from hydragnn.data.named.lsms import LSMS_VARIABLES, format_lsms, iter_lsms, parse_lsms
+from hydragnn.data.named.lsms_synthetic import synthetic_alloy
 
 # upstream's layout: energy line, then Z, index, x, y, z, electronic charge, magnetic moment (+ extra columns)
 TEXT = """-5091.25  0.5

@@ -16,10 +16,10 @@ import torch
 
 from hydragnn.data import Schema, prepare_named_dataset
 from hydragnn.data.errors import ChecksumError, DataError, DownloadError
-from hydragnn.data.lsms import LSMS_VARIABLES
-from hydragnn.data.lsms_synthetic import synthetic_alloy
-from hydragnn.data.named_datasets import NAMED_DATASETS, named_dataset
-from hydragnn.data.named_fetch import PIN, dataset_home
+from hydragnn.data.named.datasets import NAMED_DATASETS, named_dataset
+from hydragnn.data.named.fetch import PIN, dataset_home
+from hydragnn.data.named.lsms import LSMS_VARIABLES
+from hydragnn.data.named.lsms_synthetic import synthetic_alloy
 
 NAME = "FePt_32atoms"
 ARCHIVE = NAMED_DATASETS[NAME].archive

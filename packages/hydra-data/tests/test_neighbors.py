@@ -12,7 +12,7 @@ from ase.build import bulk
 from ase.neighborlist import neighbor_list as ase_neighbor_list
 from torch_geometric.data import Batch, Data
 
-import hydragnn.data.neighbors as nb
+import hydragnn.data.neighbors.search as nb
 from hydragnn.data.errors import NeighborListError
 from hydragnn.data.neighbors import add_edges, brute_force_radius_graph, radius_graph
 
@@ -416,8 +416,8 @@ def _counting_nvalchemi(monkeypatch) -> list:
 def test_small_searches_skip_nvalchemi(monkeypatch, case):
     """At or below BRUTE_FORCE_MAX_PAIRS the candidates come from the brute force (no Warp call)
     and the edges equal nvalchemi's; one pair more and nvalchemi runs."""
-    from hydragnn.data.neighbors_inputs import check_inputs
-    from hydragnn.data.neighbors_reference import brute_force_pairs
+    from hydragnn.data.neighbors.brute_force import brute_force_pairs
+    from hydragnn.data.neighbors.inputs import check_inputs
 
     if case == "molecules":
         water = [[0, 0, 0], [0.96, 0, 0], [-0.24, 0.93, 0]]

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from hydragnn.data.safe_load import load_tensors
+from hydragnn.data.io.safe_load import load_tensors
 
 
 class _Evil:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from hydragnn.data.threads import choose_threads, configure_threads, keep_at_top, prefer_passive_waiting
+from hydragnn.data.threads import choose_threads, configure_threads, keep_at_top, prefer_passive_waiting, reuse_below
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ def test_freed_blocks_are_reused_unless_the_environment_chose():
     run = subprocess.run([sys.executable, "-c", _FAULTS], env=environ, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
-    assert got["said"].startswith("malloc reuses freed blocks below 32 MiB")
+    assert got["said"].startswith(f"malloc reuses freed blocks below {reuse_below() >> 20} MiB")
     assert got["after"] * 10 < got["before"], got
     if keep_at_top() > 256 << 20:  # a machine with more than 4 GiB
         assert got["peak_after"] * 10 < got["peak_before"], got
@@ -182,7 +182,7 @@ if os.environ.get("CONTROL"):
     from hydragnn.data.threads import keep_freed_blocks
     keep_freed_blocks()
 maps = libc.mallinfo2().hblks
-libc.malloc(24 << 20)  # glibc maps it on its own unless the mmap threshold was raised (32 MiB by keep_freed_blocks)
+libc.malloc(24 << 20)  # glibc maps it on its own unless the mmap threshold was raised (by keep_freed_blocks)
 changed = {k: (before.get(k), os.environ.get(k)) for k in before.keys() | os.environ.keys() if before.get(k) != os.environ.get(k)}
 print(json.dumps({"changed": changed, "mapped": libc.mallinfo2().hblks - maps == 1, "torch": "torch" in sys.modules}))
 """

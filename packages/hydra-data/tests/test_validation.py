@@ -7,8 +7,8 @@ import torch
 from torch_geometric.data import Data
 
 from hydragnn.data import DataError, Schema, prepare
+from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
 from hydragnn.data.neighbors import radius_graph
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 from hydragnn.data.validation import MAX_ATOMIC_NUMBER, StructureError, check_cell_size, check_species
 
 

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from infer_helpers import tiny_model  # noqa: E402
 
-from hydragnn.data.reference import generate_cuau_atoms  # noqa: E402
+from hydragnn.data.emt import generate_cuau_atoms  # noqa: E402
 
 
 def pytest_configure(config):

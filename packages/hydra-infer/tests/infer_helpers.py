@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from hydragnn.data import Schema
-from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.models import build_model
 
 CUTOFF = 4.0

@@ -19,8 +19,8 @@ from ase.stress import full_3x3_to_voigt_6_stress
 from infer_helpers import STRESS_VARIABLES, cluster, tiny_arch
 
 from hydragnn.data import Schema, prepare
+from hydragnn.data.emt import generate_cuau, generate_cuau_atoms
 from hydragnn.data.neighbors import add_edges
-from hydragnn.data.reference import generate_cuau, generate_cuau_atoms
 from hydragnn.infer import HydraASECalculator, HydraCalculator
 from hydragnn.models import build_model
 

@@ -19,7 +19,7 @@ from ase.stress import full_3x3_to_voigt_6_stress
 from infer_helpers import cluster, tiny_model
 
 from hydragnn.data import SchemaError
-from hydragnn.data.reference import generate_cuau_atoms, write_extxyz
+from hydragnn.data.emt import generate_cuau_atoms, write_extxyz
 from hydragnn.infer import HydraCalculator, InferenceError
 from hydragnn.infer.evaluate import PREFIX, evaluate
 from hydragnn.infer.evaluate_cli import main

@@ -118,8 +118,8 @@ def test_positional_encodings_are_computed_per_structure(cuau_atoms, graph_backe
     from torch_geometric.data import Batch
 
     from hydragnn.data import Schema, add_edges, prepare
+    from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
     from hydragnn.data.positional import add_positional_encodings
-    from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 
     model = tiny_model(seed=5, global_attn_engine="GPS", pe_dim=3)
     calc = HydraCalculator(model)

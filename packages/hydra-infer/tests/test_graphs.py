@@ -15,7 +15,7 @@ import pytest
 import torch
 from infer_helpers import cluster, tiny_model
 
-from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.infer import HydraCalculator, HydraInferWarning
 from hydragnn.infer.graphs import MAX_ENGINES, GraphEngineCache, ReplayBackend
 from hydragnn.infer.modes import ENV_GRAPH_BACKEND
@@ -373,7 +373,7 @@ def test_float32_model_dense_and_sparse(graph_calc):
         torch.testing.assert_close(out["energy"], want["energy"], rtol=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["dense", "sparse"])
+@pytest.mark.parametrize("kind", ["dense", "sparse", "periodic cell list"])
 def test_static_forward_runs_on_meta_tensors(model64, kind):
     """A proxy of capture safety on CPU: meta tensors have no values, so any host sync
     (``.item()``, data-dependent shapes) in the captured callable would raise."""
@@ -381,11 +381,28 @@ def test_static_forward_runs_on_meta_tensors(model64, kind):
     from hydragnn.infer.graphs.sparse import SparseEngine
 
     calc = HydraCalculator(model64)
-    engine = DenseEngine(calc, 3, 7, True) if kind == "dense" else SparseEngine(calc, 12, 2, True, capacity=40)
+    if kind == "dense":
+        engine = DenseEngine(calc, 3, 7, True)
+    else:
+        (p1, z1), (p2, z2) = cluster(5, seed=1), cluster(7, seed=2)
+        call = calc._check(
+            np.concatenate([p1, p2]), np.concatenate([z1, z2]), None, None, None, np.repeat([0, 1], [5, 7])
+        )
+        engine = SparseEngine(calc, 12, 2, True, capacity=40, grid=SparseEngine.plan(calc, call))
+    if kind == "periodic cell list":
+        from ase.build import bulk
+
+        from hydragnn.infer.graphs.periodic import PeriodicEngine, plan
+
+        atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((4, 4, 4))
+        call = calc._check(atoms.positions, atoms.numbers, None, atoms.cell.array, None, None)
+        engine = PeriodicEngine(calc, (256,), True, call, 4000, plan(calc, call))
+        assert engine.grid is not None
     engine.model = copy.deepcopy(model64).to("meta")
     engine.buffers = {k: v.to("meta") for k, v in engine.buffers.items()}
+    engine.device = torch.device("meta")
     out = engine.fn()
-    nodes = 22 if kind == "dense" else 13
+    nodes = {"dense": 22, "sparse": 13, "periodic cell list": 257}[kind]
     assert out["forces"].shape == (nodes, 3) and out["forces"].device.type == "meta"
 
 

@@ -263,7 +263,7 @@ def test_hostile_architecture_values_are_artifact_errors(tmp_path, precision, ke
     """Found by the fuzz suite (tools/tests/test_fuzz.py): a huge radius in an fp64 model overflowed
     inside the build with a RuntimeError instead of an ArtifactError."""
     from hydragnn.data import Schema
-    from hydragnn.data.reference import CUAU_VARIABLES
+    from hydragnn.data.emt import CUAU_VARIABLES
     from hydragnn.models import build_model
 
     arch = {"mpnn_type": "SchNet", "hidden_dim": 8, "num_conv_layers": 1, "radius": 4.0, "num_radial": 8,

@@ -9,17 +9,17 @@ import torch
 from e3nn import o3
 from e3nn.nn import FullyConnectedNet
 
-from hydragnn.models.encoders import mace_blocks
 from hydragnn.models.encoders.base import EncoderDims
-from hydragnn.models.encoders.channel_tp import (
+from hydragnn.models.encoders.mace import MACEConfig, MACEEncoder
+from hydragnn.models.nn import mace as mace_nn
+from hydragnn.models.nn.channel_tp import (
     DENSE_LINEAR_MAX,
     DENSE_TP_MAX_WORK,
     ChannelTP,
     DenseLinear,
     channel_tp,
 )
-from hydragnn.models.encoders.mace import MACEConfig, MACEEncoder
-from hydragnn.models.encoders.mace_blocks import (
+from hydragnn.models.nn.mace import (
     E3nnLinear,
     E3nnProduct,
     E3nnResidual,
@@ -125,7 +125,7 @@ def test_products_run_dense_up_to_the_work_limit_and_e3nn_above(monkeypatch):
     x1, x2, w = _randn(5, irreps_in.dim), _randn(5, sh.dim), _randn(5, product.weight_numel)
     below = product(x1, x2, w)
     assert len(dense_calls) == 1
-    monkeypatch.setattr(mace_blocks, "DENSE_TP_MAX_WORK", 5 * product.dense.mul - 1)
+    monkeypatch.setattr(mace_nn, "DENSE_TP_MAX_WORK", 5 * product.dense.mul - 1)
     above = product(x1, x2, w)
     assert len(dense_calls) == 1
     torch.testing.assert_close(above, below, rtol=1e-10, atol=1e-12)

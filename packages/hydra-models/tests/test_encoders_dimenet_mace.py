@@ -17,8 +17,8 @@ from e3nn import o3
 from hydragnn.models.encoders.base import ENCODERS, EncoderDims, GraphInputs
 from hydragnn.models.encoders.dimenet import DimeNetConfig, DimeNetEncoder
 from hydragnn.models.encoders.mace import MACEConfig, MACEEncoder
-from hydragnn.models.encoders.triplets import build_triplets, build_triplets_padded, max_in_degree
 from hydragnn.models.errors import ModelConfigError
+from hydragnn.models.nn.triplets import build_triplets, build_triplets_padded, max_in_degree
 
 RADIUS = 3.0
 DIMS = EncoderDims(
@@ -514,7 +514,7 @@ def test_dimenet_evaluates_the_spherical_basis_per_distinct_triplet_geometry(mon
 
 
 def test_spherical_bessel_against_closed_forms():
-    from hydragnn.models.encoders.dimenet_basis import SphericalBessel, spherical_bessel_zeros
+    from hydragnn.models.nn.dimenet_basis import SphericalBessel, spherical_bessel_zeros
 
     x = torch.linspace(0.0, 30.0, 3001, dtype=torch.float64)
     j = SphericalBessel(3)(x.view(-1, 1, 1).expand(-1, 3, 1).contiguous())[:, :, 0]
@@ -577,6 +577,7 @@ def test_cuda_graph_capture(name):
     inputs = make_inputs(
         pos.float().cuda(), z.cuda(), edge_index.cuda(), shift.float().cuda(), batch.cuda(), ng, torch.float32
     )
+    enc(inputs)  # the first call may synchronise (constants cast to the device once): engines capture from the second
     torch.cuda.set_sync_debug_mode("error")
     try:
         eager = enc(inputs).scalar

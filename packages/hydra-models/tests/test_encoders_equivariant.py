@@ -26,6 +26,7 @@ CASES = [
     ("PAINN", {}),
     ("PAINN", {"num_vector_channels": 5}),
     ("PAINN", {"radial_mlp": 6}),
+    ("PAINN", {"avg_num_neighbors": 4.0}),
     ("EGNN", {}),
     ("EGNN", {"update_coords": False, "attention": True, "num_vector_channels": 4}),
     ("PNAEq", {}),

@@ -18,6 +18,7 @@ from hydragnn.data.neighbors import brute_force_radius_graph
 from hydragnn.models.encoders import cgcnn, gat, gin, mfc, pna, pnaplus, sage  # noqa: F401  (register)
 from hydragnn.models.encoders.base import ENCODERS, EncoderConfig, EncoderDims, GraphInputs
 from hydragnn.models.errors import ModelConfigError
+from hydragnn.models.nn import pna as pna_nn
 from hydragnn.models.testing import HostSyncDetector
 
 NAMES = ["GIN", "GAT", "SAGE", "MFC", "CGCNN", "PNA", "PNAPlus"]
@@ -231,7 +232,7 @@ def test_pna_aggregation_matches_its_definition_node_by_node():
             "max": with_zero.amax(0),
             "min": with_zero.amin(0),
             "var": var,
-            "std": torch.sqrt(var + pna.STD_EPS**2) - pna.STD_EPS,
+            "std": torch.sqrt(var + pna_nn.STD_EPS**2) - pna_nn.STD_EPS,
             "softmax": soft[1.0],
             "softmin": soft[-1.0],
         }[name]
@@ -244,13 +245,13 @@ def test_pna_aggregation_matches_its_definition_node_by_node():
         "inverse_linear": avg_lin / big_d,
     }
     for aggregators in (pna.PNA_AGGREGATORS, ("min", "mean", "max"), ("max",), ("min", "std")):
-        conv = pnaplus.GatedPNAConv(
+        conv = pna_nn.GatedPNAConv(
             4,
             aggregators,
             learned_gate=False,
             in_channels=f * towers,
             out_channels=f * towers,
-            aggregators=pna.pyg_aggregators(aggregators),
+            aggregators=pna_nn.pyg_aggregators(aggregators),
             scalers=list(pna.PNA_SCALERS),
             deg=torch.tensor([0, 2, 2]),
             towers=towers,

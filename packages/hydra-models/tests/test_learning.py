@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from hydragnn.data import Schema, prepare
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
+from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
 from hydragnn.models import build_model
 from hydragnn.models.testing import REGISTERED_ENCODERS
 from hydragnn.models.testing.graphs import collate, with_edges

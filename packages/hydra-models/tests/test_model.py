@@ -277,3 +277,55 @@ def test_cached_test_graphs_do_not_depend_on_the_first_callers_default_dtype():
         for key, value in sample:
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 assert value.dtype == torch.float32, key
+
+
+def test_output_scaling_is_an_affine_on_the_head_and_a_normalised_loss():
+    """``output_scaling``: ``shift + scale * network`` per column on that head only; its loss is the
+    unscaled model's loss on normalised targets; the state dict is unchanged."""
+    arch = {
+        "mpnn_type": "SchNet",
+        "hidden_dim": 8,
+        "num_conv_layers": 1,
+        "radius": CUTOFF,
+        "output_heads": {"node": {"num_headlayers": 1}, "edge": {"num_headlayers": 1}},
+    }
+    shift, scale = [3.0, -1.0], [10.0, 0.5]
+    scaled_arch = {**arch, "output_scaling": {"band_gap": {"shift": shift, "scale": scale}}}
+    torch.manual_seed(0)
+    plain = build_model(arch, GENERIC).eval()
+    torch.manual_seed(0)
+    scaled = build_model(scaled_arch, GENERIC).eval()
+    assert plain.state_dict().keys() == scaled.state_dict().keys()
+    batch = _generic_batch()
+    with torch.no_grad():
+        got, ref = scaled(batch), plain(batch)
+    shift_t, scale_t = torch.tensor(shift), torch.tensor(scale)
+    torch.testing.assert_close(got["band_gap"], shift_t + scale_t * ref["band_gap"])
+    torch.testing.assert_close(got["moment"], ref["moment"])  # other heads untouched
+    loss, heads = scaled.loss(got, batch)
+    normalised = batch.clone()
+    slices = GENERIC.output_slices()["band_gap"]
+    normalised.graph_output[:, slices] = (batch.graph_output[:, slices] - shift_t) / scale_t
+    _, ref_heads = plain.loss(ref, normalised)
+    torch.testing.assert_close(heads["band_gap"], ref_heads["band_gap"])
+    torch.testing.assert_close(heads["moment"], ref_heads["moment"])
+
+
+@pytest.mark.parametrize(
+    "scaling, message",
+    [
+        ({"nope": {"shift": [0.0], "scale": [1.0]}}, "not an output of Variables"),
+        ({"band_gap": {"shift": [0.0], "scale": [1.0]}}, "1 columns, the output has dim 2"),
+        ({"band_gap": {"shift": [0.0, 0.0], "scale": [1.0, -1.0]}}, "scales > 0"),
+        ({"band_gap": {"shift": [0.0, 0.0]}}, "expected {'shift'"),
+    ],
+)
+def test_output_scaling_errors_name_the_key(scaling, message):
+    arch = {"mpnn_type": "SchNet", "hidden_dim": 8, "num_conv_layers": 1, "radius": CUTOFF}
+    with pytest.raises((ModelError, ValueError), match=message):
+        build_model({**arch, "output_scaling": scaling}, GENERIC)
+
+
+def test_output_scaling_refuses_the_potentials_energy():
+    with pytest.raises(ModelError, match="output_scaling.energy: the interatomic potential's output"):
+        build_model({**small_arch("SchNet"), "output_scaling": {"energy": {"shift": [0.0], "scale": [2.0]}}}, SCHEMA)

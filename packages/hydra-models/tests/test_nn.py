@@ -56,6 +56,7 @@ def test_use_backend_switches_primitives_and_restores(recording_backend):
         assert torch.equal(out[key], ref[key])
     assert use_backend(model, None).switched == ()
     assert all(m.backend == "torch" for m in model.modules() if isinstance(m, Primitive))
+    assert model.encoder.interactions[0].filter.default_backend == "distinct"  # what runs it again
     model(batch)
     assert len(recording_backend) == 2  # the stock forward runs again
 
@@ -247,3 +248,26 @@ def test_safe_norm_without_a_gradient_gives_the_guarded_values():
     leaf = vec.clone().requires_grad_(True)
     (grad,) = torch.autograd.grad(safe_norm(leaf).sum(), leaf)
     assert torch.isfinite(grad).all() and torch.equal(grad[::7], torch.zeros_like(grad[::7]))
+
+
+def test_execution_choices_name_every_implementation_and_the_defaults():
+    """The CPU per-distinct-length executions are registered defaults, not branches inside the
+    equations: the stock ``forward`` evaluates every edge, the call runs the default, and a
+    second default for the same primitive is refused."""
+    from hydragnn.models.nn import TripletRows, execution_choices, register_implementation
+    from hydragnn.models.nn.backends import Implementation
+
+    choices = execution_choices()
+    assert ("RadialFilter", "distinct", True) in choices and ("TripletRows", "distinct", True) in choices
+    torch.manual_seed(0)
+    filt = RadialFilter(6, 5)
+    assert filt.backend == "torch" and filt.default_backend == "distinct"
+    rows = _filter_rows(filt)
+    edges = _edges(torch.tensor([1.5, 0.75, 1.5, 2.25, 0.75, 1.5, 2.25, 1.5]))
+    torch.testing.assert_close(filt(edges), filt.forward(edges))
+    assert rows == [3, 8]
+    with pytest.raises(ValueError, match="already runs 'distinct' by default"):
+        register_implementation(
+            Implementation(TripletRows, "other", lambda m, *a: m.forward(*a), lambda m: None, frozenset()),
+            default=True,
+        )

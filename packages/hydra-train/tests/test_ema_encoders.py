@@ -11,7 +11,7 @@ import torch
 from train_helpers import MLIP_ARCH, config, samples
 
 from hydragnn.data import Schema
-from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.models import build_model
 from hydragnn.models.encoder_configs import ENCODER_CONFIGS
 from hydragnn.train import create_dataloaders, train_validate_test

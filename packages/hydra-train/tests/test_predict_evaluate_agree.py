@@ -13,7 +13,7 @@ import torch
 from train_helpers import MLIP_ARCH
 
 from hydragnn.data import Schema
-from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau_atoms
+from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau_atoms
 from hydragnn.models import build_model, save_artifact
 from hydragnn.train.cli import predict_main
 

@@ -283,7 +283,7 @@ def test_deepspeed_config_turns_clipping_off():
 def test_deepspeed_zero3_refuses_mlip_forces():
     pytest.importorskip("deepspeed")
     from hydragnn.data import Schema
-    from hydragnn.data.reference import CUAU_VARIABLES
+    from hydragnn.data.emt import CUAU_VARIABLES
     from hydragnn.models import build_model
 
     arch = {"mpnn_type": "SchNet", "hidden_dim": 8, "num_conv_layers": 1, "radius": 4.0, "num_radial": 4}
@@ -306,3 +306,44 @@ def test_a_batch_already_on_the_device_is_not_walked_again():
     strategy.device = torch.device("meta")
     moved = strategy.to_device(batch)
     assert moved.x.device.type == "meta" and moved.edge_index.device.type == "meta"
+
+
+@pytest.fixture
+def registries():
+    """The strategy registries, restored in place after the test."""
+    from hydragnn.train.strategies import STRATEGIES, STRATEGY_SPECS
+
+    saved = dict(STRATEGIES), dict(STRATEGY_SPECS)
+    yield
+    for live, old in zip((STRATEGIES, STRATEGY_SPECS), saved, strict=True):
+        live.clear()
+        live.update(old)
+
+
+def test_a_strategy_added_with_one_decorator_is_selectable(registries):
+    """``@register_strategy(spec=...)`` is all a new strategy needs: the config accepts its name,
+    its options are checked against its spec, and make_strategy builds it."""
+    from hydragnn.train.strategies import Strategy, StrategySpec, make_strategy, register_strategy
+
+    with pytest.raises(ConfigError, match=r"Parallelism\.strategy: expected one of 'none', 'ddp'.*found 'mine'"):
+        make_strategy({"Parallelism": {"strategy": "mine"}})
+
+    @register_strategy(spec=StrategySpec("mine", options=("zero_stage",)))
+    class Mine(Strategy):
+        name = "mine"
+
+    assert type(make_strategy({"Parallelism": {"strategy": "mine", "zero_stage": 2}})) is Mine
+    with pytest.raises(ConfigError, match="find_unused_parameters: only used with strategy 'ddp', strategy is 'mine'"):
+        make_strategy({"Parallelism": {"strategy": "mine", "find_unused_parameters": True}})
+    with pytest.raises(ConfigError, match="LocalSGD needs .*Parallelism.strategy 'ddp', found 'mine'"):
+        make_strategy({"Parallelism": {"strategy": "mine"}, "LocalSGD": {"enabled": True}})
+    with pytest.raises(ValueError, match="has no spec"):
+
+        @register_strategy
+        class Unknown(Strategy):
+            name = "unknown"
+
+    with pytest.raises(ValueError, match="registered twice"):
+        register_strategy(spec=StrategySpec("mine", options=("zero_stage",)))(Mine)
+    with pytest.raises(ValueError, match="already declared"):
+        register_strategy(spec=StrategySpec("mine"))(Mine)

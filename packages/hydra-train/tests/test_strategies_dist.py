@@ -41,8 +41,8 @@ def dataset(tmp_path_factory) -> Path:
     """16 prepared Cu-Au structures with edges, written once as a pickle container."""
     from hydragnn.data import Schema, prepare
     from hydragnn.data.containers import write_dataset
+    from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau
     from hydragnn.data.neighbors import add_edges
-    from hydragnn.data.reference import CUAU_VARIABLES, generate_cuau
 
     schema = Schema.from_dict(CUAU_VARIABLES)
     data = [add_edges(prepare(s, schema, index=i), 4.0) for i, s in enumerate(generate_cuau(16, seed=0))]

@@ -16,7 +16,7 @@ from train_helpers import FILE_ARCH as ARCH
 
 from hydragnn.data import DataError, write_dataset
 from hydragnn.data.atomic_references import fit_average
-from hydragnn.data.reference import generate_cuau_atoms, isolated_atom_frames, write_extxyz
+from hydragnn.data.emt import generate_cuau_atoms, isolated_atom_frames, write_extxyz
 from hydragnn.models import load_artifact
 from hydragnn.train import ConfigError, load_config
 from hydragnn.train.data import load_run_data
@@ -256,7 +256,7 @@ def test_resume_with_the_config_the_run_wrote(files, tmp_path):
 def test_cache_verify_hash_sees_a_large_file_edited_to_the_same_size(files, tmp_path, monkeypatch):
     """``cache_verify: "hash"`` reaches the conversion: a file rewritten to the same size with its
     time restored is converted again (every file counts as large here, so "auto" trusts the time)."""
-    from hydragnn.data import conversion_cache
+    from hydragnn.data.io import conversion_cache
 
     monkeypatch.setattr(conversion_cache, "HASH_ALWAYS_BELOW", 0)
     path = tmp_path / "train.xyz"

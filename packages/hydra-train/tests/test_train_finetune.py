@@ -10,7 +10,7 @@ import torch
 from train_helpers import FILE_ARCH as ARCH
 from train_helpers import REF_KEYS as KEYS
 
-from hydragnn.data.reference import generate_cuau_atoms, write_extxyz
+from hydragnn.data.emt import generate_cuau_atoms, write_extxyz
 from hydragnn.models import build_model, load_artifact
 from hydragnn.train import ConfigError, load_config
 from hydragnn.train.finetune import TRUNK, FineTuneConfig, initialise_from, load_base

@@ -15,8 +15,8 @@ import threading
 
 import pytest
 
-from hydragnn.data.lsms import LSMS_VARIABLES
-from hydragnn.data.lsms_synthetic import synthetic_alloy
+from hydragnn.data.named.lsms import LSMS_VARIABLES
+from hydragnn.data.named.lsms_synthetic import synthetic_alloy
 from hydragnn.train.config import load_config
 from hydragnn.train.config_dataset import DatasetConfig
 from hydragnn.train.errors import ConfigError

@@ -10,8 +10,8 @@ from train_helpers import config
 
 from hydragnn.models import load_artifact
 from hydragnn.train import TrainingAborted
-from hydragnn.train.data import split_indices
 from hydragnn.train.pipeline import run_training
+from hydragnn.train.split import split_indices
 
 
 def test_split_is_deterministic_and_complete():
@@ -42,7 +42,7 @@ def test_pna_degree_histogram_filled_from_the_training_split(tmp_path):
     rebuilds that model; a configured ``pna_deg`` is kept; other encoders are left alone."""
     from train_helpers import samples
 
-    from hydragnn.models.encoders.pna import degree_histogram
+    from hydragnn.models.encoders.graph_statistics import degree_histogram
     from hydragnn.train.config import load_config
     from hydragnn.train.pipeline import fill_data_statistics
 
@@ -95,6 +95,44 @@ def test_mace_avg_num_neighbors_is_the_training_mean_in_degree():
     for model_config, expected in ((given, MACE_DEFAULT_AVG_NUM_NEIGHBORS), (filled, edges / atoms)):
         encoder = build_model(model_config, run.schema).encoder
         assert encoder.interactions[0].inv_avg == pytest.approx(1.0 / expected, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "mpnn_type, arch, unset",
+    [("EGNN", {}, None), ("PAINN", {"avg_num_neighbors": "auto"}, "auto")],
+)
+def test_egnn_and_painn_avg_num_neighbors_from_the_training_split(mpnn_type, arch, unset):
+    """EGNN (by default) and PAINN (``"auto"``) divide their sums by the training split's mean
+    in-degree, stored in the config the artifact keeps; PAINN by default sums plainly."""
+    from train_helpers import samples
+
+    from hydragnn.models import build_model
+    from hydragnn.models.encoder_configs.geometric import EGNN_DEFAULT_AVG_NUM_NEIGHBORS
+    from hydragnn.train.config import load_config
+    from hydragnn.train.pipeline import fill_data_statistics
+
+    prepared = samples("mlip", n=6)
+    mean = sum(d.edge_index.shape[1] for d in prepared) / sum(d.num_nodes for d in prepared)
+    cfg = config("mlip")
+    cfg["NeuralNetwork"]["Architecture"].update(mpnn_type=mpnn_type, **arch)
+    run = load_config(cfg)
+    given = run.model_config
+    assert given.encoder.avg_num_neighbors == unset
+    filled = fill_data_statistics(given, prepared)
+    assert filled.encoder.avg_num_neighbors == pytest.approx(mean, rel=1e-6) and mean != 10.0
+    assert type(given).from_dict(filled.raw).encoder.avg_num_neighbors == filled.encoder.avg_num_neighbors
+    layer = build_model(filled, run.schema).encoder.layers[0]
+    unfilled = build_model(given, run.schema).encoder.layers[0]
+    assert layer.inv_norm == pytest.approx(1.0 / mean, rel=1e-6)
+    if mpnn_type == "EGNN":
+        assert unfilled.inv_norm == 1.0 / EGNN_DEFAULT_AVG_NUM_NEIGHBORS
+    else:
+        assert unfilled.inv_norm is None
+        plain_cfg = config("mlip")
+        plain_cfg["NeuralNetwork"]["Architecture"].update(mpnn_type="PAINN")
+        plain = load_config(plain_cfg).model_config
+        assert plain.encoder.avg_num_neighbors is None
+        assert fill_data_statistics(plain, prepared) is plain
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import torch
 from train_helpers import FILE_ARCH as ARCH
 from train_helpers import REF_KEYS as KEYS
 
-from hydragnn.data.reference import generate_cuau_atoms, isolated_atom_frames, write_extxyz
+from hydragnn.data.emt import generate_cuau_atoms, isolated_atom_frames, write_extxyz
 from hydragnn.models import load_artifact
 from hydragnn.train import ConfigError, load_config
 from hydragnn.train.data import load_run_data

@@ -8,7 +8,7 @@ import functools
 import torch
 
 from hydragnn.data import Schema
-from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.emt import CUAU_VARIABLES
 
 GRAPH_VARIABLES = {
     "inputs": [

@@ -21,7 +21,7 @@ from torch_geometric.data import Batch
 
 from hydragnn.data import Schema
 from hydragnn.data.containers import open_dataset
-from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.models import build_model
 
 SCHEMA = Schema.from_dict(CUAU_VARIABLES)

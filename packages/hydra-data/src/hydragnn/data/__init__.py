@@ -23,9 +23,9 @@ from .lazy import lazy_names
 
 # public name -> submodule defining it
 _LAZY: dict[str, str] = {
-    "atoms_to_sample": "ase_io",
-    "sample_to_atoms": "ase_io",
-    "AseSource": "ase_source",
+    "atoms_to_sample": "io.ase_io",
+    "sample_to_atoms": "io.ase_io",
+    "AseSource": "io.ase_source",
     "BatchingConfig": "batching_config",
     "CostAwareBatchSampler": "batching",
     "FixedBatchSampler": "batching",
@@ -37,10 +37,10 @@ _LAZY: dict[str, str] = {
     "PtDirectoryDataset": "containers",
     "open_dataset": "containers",
     "write_dataset": "containers",
-    "ConvertedSource": "conversion",
-    "convert_source": "conversion",
-    "DownloadCache": "download",
-    "download": "download",
+    "ConvertedSource": "io.conversion",
+    "convert_source": "io.conversion",
+    "DownloadCache": "io.download",
+    "download": "io.download",
     "ArchiveError": "errors",
     "ChecksumError": "errors",
     "CoincidentAtomsWarning": "errors",
@@ -52,26 +52,26 @@ _LAZY: dict[str, str] = {
     "NeighborListError": "errors",
     "SchemaError": "errors",
     "create_dataloaders": "loaders",
-    "format_lsms": "lsms",
-    "iter_lsms": "lsms",
-    "parse_lsms": "lsms",
-    "LSMS_VARIABLES": "named_datasets",
-    "NAMED_DATASETS": "named_datasets",
-    "NamedDataset": "named_datasets",
-    "fetch_raw": "named_fetch",
-    "prepare_named_dataset": "named_prepare",
+    "format_lsms": "named.lsms",
+    "iter_lsms": "named.lsms",
+    "parse_lsms": "named.lsms",
+    "LSMS_VARIABLES": "named.datasets",
+    "NAMED_DATASETS": "named.datasets",
+    "NamedDataset": "named.datasets",
+    "fetch_raw": "named.fetch",
+    "prepare_named_dataset": "named.prepare",
     "set_epoch": "loaders",
-    "add_edges": "neighbors",
-    "brute_force_radius_graph": "neighbors",
-    "radius_graph": "neighbors",
+    "add_edges": "neighbors.search",
+    "brute_force_radius_graph": "neighbors.brute_force",
+    "radius_graph": "neighbors.search",
     "Normalizer": "normalize",
     "add_positional_encodings": "positional",
     "prepare": "prepare",
     "prepare_all": "prepare",
     "configure_threads": "threads",
-    "CUAU_VARIABLES": "reference",
-    "generate_bulk": "reference",
-    "generate_cuau": "reference",
+    "CUAU_VARIABLES": "emt",
+    "generate_bulk": "emt",
+    "generate_cuau": "emt",
     "LEVELS": "schema",
     "RESERVED_NAMES": "schema",
     "Schema": "schema",
@@ -85,11 +85,11 @@ __getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 class _Package(types.ModuleType):
-    """Keeps a public function whose name is also its submodule's (``prepare``, ``download``).
+    """Keeps a public function whose name is also its submodule's (``prepare``).
 
-    Importing a submodule sets it as an attribute of the package; for those two names the
+    Importing a submodule sets it as an attribute of the package; for such a name the
     function, not the module, stays the package attribute (``hydragnn.data.prepare(...)``),
-    as with eager imports. The submodules stay importable by their dotted names.
+    as with eager imports. The submodule stays importable by its dotted name.
     """
 
     def __setattr__(self, name: str, value: Any) -> None:

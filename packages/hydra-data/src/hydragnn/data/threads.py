@@ -16,13 +16,15 @@ The thread count: ``OMP_NUM_THREADS`` when given (torchrun gives 1 per rank when
 else the usable cores divided by the ranks on this node (``LOCAL_WORLD_SIZE``), so that the ranks
 of a node never ask for more threads than there are cores. The allocator (glibc only, and only
 when no ``MALLOC_*`` / ``GLIBC_TUNABLES`` setting or preloaded jemalloc / tcmalloc / mimalloc
-says otherwise): freed blocks below 32 MiB are kept for reuse instead of being returned to the
-system, and so is up to :func:`keep_at_top` of free memory at the top of the heap, because every
-fresh mapping costs a page fault per 4 KiB touched; an element-wise product over 1M floats took
+says otherwise): freed blocks below :func:`reuse_below` (a 16th of memory, 32 MiB to 1 GiB) are
+kept for reuse instead of being returned to the system, and so is up to :func:`keep_at_top` of
+free memory at the top of the heap, because every fresh mapping costs a page fault per 4 KiB
+touched; an element-wise product over 1M floats took
 1.28 ms with fresh pages and 0.74 ms with reused ones, E+F calls of PAINN / SchNet on 256 atoms
 ran 1.2-1.5x faster, and a SchNet E+F call on 2,048 atoms (about 170 MB freed at its end) faulted
 35,000-50,000 pages back in per call with glibc's 64 MiB trim threshold and none with 1 GiB
-(0.2 s instead of 0.22-0.42 s per call). Like PyTorch's CUDA caching allocator, a process thus
+(0.2 s instead of 0.22-0.42 s per call), and one on 16,000 atoms (tensors above 32 MiB) 2.5 s
+with a 32 MiB mmap threshold, 0.9 s with 1 GiB. Like PyTorch's CUDA caching allocator, a process thus
 keeps the memory of its peak for reuse. MKL sizes its threads per call
 (:func:`set_intra_op_threads`): ``torch.set_num_threads`` makes every MKL vector-math call (exp,
 log, sqrt, cos, tanh, pow) use all threads, and waking a passive thread for a few hundred
@@ -49,7 +51,10 @@ __all__ = [
 ]
 
 REUSE_BELOW = 32 << 20
-"""Blocks below this size come from (and go back to) the heap: glibc's largest dynamic mmap threshold."""
+"""Smallest mmap threshold set: blocks below it come from (and go back to) the heap (glibc's own
+dynamic threshold stops here)."""
+REUSE_BELOW_MAX = 1 << 30
+"""Largest mmap threshold set."""
 KEEP_AT_TOP_MAX = 1 << 30
 """At most this much free memory stays at the top of the heap (glibc's trim threshold)."""
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
@@ -88,19 +93,28 @@ def choose_threads(environ: MutableMapping[str, str] = os.environ, cores: int | 
     return max(1, cores // ranks_n), f"{cores} cores" + (f"/{ranks_n} ranks" if ranks_n > 1 else "")
 
 
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def reuse_below() -> int:
+    """The mmap threshold set: a 16th of physical memory, between :data:`REUSE_BELOW` and
+    :data:`REUSE_BELOW_MAX` (blocks below it are kept for reuse when freed)."""
+    return min(REUSE_BELOW_MAX, max(REUSE_BELOW, _physical_memory() // 16))
+
+
 def keep_at_top() -> int:
     """Bytes of free heap top kept (the trim threshold): a 16th of physical memory, between
     ``2 * REUSE_BELOW`` (the most glibc's own dynamic rule reaches) and :data:`KEEP_AT_TOP_MAX`."""
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        physical = 0
-    return min(KEEP_AT_TOP_MAX, max(2 * REUSE_BELOW, physical // 16))
+    return min(KEEP_AT_TOP_MAX, max(2 * REUSE_BELOW, _physical_memory() // 16))
 
 
 def keep_freed_blocks(environ: MutableMapping[str, str] = os.environ) -> str:
-    """Have glibc's malloc keep freed blocks below :data:`REUSE_BELOW` for reuse (mmap threshold
-    32 MiB) and up to :func:`keep_at_top` free at the top of the heap (trim threshold), unless
+    """Have glibc's malloc keep freed blocks below :func:`reuse_below` for reuse (the mmap
+    threshold) and up to :func:`keep_at_top` free at the top of the heap (trim threshold), unless
     the environment chose the allocator or its settings. Returns what is in force, in words."""
     if any(key in environ for key in _MALLOC_ENV):
         return "malloc settings from the environment"
@@ -113,10 +127,10 @@ def keep_freed_blocks(environ: MutableMapping[str, str] = os.environ) -> str:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return "system allocator"
-    top = keep_at_top()
-    if mallopt(_M_MMAP_THRESHOLD, REUSE_BELOW) != 1 or mallopt(_M_TRIM_THRESHOLD, top) != 1:
+    top, below = keep_at_top(), reuse_below()
+    if mallopt(_M_MMAP_THRESHOLD, below) != 1 or mallopt(_M_TRIM_THRESHOLD, top) != 1:
         return "glibc malloc defaults"
-    return f"malloc reuses freed blocks below {REUSE_BELOW >> 20} MiB, keeps {top >> 20} MiB free (set by hydragnn)"
+    return f"malloc reuses freed blocks below {below >> 20} MiB, keeps {top >> 20} MiB free (set by hydragnn)"
 
 
 def mkl_threads_per_call(environ: Mapping[str, str] = os.environ) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from .errors import DataError
-from .neighbors_inputs import complete_cells
+from .neighbors.inputs import complete_cells
 
 MAX_ATOMIC_NUMBER = 118
 """The heaviest element (oganesson)."""
@@ -93,7 +93,7 @@ def check_cell_size(
 
     Args:
         cell: ``[B, 3, 3]`` cells with linearly independent periodic rows (non-periodic rows are
-            ignored: they are completed by :func:`~hydragnn.data.neighbors_inputs.complete_cells`).
+            ignored: they are completed by :func:`~hydragnn.data.neighbors.inputs.complete_cells`).
         pbc: ``[B, 3]`` bool.
         cutoff: the neighbour cutoff (Å).
         max_cell_images: images allowed per direction.

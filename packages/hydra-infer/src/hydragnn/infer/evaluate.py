@@ -215,7 +215,7 @@ def _calculator(model: Any, head: str | None, device: str | None) -> HydraCalcul
 
 def _frames(source: Any, structures: Any, skipped: list[int]) -> Iterator[tuple[Atoms, str]]:
     """``(atoms, where)`` of every selected structure but ``IsolatedAtom`` frames (counted in ``skipped[0]``)."""
-    from hydragnn.data.ase_source import ISOLATED_ATOM, iter_frames
+    from hydragnn.data.io.ase_source import ISOLATED_ATOM, iter_frames
 
     if isinstance(structures, (str, os.PathLike)):
         items: Iterator[tuple[Atoms, str, str]] = ((f.atoms, f.where, f.config_type) for f in iter_frames(source))
@@ -241,7 +241,7 @@ def _frames(source: Any, structures: Any, skipped: list[int]) -> Iterator[tuple[
 
 def _plan(calc: HydraCalculator, source: Any, atoms: Atoms, where: str) -> list[_Head]:
     """The heads to score: those whose label the first frame carries, or whose key was given."""
-    from hydragnn.data.ase_source import FrameLabels
+    from hydragnn.data.io.ase_source import FrameLabels
 
     info = calc.info
     roles = {
@@ -274,7 +274,7 @@ def _score(
     """Predict ``batch`` in one calculator call, add its errors to ``stats``; returns its atoms."""
     import torch
 
-    from hydragnn.data.ase_source import labelled_sample
+    from hydragnn.data.io.ase_source import labelled_sample
 
     outputs = [(h.var, h.key) for h in heads]
     labels = [labelled_sample(atoms, outputs, where) for atoms, where in batch]  # SchemaError names the frame

@@ -48,7 +48,7 @@ def output_format(path: str | os.PathLike) -> str:
 
 def write_predictions(path: str | os.PathLike, structures: Sequence[Atoms]) -> Path:
     """Write ``structures`` with ASE in the format of ``path``'s name, atomically
-    (:func:`hydragnn.data.atomic.atomic_write`: a temporary file in the same folder, then
+    (:func:`hydragnn.data.io.atomic.atomic_write`: a temporary file in the same folder, then
     ``os.replace``): the file is the old one or the whole new one.
 
     Raises:
@@ -58,7 +58,7 @@ def write_predictions(path: str | os.PathLike, structures: Sequence[Atoms]) -> P
     import ase.io
     from ase.io.formats import ioformats
 
-    from hydragnn.data.atomic import atomic_write
+    from hydragnn.data.io.atomic import atomic_write
 
     path = Path(path)
     fmt = output_format(path)

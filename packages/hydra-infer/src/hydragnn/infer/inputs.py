@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from hydragnn.data import NeighborListError
-from hydragnn.data.neighbors_inputs import check_periodic_cells
+from hydragnn.data.neighbors.inputs import check_periodic_cells
 from hydragnn.data.validation import (
     DEFAULT_MAX_CELL_IMAGES,
     MAX_ATOMIC_NUMBER,
@@ -118,44 +118,12 @@ def _integers(value: Any, name: str) -> torch.Tensor:
     return t.long()
 
 
-def check_call(
-    coord: Any,
-    numbers: Any,
-    *,
-    charge: Any,
-    spin: Any = None,
-    cell: Any,
-    pbc: Any,
-    mol_idx: Any,
-    cutoff: float,
-    max_cell_images: int,
-    species: frozenset[int] | None,
-    max_species: int | None,
-    dtype: torch.dtype,
-    device: torch.device,
-) -> CallInputs:
-    """Validate one call and flatten it.
-
-    Args:
-        coord, numbers, charge, spin, cell, pbc, mol_idx: the call's arguments (arrays or tensors).
-        cutoff: the model's cutoff (Å).
-        max_cell_images: periodic images allowed per direction (see the module docstring).
-        species: atomic numbers the model was trained on, or ``None``.
-        max_species: exclusive upper bound of the atomic numbers the model can embed, or ``None``.
-        dtype: floating dtype of the positions handed to the model.
-        device: calculator device.
-
-    Returns:
-        The :class:`CallInputs`.
-
-    Raises:
-        InferenceError: naming the argument, the expected and the found shape or value.
-    """
-    coord_t = _tensor(coord, "coord")
-    requires_grad = bool(coord_t.requires_grad)
-    if not (coord_t.is_floating_point() or coord_t.dtype in (torch.int32, torch.int64)):
-        raise InferenceError(f"coord: expected a floating array, found dtype {coord_t.dtype}")
-    numbers_t = _integers(numbers, "numbers")
+def _flatten(
+    coord_t: torch.Tensor, numbers_t: torch.Tensor, mol_idx: Any
+) -> tuple[str, int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(layout, num_graphs, pos [M, 3], numbers [M], batch [M], mask [B, N] or None)`` of the
+    call's real atoms: ``"dense"`` for ``coord [B, N, 3]`` (number 0 pads), ``"flat"`` for
+    ``coord [N, 3]`` with ``mol_idx``, ``"single"`` without. Raises InferenceError on shapes."""
     mask = None
     if coord_t.dim() == 3:
         if coord_t.shape[-1] != 3:
@@ -203,6 +171,48 @@ def check_call(
                 )
     else:
         raise InferenceError(f"coord: expected [N, 3] or [B, N, 3], found {_shape(coord_t)}")
+    return layout, num_graphs, pos, z, batch, mask
+
+
+def check_call(
+    coord: Any,
+    numbers: Any,
+    *,
+    charge: Any,
+    spin: Any = None,
+    cell: Any,
+    pbc: Any,
+    mol_idx: Any,
+    cutoff: float,
+    max_cell_images: int,
+    species: frozenset[int] | None,
+    max_species: int | None,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> CallInputs:
+    """Validate one call and flatten it.
+
+    Args:
+        coord, numbers, charge, spin, cell, pbc, mol_idx: the call's arguments (arrays or tensors).
+        cutoff: the model's cutoff (Å).
+        max_cell_images: periodic images allowed per direction (see the module docstring).
+        species: atomic numbers the model was trained on, or ``None``.
+        max_species: exclusive upper bound of the atomic numbers the model can embed, or ``None``.
+        dtype: floating dtype of the positions handed to the model.
+        device: calculator device.
+
+    Returns:
+        The :class:`CallInputs`.
+
+    Raises:
+        InferenceError: naming the argument, the expected and the found shape or value.
+    """
+    coord_t = _tensor(coord, "coord")
+    requires_grad = bool(coord_t.requires_grad)
+    if not (coord_t.is_floating_point() or coord_t.dtype in (torch.int32, torch.int64)):
+        raise InferenceError(f"coord: expected a floating array, found dtype {coord_t.dtype}")
+    numbers_t = _integers(numbers, "numbers")
+    layout, num_graphs, pos, z, batch, mask = _flatten(coord_t, numbers_t, mol_idx)
 
     if layout != "dense" and z.numel() and bool((z == 0).any()):
         raise InferenceError(

@@ -36,8 +36,8 @@ from typing import Any, cast
 import torch
 
 from hydragnn.data.neighbors import radius_graph
-from hydragnn.data.neighbors_inputs import complete_cells
-from hydragnn.data.neighbors_reference import cartesian_shift
+from hydragnn.data.neighbors.brute_force import cartesian_shift
+from hydragnn.data.neighbors.inputs import complete_cells
 from hydragnn.data.validation import StructureError
 
 from .errors import InferenceError

@@ -43,7 +43,7 @@ from safetensors.torch import save as st_save
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hydragnn.data import Schema
-from hydragnn.data.atomic import atomic_write
+from hydragnn.data.io.atomic import atomic_write
 
 from .artifact_bounds import check_declared_sizes
 from .committee import Committee
@@ -247,7 +247,7 @@ def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu"
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:  # shapes; torch lists every mismatching tensor
         raise ArtifactError(f"{path}: the weights do not fit the architecture: {_clip(str(exc))}") from None
-    model.manifest = manifest
+    model.manifest = manifest  # pyright: ignore[reportArgumentType]  # nn.Module.__setattr__ is typed Tensor | Module; it stores any value
     return model.to(device).eval()
 
 
@@ -309,7 +309,7 @@ _INTEGER_RANGES = frozenset({"arange", "randperm"})
 """Ranges whose default dtype may be int64 (counted as 8 bytes per element when no dtype is given)."""
 
 
-def _factory_size(name: str, args: tuple, kwargs: dict) -> Any:
+def _factory_size(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """The shape a factory or range op was asked for (``None`` where it is not read from plain numbers)."""
     if name in _FACTORIES:
         return args[1] if name.startswith("new_") and len(args) > 1 else (args[0] if args else kwargs.get("size"))

@@ -20,7 +20,8 @@ It costs K times the compute per structure, in training and in serving.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -31,6 +32,10 @@ from hydragnn.data import Schema
 from .config import ModelConfig
 from .errors import ModelError
 from .model import HydraModel
+
+if TYPE_CHECKING:
+    from .encoders import EncoderDims
+    from .mlip import EnergyHead
 
 MEMBERS_SUFFIX = "@members"
 """Suffix of the training-mode outputs holding the members' stacked predictions."""
@@ -58,11 +63,16 @@ class Committee(nn.Module):
         one = member_config(config)
         self.members = nn.ModuleList(HydraModel(one, schema) for _ in range(config.committee))
 
+    @property
+    def _models(self) -> Sequence[HydraModel]:
+        """``members`` as what it holds (an ``nn.ModuleList`` types its items as ``nn.Module``)."""
+        return cast("Sequence[HydraModel]", self.members)
+
     # ------------------------------------------------------------------ what a HydraModel offers
     @property
     def first(self) -> HydraModel:
         """Member 0 (the one the shared, non-weight attributes are read from)."""
-        return self.members[0]
+        return self._models[0]
 
     @property
     def schema(self) -> Schema:
@@ -81,7 +91,7 @@ class Committee(nn.Module):
         return self.first.special
 
     @property
-    def dims(self):
+    def dims(self) -> EncoderDims:
         return self.first.dims
 
     @property
@@ -101,7 +111,7 @@ class Committee(nn.Module):
         return self.config.radius
 
     @property
-    def energy_head(self):
+    def energy_head(self) -> EnergyHead | None:
         """Member 0's energy head (its ``default_head`` is every member's: :meth:`select_head`)."""
         return self.first.energy_head
 
@@ -115,12 +125,12 @@ class Committee(nn.Module):
 
     @head_weights.setter
     def head_weights(self, value: torch.Tensor | None) -> None:
-        for member in self.members:
+        for member in self._models:
             member.head_weights = value
 
     def select_head(self, name: str) -> None:
         """Use energy head ``name`` in every member (see :meth:`HydraModel.select_head`)."""
-        for member in self.members:
+        for member in self._models:
             member.select_head(name)
 
     # ------------------------------------------------------------------ forward and loss
@@ -151,10 +161,11 @@ class Committee(nn.Module):
         if not stacked:
             return self.first.loss(outputs, batch)
         totals, parts = [], []
-        for k, member in enumerate(self.members):
+        for k, member in enumerate(self._models):
             total, heads = member.loss({name: v[k] for name, v in stacked.items()}, batch)
             totals.append(total)
             parts.append(heads)
         count = len(self.members)
-        heads = {name: sum(p[name] for p in parts) / count for name in parts[0]}
-        return sum(totals) / count, heads
+        # sums of K >= 2 tensors: tensors
+        heads = {name: cast(torch.Tensor, sum(p[name] for p in parts)) / count for name in parts[0]}
+        return cast(torch.Tensor, sum(totals)) / count, heads

@@ -38,6 +38,7 @@ from .config_groups import (
     GlobalAttentionConfig,
     LossConfig,
     MLIPConfig,
+    parse_output_scaling,
 )
 from .config_names import ACTIVATION_NAMES, POOLING_NAMES, PRECISIONS
 from .encoder_configs import EncoderConfig, EncoderEntry, encoder_entry
@@ -106,6 +107,11 @@ class ModelConfig:
             (``use_graph_attr_conditioning``, ``graph_attr_conditioning_mode``).
         loss: :class:`~hydragnn.models.config_groups.LossConfig` (``loss_function_type``,
             ``huber_delta``, ``task_weights``, the MLIP role weights and ``energy_loss``).
+        output_scaling [{}]: ``{output name: {"shift": [...], "scale": [...]}}``: that head predicts
+            ``shift + scale * network(h)`` per column and its loss compares ``(prediction -
+            target) / scale`` (the target normalised; hydra-train's ``Training.normalize_outputs``
+            fills it from the training split). Not for an interatomic potential's energy, forces
+            or stress (``energy_shift`` / ``energy_scale`` are theirs).
         raw: the section as given, flat (stored in artifacts).
     """
 
@@ -127,6 +133,9 @@ class ModelConfig:
     attention: GlobalAttentionConfig = field(default_factory=GlobalAttentionConfig, metadata=_FLAT)
     conditioning: ConditioningConfig = field(default_factory=ConditioningConfig, metadata=_FLAT)
     loss: LossConfig = field(default_factory=LossConfig, metadata=_FLAT)
+    output_scaling: tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...] = field(
+        default=(), metadata={"parse": parse_output_scaling}
+    )
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property

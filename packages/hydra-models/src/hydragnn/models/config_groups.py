@@ -62,6 +62,34 @@ def parse_task_weights(values: Any, where: str, error: Error = ModelConfigError)
     return out
 
 
+def parse_output_scaling(
+    values: Any, where: str = f"{ROOT}.output_scaling", error: Error = ModelConfigError
+) -> tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...]:
+    """``output_scaling``: ``{output name: {"shift": [...], "scale": [...]}}`` (one number per
+    column, scales > 0) as ``((name, shift, scale), ...)``; null is ``()``."""
+    if values is None:
+        return ()
+    if not isinstance(values, Mapping):
+        raise error(f"{where}: expected {{output name: {{'shift': [...], 'scale': [...]}}}}, found {values!r}")
+    out = []
+    for name, spec in values.items():
+        at = f"{where}.{name}"
+        if not isinstance(spec, Mapping) or set(spec) != {"shift", "scale"}:
+            raise error(f"{at}: expected {{'shift': [numbers], 'scale': [numbers]}}, found {spec!r}")
+        columns = []
+        for key in ("shift", "scale"):
+            if not isinstance(spec[key], list) or not spec[key]:
+                raise error(f"{at}.{key}: expected a non-empty list of numbers, found {spec[key]!r}")
+            columns.append(tuple(_float(v, f"{at}.{key}[{i}]", error) for i, v in enumerate(spec[key])))
+        shift, scale = columns
+        if len(shift) != len(scale):
+            raise error(f"{at}: shift has {len(shift)} values, scale {len(scale)}")
+        if not all(0 < c < float("inf") for c in scale) or not all(abs(v) < float("inf") for v in shift):
+            raise error(f"{at}: expected finite shifts and scales > 0, found shift {list(shift)}, scale {list(scale)}")
+        out.append((str(name), shift, scale))
+    return tuple(out)
+
+
 def parse_references(
     values: Any, where: str = f"{ROOT}.reference_energies", error: Error = ModelConfigError
 ) -> tuple[tuple[int, float], ...] | None:

@@ -7,6 +7,7 @@ Targets come from the prepared batch: ``graph_output [B, Og]``, ``node_output [N
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import cast
 
 import torch
 from torch.nn import functional as F
@@ -40,7 +41,8 @@ def atom_counts(batch: Data) -> torch.Tensor:
     ptr = getattr(batch, "ptr", None)
     if ptr is not None:
         return ptr[1:] - ptr[:-1]
-    return torch.tensor([batch.num_nodes], dtype=torch.long, device=batch.pos.device if "pos" in batch else None)
+    device = cast(torch.Tensor, batch.pos).device if "pos" in batch else None
+    return torch.tensor([batch.num_nodes], dtype=torch.long, device=device)
 
 
 def _row_weights(graph_weights: torch.Tensor, batch: Data, level: str) -> torch.Tensor:
@@ -49,10 +51,12 @@ def _row_weights(graph_weights: torch.Tensor, batch: Data, level: str) -> torch.
         return graph_weights
     node_graph = getattr(batch, "batch", None)
     if node_graph is None:
-        node_graph = torch.zeros(batch.num_nodes, dtype=torch.long, device=graph_weights.device)
+        num_nodes = cast(int, batch.num_nodes)  # a prepared graph: known from x or pos
+        node_graph = torch.zeros(num_nodes, dtype=torch.long, device=graph_weights.device)
     if level == "node":
         return graph_weights[node_graph]
-    return graph_weights[node_graph[batch.edge_index[1]]]
+    edge_index = cast(torch.Tensor, batch.edge_index)  # an edge output: the batch has its edges
+    return graph_weights[node_graph[edge_index[1]]]
 
 
 def targets(batch: Data, schema: Schema) -> dict[str, torch.Tensor]:
@@ -82,6 +86,7 @@ def compute_loss(
     huber_delta: float = 1.0,
     per_atom: Collection[str] = (),
     graph_weights: torch.Tensor | None = None,
+    scales: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Weighted sum of per-output losses.
 
@@ -97,6 +102,8 @@ def compute_loss(
         graph_weights: ``[B]`` weight of each structure (its data source's): every output's
             loss is then the weighted mean over its rows (a node or edge row takes its graph's
             weight), ``sum(w * l) / sum(w)``.
+        scales: ``{name: [dim]}``: those outputs are compared divided by their scale per column
+            (``Architecture.output_scaling``: the loss in normalised units).
 
     Returns:
         ``(total, {name: loss})``: scalar tensors in at least float32; the per-output values
@@ -134,9 +141,12 @@ def compute_loss(
             )
         dtype = torch.promote_types(torch.promote_types(pred.dtype, target.dtype), torch.float32)
         pred, target = pred.to(dtype), target.to(dtype)
-        if name in per_atom:
+        if atoms is not None and name in per_atom:  # (atoms: counted when per_atom names any)
             scale = atoms.to(device=pred.device, dtype=dtype).reshape(-1, 1)
             pred, target = pred / scale, target / scale
+        if scales is not None and name in scales:
+            column = scales[name].to(device=pred.device, dtype=dtype)
+            pred, target = pred / column, target / column
         if graph_weights is None:
             value = fn(pred, target, huber_delta)
         else:

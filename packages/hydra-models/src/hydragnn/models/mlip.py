@@ -10,6 +10,7 @@ Voigt order ``(xx, yy, zz, yz, xz, xy)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -55,6 +56,9 @@ class EnergyHead(nn.Module):
             features ``[N, H]`` to ``[N, K]``, added to the head's output before the scale.
     """
 
+    shifts: torch.Tensor  # buffers of K > 1 heads
+    scales: torch.Tensor
+
     def __init__(
         self,
         hidden_dim: int,
@@ -86,7 +90,8 @@ class EnergyHead(nn.Module):
                 self.reference = nn.Parameter(table)
             else:
                 self.register_buffer("reference", table)
-        self.shift, self.scale = float(heads[0].energy_shift), float(heads[0].energy_scale)
+        shift, scale = cast(float, heads[0].energy_shift), cast(float, heads[0].energy_scale)  # filled in
+        self.shift, self.scale = float(shift), float(scale)
         self.multi = len(heads) > 1
         if self.multi:  # per-head constants of the config (not weights: not in the state dict)
             self.register_buffer("shifts", torch.tensor([h.energy_shift for h in heads]), persistent=False)
@@ -145,7 +150,7 @@ class EnergyHead(nn.Module):
             atomic = out
             if self.scale != 1.0 or self.shift != 0.0:
                 atomic = atomic * self.scale + self.shift
-            if species is not None:
+            if species is not None and self.reference is not None:  # (species: read with a reference)
                 atomic = atomic + self.reference.to(acc).index_select(0, species).unsqueeze(-1)
         else:
             if head is None:
@@ -153,7 +158,7 @@ class EnergyHead(nn.Module):
             k = head.reshape(-1).long().index_select(0, inputs.batch)
             atomic = out.gather(1, k.unsqueeze(-1)) * self.scales.to(acc)[k].unsqueeze(-1)
             atomic = atomic + self.shifts.to(acc)[k].unsqueeze(-1)
-            if species is not None:
+            if species is not None and self.reference is not None:
                 atomic = atomic + self.reference.to(acc)[k, species].unsqueeze(-1)
         energy = scatter_sum(atomic, inputs.batch, inputs.num_graphs)
         return atomic, energy
@@ -254,7 +259,7 @@ def derivatives(
 def dynamic_edges(
     pos: torch.Tensor,
     radius: float,
-    batch: torch.Tensor,
+    batch: torch.Tensor | None,
     cell: torch.Tensor | None,
     pbc: torch.Tensor | None,
     max_neighbours: int | None,

@@ -10,7 +10,7 @@ the heads, and returns ``{output name: tensor}``: graph outputs ``[B, dim]``, no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -25,6 +25,7 @@ from .heads import EdgeHeads, GraphHeads, NodeHeads
 from .loss import compute_loss
 from .mlip import EnergyHead, apply_strain, derivatives, dynamic_edges, stress_from_virial
 from .nn.geometry import safe_norm
+from .output_scaling import OutputScaling
 from .schema_checks import check_conditioning, mlip_roles, num_species, task_weights
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class HydraModel(nn.Module):
         if schema.feature_inputs("edge") and self.mlip and config.mlip.dynamic_graph:
             raise ModelConfigError(f"{ROOT}.dynamic_graph: edge inputs need the dataset's edges, not dynamic ones")
         self.special = special  # role -> output name for the MLIP outputs
+        self.output_scaling = OutputScaling(config, schema, special)
         self.dims = EncoderDims(
             node_in=schema.input_dim("node"),
             edge_in=schema.input_dim("edge"),
@@ -107,6 +109,7 @@ class HydraModel(nn.Module):
                 self.encoder = encoder_cls(self.dims, config.encoder)
                 self.global_stage = EquivariantTransformer(self.dims, config, local=self.encoder)
         else:
+            assert encoder_cls is not None  # mpnn_type is null only for a standalone EquivariantTransformer
             self.encoder = encoder_cls(self.dims, config.encoder)
         if config.attention.engine == "GPS":
             from .attention.gps import build_gps_mixers
@@ -201,7 +204,7 @@ class HydraModel(nn.Module):
             cell: ``[B, 3, 3]`` (the strained cell when computing stress); default ``batch.cell``.
         """
         dtype = self.dtype
-        x = batch.x.to(dtype)
+        x = cast(torch.Tensor, batch.x).to(dtype)  # the prepared-batch contract: x is always there
         edge_vec = edge_len = None
         if pos is not None:
             edge_vec = pos.index_select(0, edge_index[0]) - pos.index_select(0, edge_index[1])
@@ -210,7 +213,7 @@ class HydraModel(nn.Module):
             edge_len = safe_norm(edge_vec).to(dtype)
             edge_vec = edge_vec.to(dtype)
         node_batch = _node_batch(batch, x)
-        edge_attr = batch.edge_attr.to(dtype) if self.dims.edge_in else None
+        edge_attr = cast(torch.Tensor, batch.edge_attr).to(dtype) if self.dims.edge_in else None  # edge inputs
         graph_attr = batch.graph_attr.to(dtype) if self.dims.graph_in else None
         if cell is None:
             cell = getattr(batch, "cell", None)
@@ -283,10 +286,11 @@ class HydraModel(nn.Module):
             differentiable (``create_graph``) only in training mode.
         """
         outer_grad = torch.is_grad_enabled()
-        pos = batch.pos.to(self.geometry_dtype) if self.geometric else None
+        pos = cast(torch.Tensor, batch.pos).to(self.geometry_dtype) if self.geometric else None  # (a 'pos' input)
         edge_index = getattr(batch, "edge_index", None)
         edge_shift = getattr(batch, "edge_shift", None)
         if self.mlip and (self.config.mlip.dynamic_graph or edge_index is None):
+            assert pos is not None  # an interatomic potential has positions (mlip_roles checks)
             edge_index, edge_shift = dynamic_edges(
                 pos,
                 self.config.radius,
@@ -299,8 +303,9 @@ class HydraModel(nn.Module):
             raise ModelError("the batch has no 'edge_index' (build edges with hydragnn.data.neighbors.add_edges)")
         if not self.mlip:
             inputs = self.graph_inputs(batch, pos, edge_index, edge_shift)
-            return self.heads(self.encode(inputs), inputs)
+            return self.output_scaling(self.heads(self.encode(inputs), inputs))
 
+        assert pos is not None and self.energy_head is not None  # an interatomic potential (mlip_roles checks)
         special = self.special
         want_forces = self.config.mlip.compute_grad_energy and (
             compute_forces if compute_forces is not None else "forces" in special
@@ -326,7 +331,7 @@ class HydraModel(nn.Module):
             if self.energy_head.layers is not None:
                 inputs.layer_features = []
             emb = self.encode(inputs)
-            out = self.heads(emb, inputs)
+            out = self.output_scaling(self.heads(emb, inputs))
             layers = inputs.layer_features[:-1] if inputs.layer_features else ()
             atomic, energy = self.energy_head(emb.scalar, inputs, getattr(batch, "head", None), layers)
             out[special["energy"]] = energy
@@ -339,6 +344,7 @@ class HydraModel(nn.Module):
                 if want_forces:
                     out[special.get("forces", self.config.mlip.forces_name)] = forces
                 if want_stress:
+                    assert virial is not None and cell is not None  # strained (displacement set), periodic
                     name = special.get("stress", self.config.mlip.stress_name)
                     dim = self.schema[name].dim if name in self.schema else 6
                     out[name] = stress_from_virial(virial, cell, dim)
@@ -358,7 +364,7 @@ class HydraModel(nn.Module):
             ModelError: an unknown head name.
         """
         names = self.energy_head_names
-        if name not in names:
+        if self.energy_head is None or name not in names:  # (names is empty without an energy head)
             raise ModelError(f"energy head {name!r}: this model has {names}")
         self.energy_head.default_head = names.index(name)
 
@@ -380,6 +386,7 @@ class HydraModel(nn.Module):
             huber_delta=self.config.loss.huber_delta,
             per_atom=per_atom,
             graph_weights=weights,
+            scales=self.output_scaling.scales(),
         )
 
 

@@ -7,6 +7,8 @@ the padded batch exactly the outputs of the unpadded batch; the sink's outputs a
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch_geometric.data import Batch, Data
 
@@ -19,8 +21,9 @@ GRAPH_KEYS = ("graph_attr", "graph_output", "head")
 
 
 def _counts(batch: Data) -> tuple[int, int, int]:
-    n = int(batch.x.shape[0])
-    e = int(batch.edge_index.shape[1]) if getattr(batch, "edge_index", None) is not None else 0
+    n = int(cast(torch.Tensor, batch.x).shape[0])  # (a prepared batch: x is always there)
+    edge_index = getattr(batch, "edge_index", None)
+    e = int(edge_index.shape[1]) if edge_index is not None else 0
     b = int(batch.num_graphs) if isinstance(batch, Batch) else 1
     return n, e, b
 
@@ -60,7 +63,7 @@ def pad_with_sink(
             f"pad_with_sink: needs at least one sink node and no negative edge count; batch has N={n}, E={e}, "
             f"asked for {add_n} extra nodes and {add_e} extra edges"
         )
-    device = batch.x.device
+    device = cast(torch.Tensor, batch.x).device
     out = Batch()
     for key in NODE_KEYS + EDGE_KEYS + GRAPH_KEYS:
         t = getattr(batch, key, None)

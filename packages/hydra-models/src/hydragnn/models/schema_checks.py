@@ -7,6 +7,7 @@ MLIP roles, the conditioning rules, the species-embedding size and the task weig
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 from hydragnn.data import Schema
 from hydragnn.data.validation import SPECIES_INPUT_NAMES
@@ -22,7 +23,7 @@ def mlip_roles(c: ModelConfig, s: Schema) -> dict[str, str]:
     where = f"{ROOT}.enable_interatomic_potential"
     if s.position is None:
         raise ModelConfigError(f"{where}: an interatomic potential needs a 'pos' input with role 'position'")
-    expect = {"energy": (c.mlip.energy_name, "graph", (1,))}
+    expect: dict[str, tuple[str, str, tuple[int, ...]]] = {"energy": (c.mlip.energy_name, "graph", (1,))}
     if c.mlip.compute_grad_energy:
         expect["forces"] = (c.mlip.forces_name, "node", (3,))
         expect["stress"] = (c.mlip.stress_name, "graph", (6, 9))
@@ -83,7 +84,7 @@ def task_weights(c: ModelConfig, s: Schema, special: Mapping[str, str] | None = 
         weights = {n: 1.0 for n in names}
         given: set[str] = set()
     elif tw and isinstance(tw[0], tuple):
-        mapping = dict(tw)
+        mapping = dict(cast("tuple[tuple[str, float], ...]", tw))  # pairs throughout (one form per config)
         unknown = sorted(set(mapping) - set(names))
         if unknown:
             raise ModelConfigError(f"{where}: unknown output(s) {unknown}; outputs are {names}")
@@ -92,7 +93,7 @@ def task_weights(c: ModelConfig, s: Schema, special: Mapping[str, str] | None = 
     else:
         if len(tw) != len(names):
             raise ModelConfigError(f"{where}: expected {len(names)} weights (one per output: {names}), found {len(tw)}")
-        weights = {n: float(w) for n, w in zip(names, tw)}
+        weights = {n: float(w) for n, w in zip(names, cast("tuple[float, ...]", tw))}
         given = set(names)
     for key, role in ROLE_WEIGHTS.items():
         value = getattr(c.loss, key)

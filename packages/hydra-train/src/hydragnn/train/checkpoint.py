@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hydragnn.data.atomic import atomic_write
-from hydragnn.data.safe_load import load_tensors
+from hydragnn.data.io.atomic import atomic_write
+from hydragnn.data.io.safe_load import load_tensors
 
 from .errors import CheckpointError
 
@@ -44,7 +44,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save(obj)`` to a temporary file beside ``path``, then ``os.replace``.
 
     A failure at any point leaves ``path`` as it was (absent or the previous file) and no
-    temporary file behind (see :func:`hydragnn.data.atomic.atomic_write`: permissions follow the
+    temporary file behind (see :func:`hydragnn.data.io.atomic.atomic_write`: permissions follow the
     umask, temporaries of killed writers are removed by the next write).
 
     Raises:

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from hydragnn.data import Schema, SchemaError
-from hydragnn.data.atomic import atomic_write
 from hydragnn.data.config_parse import key_values, parse_value
+from hydragnn.data.io.atomic import atomic_write
 from hydragnn.models import ModelConfig, ModelConfigError
 from hydragnn.models.config import COMMON_KEYS as ARCH_COMMON_KEYS
 

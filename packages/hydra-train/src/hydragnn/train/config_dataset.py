@@ -8,7 +8,7 @@ Exactly one source:
   ``valid_fraction`` [0.1] of the training file validates;
 * ``generator``: the EMT reference sets (``{"name": "cuau", "n_structures": 200, "seed": 0}``);
 * none of these, and a ``name`` of a published data set upstream HydraGNN names
-  (``CuAu_32atoms``, ``FePt_32atoms``, ``FeSi_1024atoms``; :mod:`hydragnn.data.named_datasets`):
+  (``CuAu_32atoms``, ``FePt_32atoms``, ``FeSi_1024atoms``; :mod:`hydragnn.data.named.datasets`):
   its LSMS archive is fetched once (``url`` [none] or ``$HYDRAGNN_DATASET_URL/<archive>``,
   ``sha256`` [none] a checksum you trust), prepared against ``Variables`` (default: upstream's
   ``examples/lsms/lsms.json``), cached under ``cache_dir`` [``$HYDRAGNN_CACHE`` or
@@ -18,6 +18,8 @@ Exactly one source:
   your own data next to a replayed slice of the data a model was first trained on. Sources take
   ``cutoff``, ``seed``, ``cache_dir``, ``cache_format`` and ``cache_verify`` from the top level
   unless they set them.
+
+``compositional_stratified_splitting`` [false]: each composition keeps its share (:mod:`hydragnn.train.split`).
 
 For files ASE reads: ``energy_key`` ["energy"], ``forces_key`` ["forces"], ``stress_key``
 ["stress"] name the labels of those outputs (null: not trained on), ``keys`` any other head; ``index`` [":"] slices the frames (``ase.io.read``'s
@@ -40,7 +42,7 @@ from typing import Any
 
 from hydragnn.data import config_parse as cp
 from hydragnn.data.errors import did_you_mean
-from hydragnn.data.named_datasets import NAMED_DATASETS, named_dataset
+from hydragnn.data.named.datasets import NAMED_DATASETS, named_dataset
 
 from .errors import ConfigError
 
@@ -141,6 +143,7 @@ class DatasetConfig:
     test_file: str | None = None
     split: tuple[float, float, float] = field(default=(0.8, 0.1, 0.1), metadata={"parse": _split})
     valid_fraction: float = field(default=0.1, metadata={"min": 0, "lt": 1})
+    compositional_stratified_splitting: bool = False
     seed: int = field(default=0, metadata={"min": 0})
     cutoff: float | None = field(default=None, metadata={"gt": 0.0})
     energy_key: str | None = "energy"
@@ -279,6 +282,8 @@ class DatasetConfig:
         out: dict[str, Any] = {"name": self.name, "seed": self.seed, "cutoff": self.cutoff}
         if self.weight != 1.0:
             out["weight"] = self.weight
+        if self.compositional_stratified_splitting:
+            out["compositional_stratified_splitting"] = True
         if self.named:
             out["split"] = list(self.split)
             out.update({k: getattr(self, k) for k in (*_NAMED_ONLY, "cache_dir") if getattr(self, k) is not None})

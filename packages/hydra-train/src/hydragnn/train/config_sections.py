@@ -157,29 +157,89 @@ def legacy_bool_section(
 
 
 # ------------------------------------------------------------------------- Parallelism / LocalSGD
-StrategyName = Literal["none", "ddp", "fsdp", "fsdp2", "deepspeed"]
-PARALLEL_STRATEGIES: tuple[str, ...] = get_args(StrategyName)
+@dataclass(frozen=True)
+class StrategySpec:
+    """What the config needs to know of a training strategy, without importing it (torch-free).
+
+    Attributes:
+        name: the registry name (``Parallelism.strategy``).
+        options: the ``Parallelism`` keys of its own (``find_unused_parameters``, ``zero_stage``);
+            giving another strategy's option is an error.
+        replicates: every rank keeps a full replica updated by a gradient all-reduce (DDP):
+            ``LocalSGD`` and ``Optimizer.use_zero_redundancy`` build on it.
+        shards_parameters: parameters are sharded across ranks (FSDP): ``EMA`` is refused.
+        selectable: ``Parallelism.strategy`` may name it (``localsgd`` is chosen by
+            ``LocalSGD.enabled`` instead).
+    """
+
+    name: str
+    options: tuple[str, ...] = ()
+    replicates: bool = False
+    shards_parameters: bool = False
+    selectable: bool = True
+
+
+STRATEGY_SPECS: dict[str, StrategySpec] = {
+    spec.name: spec
+    for spec in (
+        StrategySpec("none"),
+        StrategySpec("ddp", options=("find_unused_parameters",), replicates=True),
+        StrategySpec("fsdp", shards_parameters=True),
+        StrategySpec("fsdp2", shards_parameters=True),
+        StrategySpec("deepspeed", options=("zero_stage",)),
+        StrategySpec("localsgd", selectable=False),
+    )
+}
+"""The strategies a config may name: the built-in ones declared here, so that a config validates
+before torch is imported, and any added by ``strategies.register_strategy(spec=...)``, which
+also checks that every registered class has its spec."""
+
+
+def declare_strategy(spec: StrategySpec) -> None:
+    """Add ``spec`` to :data:`STRATEGY_SPECS` (the same spec again is a no-op; another is refused)."""
+    known = STRATEGY_SPECS.get(spec.name)
+    if known is not None and known != spec:
+        raise ValueError(f"strategy {spec.name!r} is already declared as {known}")
+    STRATEGY_SPECS[spec.name] = spec
+
+
+def strategy_spec(name: str, where: str) -> StrategySpec:
+    """The spec of a selectable strategy; a :class:`ConfigError` at ``where`` lists the known names."""
+    spec = STRATEGY_SPECS.get(name) if isinstance(name, str) else None
+    if spec is None or not spec.selectable:
+        names = ", ".join(repr(n) for n, s in STRATEGY_SPECS.items() if s.selectable)
+        raise ConfigError(f"{where}: expected one of {names}, found {name!r}")
+    return spec
+
+
+def full_replica_strategies() -> list[str]:
+    """The selectable strategies that keep the full parameters on every rank."""
+    return [n for n, s in STRATEGY_SPECS.items() if s.selectable and not s.shards_parameters]
 
 
 @dataclass(frozen=True)
 class ParallelismConfig:
-    """``Training.Parallelism``: strategy [none], find_unused_parameters [false; ddp],
-    zero_stage [1; deepspeed], timeout_s [300]."""
+    """``Training.Parallelism``: strategy [none] (a name of :data:`STRATEGY_SPECS`),
+    find_unused_parameters [false; ddp], zero_stage [1; deepspeed], timeout_s [300]."""
 
-    strategy: StrategyName = "none"
+    strategy: str = "none"
     find_unused_parameters: bool = False
     zero_stage: Literal[1, 2, 3] = 1
     timeout_s: float = field(default=300.0, metadata=_POSITIVE)
 
+    @property
+    def spec(self) -> StrategySpec:
+        return STRATEGY_SPECS[self.strategy]
+
     @classmethod
     def from_dict(cls, values: Any, where: str) -> ParallelismConfig:
         out = cp.parse_dataclass(cls, values, where, ConfigError)
-        if out.find_unused_parameters and out.strategy != "ddp":
-            raise ConfigError(
-                f"{where}.find_unused_parameters: only used with strategy 'ddp', strategy is {out.strategy!r}"
-            )
-        if "zero_stage" in (values or {}) and out.strategy != "deepspeed":
-            raise ConfigError(f"{where}.zero_stage: only used with strategy 'deepspeed', strategy is {out.strategy!r}")
+        spec = strategy_spec(out.strategy, f"{where}.strategy")
+        given = {"find_unused_parameters": out.find_unused_parameters, "zero_stage": "zero_stage" in (values or {})}
+        for option, used in given.items():
+            if used and option not in spec.options:
+                owner = next((s.name for s in STRATEGY_SPECS.values() if option in s.options), "another strategy")
+                raise ConfigError(f"{where}.{option}: only used with strategy {owner!r}, strategy is {out.strategy!r}")
         return out
 
 
@@ -200,14 +260,16 @@ class LocalSGDConfig:
 
 def check_parallelism(par: ParallelismConfig, lsgd: LocalSGDConfig, optimizer: OptimizerConfig, where: str) -> None:
     """The rules between ``Parallelism``, ``LocalSGD`` and ``Optimizer`` (``where``: the
-    ``Training`` path): LocalSGD and ZeroRedundancyOptimizer need ``ddp``, and not together."""
-    if lsgd.enabled and par.strategy != "ddp":
+    ``Training`` path): LocalSGD and ZeroRedundancyOptimizer need a replicating strategy
+    (``ddp``), and not together."""
+    replicating = ", ".join(repr(s.name) for s in STRATEGY_SPECS.values() if s.replicates)
+    if lsgd.enabled and not par.spec.replicates:
         raise ConfigError(
-            f"{where}.LocalSGD.enabled: LocalSGD needs {where}.Parallelism.strategy 'ddp', found {par.strategy!r}"
+            f"{where}.LocalSGD.enabled: LocalSGD needs {where}.Parallelism.strategy {replicating}, found {par.strategy!r}"
         )
-    if optimizer.use_zero_redundancy and par.strategy != "ddp":
+    if optimizer.use_zero_redundancy and not par.spec.replicates:
         raise ConfigError(
-            f"{where}.Optimizer.use_zero_redundancy: needs {where}.Parallelism.strategy 'ddp', found {par.strategy!r}"
+            f"{where}.Optimizer.use_zero_redundancy: needs {where}.Parallelism.strategy {replicating}, found {par.strategy!r}"
         )
     if lsgd.enabled and optimizer.use_zero_redundancy:
         raise ConfigError(

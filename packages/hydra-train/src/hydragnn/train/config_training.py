@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ from .config_sections import (
     SchedulerConfig,
     SecondStageConfig,
     check_parallelism,
+    full_replica_strategies,
     legacy_bool_section,
     plain,
     section,
@@ -79,6 +81,16 @@ class TrainingConfig:
             times the first steps at torch's count and at its halvings and keeps the fastest
             (single-process eager CPU training; otherwise the count stays), see
             :mod:`hydragnn.train.threads`. The process's count is restored afterwards.
+        device ["auto" | "cpu" | "cuda" | "cuda:N"]: where the model trains. "auto" takes the
+            current CUDA device when torch sees one (a distributed rank: its ``LOCAL_RANK``'s GPU),
+            else the CPU; "cuda" and "cuda:N" fail with a ConfigError where that GPU is missing; a
+            distributed run takes "auto", "cuda" (each rank its local GPU) or "cpu" (gloo only).
+            Not part of the run's fingerprint: a run may resume on another device.
+        normalize_outputs [null | "minmax" | "standard"]: train every head but an interatomic
+            potential's energy, forces and stress on targets normalised by the training split's
+            minimum and range (upstream HydraGNN's LSMS normalisation) or mean and standard
+            deviation; the model predicts in the data's units (``Architecture.output_scaling``,
+            :mod:`hydragnn.train.output_scaling`).
         callbacks [[]]: the user's callbacks, ``[{"name": <registered name>, ...keyword
             arguments}]`` (:mod:`hydragnn.train.callbacks`), run after the built-in ones.
         model_keys: ``loss_function_type`` etc. given here (already copied into Architecture).
@@ -105,6 +117,8 @@ class TrainingConfig:
     global_attn_redraw_interval: int | None = field(default=1000, metadata={"min": 1})
     compile: bool = False
     intra_op_threads: int | Literal["auto"] = field(default="auto", metadata={"min": 1})
+    device: str = "auto"
+    normalize_outputs: Literal["minmax", "standard"] | None = None
     callbacks: tuple[dict[str, Any], ...] = ()
     model_keys: tuple[tuple[str, Any], ...] = ()
 
@@ -122,7 +136,7 @@ class TrainingConfig:
             "Parallelism": {
                 k: v
                 for k, v in plain(self.parallelism).items()
-                if k != "zero_stage" or self.parallelism.strategy == "deepspeed"
+                if k != "zero_stage" or k in self.parallelism.spec.options
             },
             "LocalSGD": plain(self.local_sgd),
             "nan_policy": self.nan_policy,
@@ -136,8 +150,11 @@ class TrainingConfig:
             "global_attn_redraw_interval": self.global_attn_redraw_interval,
             "compile": self.compile,
             "intra_op_threads": self.intra_op_threads,
+            "device": self.device,
             "callbacks": copy.deepcopy(list(self.callbacks)),
         }
+        if self.normalize_outputs is not None:  # (absent by default: runs made before it resume)
+            out["normalize_outputs"] = self.normalize_outputs
         out.update(dict(self.model_keys))
         return out
 
@@ -185,13 +202,16 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
     kw["local_sgd"] = LocalSGDConfig.from_dict(v.get("LocalSGD"), f"{where}.LocalSGD")
     check_parallelism(par, kw["local_sgd"], kw["optimizer"], where)
     kw["ema"] = EMAConfig.from_dict(v.get("EMA"), f"{where}.EMA")
-    if kw["ema"].enabled and par.strategy in ("fsdp", "fsdp2"):
+    if kw["ema"].enabled and par.spec.shards_parameters:
         raise ConfigError(
             f"{where}.EMA.enabled: the weight average needs the full parameters on every rank; "
-            f"strategy {par.strategy!r} shards them (use none, ddp or deepspeed)"
+            f"strategy {par.strategy!r} shards them (use {', '.join(full_replica_strategies())})"
         )
     kw["second_stage"] = SecondStageConfig.from_dict(v.get("SecondStage"), f"{where}.SecondStage")
     kw["fine_tune"] = FineTuneConfig.from_dict(v.get("FineTune"), f"{where}.FineTune")
+    device = kw.get("device", TrainingConfig.device)
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
+        raise ConfigError(f"{where}.device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     kw["callbacks"] = check_callback_specs(copy.deepcopy(v.get("callbacks")), f"{where}.callbacks")
     kw["model_keys"] = tuple((k, v[k]) for k in MODEL_KEYS_IN_TRAINING if k in v)
     return TrainingConfig(**kw)

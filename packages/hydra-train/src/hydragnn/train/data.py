@@ -37,15 +37,16 @@ from hydragnn.data import (
     prepare_named_dataset,
 )
 from hydragnn.data.containers.api import detect_format
+from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.data.prepare import prepare
-from hydragnn.data.reference import CUAU_VARIABLES
 
 from .config import RunConfig
 from .config_dataset import DatasetConfig
 from .errors import ConfigError
+from .split import composition, split_indices
 
 if TYPE_CHECKING:
-    from hydragnn.data.conversion import ConvertedSource
+    from hydragnn.data.io.conversion import ConvertedSource
 
 __all__ = [
     "RunData",
@@ -54,7 +55,6 @@ __all__ = [
     "evaluation_samples",
     "load_run_data",
     "prepare_samples",
-    "split_indices",
 ]
 
 _DERIVED = ("x", "y", "y_loc")
@@ -98,7 +98,7 @@ def cuau_samples(n_structures: int, seed: int) -> list:
     """The EMT ``CuAu_32atoms`` reference set, with derived graph targets added:
     ``au_fraction [1, 1]`` (fraction of Au atoms), ``volume_per_atom [1, 1]`` (Å³) and
     ``pressure [1, 1]`` (``-trace(stress) / 3`` in eV/Å³)."""
-    from hydragnn.data.reference import generate_cuau
+    from hydragnn.data.emt import generate_cuau
 
     samples = generate_cuau(n_structures=n_structures, seed=seed)
     for s in samples:
@@ -135,19 +135,8 @@ def prepare_samples(raw: Sequence, schema: Schema, cutoff: float, pe_dim: int = 
     return [_complete(prepare(sample, schema, index=i), cutoff, pe_dim) for i, sample in enumerate(raw)]
 
 
-def split_indices(n: int, fractions: Sequence[float], seed: int) -> tuple[list[int], list[int], list[int]]:
-    """A deterministic shuffled split of ``range(n)`` into train / val / test by fractions."""
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    n_val = int(round(fractions[1] * n))
-    n_test = int(round(fractions[2] * n))
-    if fractions[1] > 0:
-        n_val = max(n_val, 1)
-    if fractions[2] > 0:
-        n_test = max(n_test, 1)
-    n_train = n - n_val - n_test
-    if n_train < 1:
-        raise ValueError(f"Dataset.split: {n} samples leave no training sample for fractions {list(fractions)}")
-    return perm[:n_train], perm[n_train : n_train + n_val], perm[n_train + n_val :]
+def _categories(ds: Any, samples: Sequence[Data]) -> list[tuple[tuple[int, int], ...]] | None:
+    return [composition(s, i) for i, s in enumerate(samples)] if ds.compositional_stratified_splitting else None
 
 
 def _is_prepared(sample: Data) -> bool:
@@ -301,7 +290,8 @@ def load_run_data(
         val = convert(ds.valid_file, schema)[1] if ds.valid_file is not None else None
         test = convert(ds.test_file, schema)[1] if ds.test_file is not None else None
         if val is None and ds.valid_fraction > 0:
-            keep, held, _ = split_indices(len(train), (1.0 - ds.valid_fraction, ds.valid_fraction, 0.0), ds.seed)
+            fractions = (1.0 - ds.valid_fraction, ds.valid_fraction, 0.0)
+            keep, held, _ = split_indices(len(train), fractions, ds.seed, _categories(ds, train))
             train, val = [train[i] for i in keep], [train[i] for i in held]
         return RunData(schema, train, val or None, test or None, isolated, files)
 
@@ -316,7 +306,7 @@ def load_run_data(
         result, samples = convert(cast(str, ds.path), cfg.schema)
         schema, isolated = result.schema, result.isolated_atoms
     try:
-        train_idx, val_idx, test_idx = split_indices(len(samples), ds.split, ds.seed)
+        train_idx, val_idx, test_idx = split_indices(len(samples), ds.split, ds.seed, _categories(ds, samples))
     except ValueError as exc:
         raise DataError(str(exc)) from None
     pick = lambda idx: [samples[i] for i in idx] or None  # noqa: E731

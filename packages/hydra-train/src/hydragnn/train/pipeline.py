@@ -20,7 +20,7 @@ from typing import Any, cast
 import torch
 
 from hydragnn.data import write_dataset
-from hydragnn.data.atomic import atomic_write
+from hydragnn.data.io.atomic import atomic_write
 from hydragnn.data.loaders import create_dataloaders
 from hydragnn.data.threads import configure_threads
 from hydragnn.models import ModelConfig, build_model, save_artifact
@@ -37,6 +37,7 @@ from .errors import CheckpointError, TrainError
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
 from .finetune import initialise_from, load_base
 from .loop import CHECKPOINT_NAME, train_validate_test
+from .output_scaling import fill_output_scaling
 from .plots import parity_plots
 from .progress import LOG_NAME, Progress, run_log
 from .references import resolve_reference_energies, resolve_scale_shift
@@ -135,10 +136,17 @@ def run_training(
         strategy.barrier()
         with run_log(run_dir, level, is_main=strategy.is_main, append=resume):
             progress.log(1, configure_threads())
+            progress.log(1, _device_line(strategy.device, cfg.training.device))
             run = _Run(cfg, run_dir, strategy, progress, level)
             return run.execute(resume, callbacks, t_start)
     finally:
         strategy.teardown()
+
+
+def _device_line(device: torch.device, request: str) -> str:
+    """The run log's line on where the model trains (``Training.device``)."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    return f"device: {device} ({name}; Training.device {request!r})"
 
 
 class _Run:
@@ -215,6 +223,7 @@ class _Run:
         cfg, tr = self.cfg, self.cfg.training
         base = load_base(tr.init_from, cfg.schema, tr.fine_tune, data.species) if tr.init_from is not None else None
         model_config = fill_data_statistics(cfg.model_config, data.train)
+        model_config = fill_output_scaling(model_config, cfg.schema, data.train, tr.normalize_outputs)
         model_config, references = resolve_reference_energies(cfg, model_config, data, self.log)
         model_config, scale_shift = resolve_scale_shift(cfg, model_config, data, self.log)
         if cfg.auto_committee:

@@ -30,9 +30,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_write
-from ..download import default_cache_dir
 from ..errors import ContainerError
+from ..io.atomic import atomic_write
+from ..io.download import default_cache_dir
 
 KEY_FILE = "adios-writer.key"
 VERIFIED_FILE = "adios-verified.json"

@@ -47,7 +47,7 @@ from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
 from torch_geometric.data.storage import GlobalStorage
 
 from ..errors import ContainerError
-from ..safe_load import load_tensors
+from ..io.safe_load import load_tensors
 from .base import ContainerDataset, check_version, parse_header_bytes
 from .codec import build_data, loads_json, sample_fields
 

@@ -44,11 +44,14 @@ from ..outputs import convert
 from .admission import mismatch
 from .backends import Outputs
 from .base import StaticEngine
+from .cells import Grid
 from .dense import DenseEngine
 from .failures import is_fatal, is_out_of_memory
 from .host import EngineHost
 from .periodic import PeriodicEngine, neighbour_capacity
-from .sparse import SparseEngine, capacity_for, estimated_bytes
+from .periodic import build_engine as build_periodic
+from .periodic import plan as plan_periodic
+from .sparse import SparseEngine
 
 MAX_ENGINES = 16
 MAX_LAYOUTS = 1024
@@ -259,20 +262,30 @@ class GraphEngineCache:
         if key[0] == "dense":
             engine: StaticEngine = DenseEngine(host, key[1], key[2], forces)
         elif key[0] == "periodic":
-            capacity = neighbour_capacity(call, host.info.cutoff)
-            if edges is not None:
-                capacity = max(capacity, -(-int(edges * 1.25 + 1) // 8) * 8)
-            engine = PeriodicEngine(host, key[1], forces, call, capacity)
+            grid = plan_periodic(host, call)
+            self._check_search_budget(host, key, grid, call)
+            if grid is None:
+                capacity = neighbour_capacity(call, host.info.cutoff)
+                if edges is not None:  # the naive search reports its largest neighbour count
+                    capacity = max(capacity, -(-int(edges * 1.25 + 1) // 8) * 8)
+                engine = PeriodicEngine(host, key[1], forces, call, capacity)
+            else:
+                engine = build_periodic(host, call, key[1], forces, grid)
         else:
-            probe = SparseEngine(host, key[1], key[2], forces, capacity=1)
-            needed = probe.edge_count(call) if edges is None else edges
-            probe.release()
-            engine = SparseEngine(host, key[1], key[2], forces, capacity=capacity_for(needed))
+            grid = SparseEngine.plan(host, call)
+            self._check_search_budget(host, key, grid, call)
+            engine = SparseEngine.for_call(host, call, forces, grid)
         self._building = engine
         engine.load(call)
         engine.capture(self.backend)
         self.counters["captures"] += 1
         return engine
+
+    def _check_search_budget(self, host: EngineHost, key: tuple, grid: Grid | None, call: CallInputs) -> None:
+        """Reject a layout whose in-graph search would not fit the budget, before allocating anything."""
+        if grid is not None and grid.candidate_bytes(call.pos.shape[0]) > self.budget_bytes:
+            self._reject_budget(host, key, grid.candidate_bytes(call.pos.shape[0]))
+            raise _Rejected
 
     def retained_bytes(self, extra: StaticEngine | None = None) -> int:
         """What the cache retains: the pool's segments + the static buffers of every engine (and ``extra``)."""
@@ -283,9 +296,6 @@ class GraphEngineCache:
         self, host: EngineHost, call: CallInputs, key: tuple, forces: bool, edges: int | None = None
     ) -> Outputs | None:
         self.budget_bytes = int(self.budget_fraction * self.backend.total_memory(host.device))
-        if key[0] == "sparse" and estimated_bytes(key[1]) > self.budget_bytes:
-            self._reject_budget(host, key, estimated_bytes(key[1]))  # never allocate the O(N^2) pairs
-            raise _Rejected
         engine = self._build(host, call, key, forces, edges)
         if self.backend.pool_bytes() <= 0:
             self._building = None

@@ -4,18 +4,22 @@ Key ``("periodic", counts, forces)`` (``counts``: atoms of each structure, so th
 fixed). Static inputs: ``pos [N, 3]``, ``numbers [N]``, ``cell [B, 3, 3]`` and ``graph_attr``;
 species, positions and the cell may change on every call (MD at constant or varying cell).
 
-The neighbour list runs inside the graph with nvalchemi-toolkit-ops' batched naive search on
-preallocated buffers (neighbour matrix ``[N, capacity]``, integer image shifts, counts, wrapping
-scratch) and a fixed range of periodic images prepared at build time, so that nothing
-synchronises with the host. Candidates are searched a little beyond the cutoff and then kept by
-the regular path's rule (``|r_j - r_i + S cell| < cutoff``, no zero-shift self pair); empty slots
-become sink -> sink edges. Two static outputs tell, after a replay, whether the buffers still
-fit: ``_max_neighbours`` (the true largest neighbour count, which nvalchemi reports even when
-the matrix truncated) and ``_images_short`` (1 when the current cell needs more periodic images
-than were prepared, from the perpendicular widths ``V / |a_j x a_k|``, capture-safe). Either makes the cache
-rebuild the engine for the current cell and check it again. The naive search is O(N^2) per
-structure; its images are prepared for a cutoff :data:`IMAGE_MARGIN` larger, so a cell may shrink
-that much before a rebuild.
+The neighbour list runs inside the graph on preallocated buffers, so that nothing synchronises
+with the host, by one of two searches chosen at build:
+
+* cells at least 3 search radii wide in every direction (the large ones): a cell list in
+  fractional coordinates (:mod:`.cells`), linear in N, pairs compacted into an edge buffer of
+  ``capacity`` edges; after a replay the pair count, the fullest bin and whether the cell got too
+  narrow for its bins (it may shrink by :data:`.cells.GRID_MARGIN`) decide a rebuild;
+* smaller cells: nvalchemi-toolkit-ops' batched naive search (O(N^2) per structure, cheap at these
+  sizes) into a neighbour matrix ``[N, capacity]`` with integer image shifts and a fixed range of
+  periodic images prepared for a cutoff :data:`IMAGE_MARGIN` larger; ``_max_neighbours`` (the true
+  largest count, reported even when the matrix truncated) and ``_images_short`` (the cell needs
+  more images than prepared, from the perpendicular widths ``V / |a_j x a_k|``) decide a rebuild.
+
+Either way candidates are searched a little beyond the cutoff and then kept by the regular path's
+rule (``|r_j - r_i + S cell| < cutoff``, no zero-shift self pair); empty slots become sink -> sink
+edges.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from hydragnn.data.validation import perpendicular_widths
 from ..inputs import CallInputs
 from .backends import Captured, Outputs
 from .base import StaticEngine, with_sink
+from .cells import Grid, overflow, plan_grid, search, search_radius
 from .host import EngineHost
+from .sparse import capacity_for
 
 SPARE = 1.25
 """Neighbour-matrix width = ``SPARE`` x the largest count seen at build, rounded up to 8."""
@@ -43,11 +49,6 @@ def images_needed(cell: torch.Tensor, cutoff: float) -> torch.Tensor:
     return torch.ceil(cutoff / perpendicular_widths(cell)).to(torch.int32)
 
 
-def search_cutoff(cutoff: float, dtype: torch.dtype) -> float:
-    """The candidate search radius: a little beyond the cutoff, so rounding inside the kernel loses no pair."""
-    return cutoff * (1 + 1e-5) + 1e3 * torch.finfo(dtype).eps
-
-
 def neighbour_capacity(call: CallInputs, cutoff: float) -> int:
     """Largest neighbour count of any atom of ``call`` (eager, at build), with room to spare."""
     from hydragnn.data.neighbors import radius_graph
@@ -57,31 +58,71 @@ def neighbour_capacity(call: CallInputs, cutoff: float) -> int:
     return max(8, -(-math.ceil(most * SPARE + 1) // 8) * 8)
 
 
+def plan(host: EngineHost, call: CallInputs) -> Grid | None:
+    """The cell-list grid of a periodic call, or ``None`` where a cell is too small for one (eager)."""
+    radius = search_radius(float(host.info.cutoff), host.dtype)
+    cell = cast(torch.Tensor, call.cell).to(host.dtype)
+    return plan_grid(call.pos.to(host.dtype), call.batch, call.num_graphs, cell, radius)
+
+
+def build_engine(
+    host: EngineHost, call: CallInputs, counts: tuple[int, ...], forces: bool, grid: Grid | None = None
+) -> PeriodicEngine:
+    """A periodic engine sized for ``call``: a cell list where the cells allow one (``grid``, planned
+    here when not given), else the naive search."""
+    grid = plan(host, call) if grid is None else grid
+    if grid is None:
+        return PeriodicEngine(host, counts, forces, call, neighbour_capacity(call, host.info.cutoff))
+    probe = PeriodicEngine(host, counts, forces, call, 1, grid)
+    needed = probe.pair_count(call)
+    probe.release()
+    return PeriodicEngine(host, counts, forces, call, capacity_for(needed), grid)
+
+
 class PeriodicEngine(StaticEngine):
-    """Static-buffer engine for fully periodic structures (see the module docstring)."""
+    """Static-buffer engine for fully periodic structures (see the module docstring).
+
+    ``grid`` (:func:`plan`): the cell-list search with an edge buffer of ``capacity`` edges; ``None``:
+    the naive search with ``capacity`` neighbours per atom.
+    """
 
     kind = "periodic"
 
     def __init__(
-        self, host: EngineHost, counts: tuple[int, ...], forces: bool, call: CallInputs, capacity: int
+        self,
+        host: EngineHost,
+        counts: tuple[int, ...],
+        forces: bool,
+        call: CallInputs,
+        capacity: int,
+        grid: Grid | None = None,
     ) -> None:
-        from hydragnn.data.warp_import import nvalchemi_neighbors
-
-        compute_naive_num_shifts = nvalchemi_neighbors().neighbor_utils.compute_naive_num_shifts
-
         super().__init__(host, ("periodic", counts, forces), forces)
         self.counts = counts
         self.num_nodes, self.num_graphs, self.capacity = sum(counts), len(counts), capacity
-        self.search_cutoff = search_cutoff(self.cutoff, self.dtype)
+        self.radius = search_radius(self.cutoff, self.dtype)
+        self.grid = grid
         n, b, dev = self.num_nodes, self.num_graphs, self.device
         sizes = torch.tensor(counts, dtype=torch.long, device=dev)
+        if grid is not None:
+            self.buffers = {
+                "pos": torch.zeros(n, 3, dtype=self.dtype, device=dev),
+                "numbers": torch.zeros(n, dtype=torch.long, device=dev),
+                "cell": torch.zeros(b, 3, 3, dtype=self.dtype, device=dev),
+                "batch": torch.repeat_interleave(torch.arange(b, device=dev), sizes),
+                "pbc": torch.ones(b, 3, dtype=torch.bool, device=dev),
+                **{k: v.to(dev) for k, v in grid.buffers().items()},
+            }
+            self.add_graph_attr_buffer()
+            return
+        from hydragnn.data.neighbors.warp_import import nvalchemi_neighbors
+
+        compute_naive_num_shifts = nvalchemi_neighbors().neighbor_utils.compute_naive_num_shifts
         ptr = torch.zeros(b + 1, dtype=torch.int32, device=dev)
         ptr[1:] = torch.cumsum(sizes, 0)
         pbc = torch.ones(b, 3, dtype=torch.bool, device=dev)
         cell = cast(torch.Tensor, call.cell).to(self.dtype)  # a periodic engine serves calls with a cell
-        shift_range, num_shifts, max_shifts = compute_naive_num_shifts(
-            cell, self.search_cutoff * (1 + IMAGE_MARGIN), pbc
-        )
+        shift_range, num_shifts, max_shifts = compute_naive_num_shifts(cell, self.radius * (1 + IMAGE_MARGIN), pbc)
         self.max_shifts = int(max_shifts)
         self.max_atoms = int(max(counts))
         self.buffers = {
@@ -105,15 +146,41 @@ class PeriodicEngine(StaticEngine):
         }
         self.add_graph_attr_buffer()
 
+    def _cell_search(self, pos: torch.Tensor, cell: torch.Tensor, capacity: int):
+        grid = cast(Grid, self.grid)
+        tensors = {k: self.buffers[k] for k in Grid.KEYS}
+        return search(pos, self.buffers["batch"], cell, tensors, grid.total, grid.capacity, self.radius, capacity)
+
+    def pair_count(self, call: CallInputs) -> int:
+        """Pairs ``call`` needs within the search radius (cell-list engines; eager)."""
+        cell = cast(torch.Tensor, call.cell).to(self.dtype)
+        return int(self._cell_search(call.pos.to(self.dtype), cell, 1).count)
+
+    def _fn_cells(self) -> Outputs:
+        buf = self.buffers
+        found = self._cell_search(buf["pos"], buf["cell"], self.capacity)
+        pos, z, batch = with_sink(buf["pos"], buf["numbers"], buf["batch"], self.num_graphs)
+        cell = torch.cat([buf["cell"], torch.eye(3, dtype=self.dtype, device=self.device).unsqueeze(0)])
+        offset = torch.einsum(
+            "ek,ekj->ej", found.image.to(self.dtype), cell.index_select(0, batch.index_select(0, found.dst))
+        )
+        edge_index, kept = found.edges(pos, self.cutoff, offset)
+        edge_shift = torch.where(kept.unsqueeze(-1), offset, torch.zeros_like(offset))
+        pbc = torch.cat([buf["pbc"], buf["pbc"].new_zeros(1, 3)])
+        out = self.forward(pos, z, batch, edge_index, edge_shift=edge_shift, cell=cell, pbc=pbc)
+        return {**out, **found.outputs()}
+
     def fn(self) -> Outputs:
-        from hydragnn.data.warp_import import nvalchemi_neighbors
+        if self.grid is not None:
+            return self._fn_cells()
+        from hydragnn.data.neighbors.warp_import import nvalchemi_neighbors
 
         batch_naive_neighbor_list = nvalchemi_neighbors().batch_naive_neighbor_list
         buf = self.buffers
         sink = self.num_nodes
         matrix, num, shifts = batch_naive_neighbor_list(
             buf["pos"],
-            self.search_cutoff,
+            self.radius,
             batch_idx=buf["batch_idx"],
             batch_ptr=buf["batch_ptr"],
             pbc=buf["pbc"],
@@ -144,7 +211,7 @@ class PeriodicEngine(StaticEngine):
         pbc = torch.cat([buf["pbc"], buf["pbc"].new_zeros(1, 3)])
         out = self.forward(pos, z, batch, edge_index, edge_shift=edge_shift, cell=cell, pbc=pbc)
         out["_max_neighbours"] = num.max()
-        out["_images_short"] = (images_needed(buf["cell"], self.search_cutoff) > buf["shift_range"]).any()
+        out["_images_short"] = (images_needed(buf["cell"], self.radius) > buf["shift_range"]).any()
         return out
 
     def load(self, call: CallInputs) -> None:
@@ -157,6 +224,8 @@ class PeriodicEngine(StaticEngine):
     def overflowed(self) -> int | None:
         """After a replay: ``None`` when the buffers fit, else a reason to rebuild (the neighbour count)."""
         outputs = cast(Captured, self.graph).outputs  # captured before any replay
+        if self.grid is not None:
+            return overflow(outputs, self.capacity, self.grid.capacity)
         most = int(outputs["_max_neighbours"])
         if most > self.capacity or bool(outputs["_images_short"]):
             return most

@@ -22,6 +22,7 @@ quadratic in the batch's nodes), or ``performer`` (:class:`PerformerAttention`, 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -31,6 +32,9 @@ from ..errors import ModelError
 from ..nn.activations import make_activation
 from ..nn.scatter import accumulate_dtype
 from .performer import PerformerAttention
+
+if TYPE_CHECKING:
+    from ..config import ModelConfig
 
 __all__ = ["GPSLayer", "MultiheadAttention", "build_gps_mixers"]
 
@@ -112,6 +116,7 @@ class GPSLayer(nn.Module):
         if self.training:
             signs = torch.randint(0, 2, (inputs.num_graphs, self.pe_dim), device=pe.device).to(pe.dtype) * 2 - 1
             pe = torch.cat([pe[:, : self.pe_dim] * signs.index_select(0, inputs.batch), pe[:, self.pe_dim :]], dim=-1)
+        assert self.pe_proj is not None  # forward calls this only with a projection
         return self.pe_proj(pe)
 
     def forward(self, h_in: torch.Tensor, h_local: torch.Tensor, inputs: GraphInputs) -> torch.Tensor:
@@ -125,7 +130,7 @@ class GPSLayer(nn.Module):
         return self.norm_ff(h + self.ff(h))
 
 
-def build_gps_mixers(config, dims: EncoderDims) -> nn.ModuleList:
+def build_gps_mixers(config: ModelConfig, dims: EncoderDims) -> nn.ModuleList:
     """One :class:`GPSLayer` per conv layer for a :class:`~hydragnn.models.ModelConfig` with
     ``attention.engine == "GPS"``; only the first layer reads the positional encodings."""
     heads, hidden = config.attention.heads, dims.hidden_dim

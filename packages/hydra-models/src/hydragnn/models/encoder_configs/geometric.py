@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import ModelConfigError
 from .base import ROOT, EncoderConfig, check_at_least, check_positive, register_encoder_config
@@ -88,17 +88,28 @@ class PAINNConfig(EncoderConfig):
         radial_mlp: width of a radial MLP in every layer (MACE's radial MLP): the filter becomes
             ``Linear(R, m) -> SiLU -> Linear(m, m) -> SiLU -> Linear(m, 3H)`` of the radial basis
             (edge inputs appended), where ``None`` keeps PaiNN's filter, linear in the basis.
+        avg_num_neighbors: ``None`` (default) sums the messages as PaiNN does; a number divides
+            the message sums by it (NequIP's and MACE's normalisation); ``"auto"`` has
+            hydra-train fill in the training set's mean in-degree (a model built without it
+            sums plainly).
     """
 
     num_vector_channels: int | None = None
     trainable_rbf: bool = False
     norm_eps: float = 1e-2
     radial_mlp: int | None = None
+    avg_num_neighbors: float | Literal["auto"] | None = None
 
     def __post_init__(self) -> None:
         check_positive("num_vector_channels", self.num_vector_channels)
         check_positive("norm_eps", self.norm_eps, allow_none=False)
         check_positive("radial_mlp", self.radial_mlp)
+        if self.avg_num_neighbors != "auto":
+            check_positive("avg_num_neighbors", self.avg_num_neighbors)
+
+
+EGNN_DEFAULT_AVG_NUM_NEIGHBORS = 10.0
+"""EGNN's sum divisor when neither the config nor the training data gave one."""
 
 
 @register_encoder_config("EGNN")
@@ -112,17 +123,19 @@ class EGNNConfig(EncoderConfig):
         update_coords: feed the displaced coordinates' distances to the next layer (the
             paper's coordinate update); False keeps every layer on the input distances.
         attention: gate each message with ``sigmoid(Linear(m_ij))`` (the paper's edge inference).
-        avg_num_neighbors: constant divisor of the message and displacement sums.
+        avg_num_neighbors: constant divisor of the message and displacement sums; unset,
+            hydra-train fills in the training set's mean in-degree, and a model built without
+            one uses :data:`EGNN_DEFAULT_AVG_NUM_NEIGHBORS`.
     """
 
     num_vector_channels: int | None = None
     update_coords: bool = True
     attention: bool = False
-    avg_num_neighbors: float = 10.0
+    avg_num_neighbors: float | None = None
 
     def __post_init__(self) -> None:
         check_positive("num_vector_channels", self.num_vector_channels)
-        check_positive("avg_num_neighbors", self.avg_num_neighbors, allow_none=False)
+        check_positive("avg_num_neighbors", self.avg_num_neighbors)
 
 
 @register_encoder_config("PNAEq")

@@ -71,7 +71,7 @@ def _call_in(dtype: torch.dtype, module: nn.Module, method: str, *args: Any) -> 
     layers deviate by ~20 % in forces in pure bf16 (fairchem uses bf16 only through autocast), and
     AllScAIP computes some features in float32 only.
     """
-    tensors = dict(module.named_parameters())
+    tensors: dict[str, torch.Tensor] = dict(module.named_parameters())
     tensors.update(module.named_buffers())
     if all(t.dtype == dtype for t in tensors.values() if t.is_floating_point()):
         return getattr(module, method)(*args)

@@ -157,6 +157,7 @@ class AllScAIPEncoder(Encoder):
         ``min`` over images); ``sin(x) / x`` uses its Taylor series below ``x = 1e-4`` through
         ``torch.where`` (fairchem indexes with a boolean mask, a host synchronisation).
         """
+        assert inputs.pos is not None  # forward checked edge_vec, computed from the positions
         dist, _, same = pair_geometry(inputs.pos, inputs.batch, torch.float32, inputs.cell, inputs.pbc)
         x = dist.unsqueeze(-1) * self.sinc_omega.to(dist.dtype)  # [N, N, K] (the buffer follows the model dtype)
         small = x.abs() < 1e-4
@@ -176,6 +177,7 @@ class AllScAIPEncoder(Encoder):
         nodes = torch.arange(n, device=device)
         centre = torch.cat([nodes, inputs.edge_index[1]])
         neigh = torch.cat([nodes, inputs.edge_index[0]])
+        assert inputs.edge_vec is not None  # forward checked it
         vec = inputs.edge_vec.float()
         disp = torch.cat([vec.new_zeros(n, 3), vec])
         dist = disp.square().sum(-1).clamp_min(1e-24).sqrt().detach()  # ranking only

@@ -24,50 +24,12 @@ float32 (the linear maps stay in the model's dtype).
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
-from torch_geometric.nn.conv import CGConv
+from torch import nn
 
 from ..encoder_configs.invariant import CGCNNConfig
-from ..nn.scatter import accumulate_dtype
+from ..nn.cgcnn import EnvelopeCGConv
 from .base import EncoderDims, register_encoder
-from .invariant_utils import Float32Aggregation, InvariantEncoder
-
-
-def _layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
-    """``norm(x)`` evaluated in ``x``'s dtype (the affine parameters are cast to it)."""
-    return F.layer_norm(x, norm.normalized_shape, norm.weight.to(x.dtype), norm.bias.to(x.dtype), norm.eps)
-
-
-class EnvelopeCGConv(Float32Aggregation, CGConv):
-    """:class:`CGConv` with envelope-weighted messages and LayerNorms (see the module docstring).
-
-    Parameters beyond :class:`CGConv`'s: ``norm_f``, ``norm_s`` (LayerNorms of the gate
-    pre-activations, ``[E, C]``) and ``norm_aggr`` (LayerNorm of the neighbour sum, ``[N, C]``).
-    """
-
-    propagate_type = {"x": "Tensor", "edge_attr": "OptTensor", "env": "Tensor"}
-
-    def __init__(self, channels: int, edge_dim: int) -> None:
-        super().__init__(channels, dim=edge_dim, aggr="add", batch_norm=False, bias=True)
-        self.norm_f = nn.LayerNorm(channels)
-        self.norm_s = nn.LayerNorm(channels)
-        self.norm_aggr = nn.LayerNorm(channels)
-
-    def forward(self, x: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor) -> Tensor:  # type: ignore[override]
-        """``x [N, C]``, ``edge_index [2, E]``, ``edge_feat [E, D]`` or None, ``env [E, 1]`` -> ``[N, C]``."""
-        out = self.propagate(edge_index, x=x.to(accumulate_dtype(x.dtype)), edge_attr=edge_feat, env=env)
-        return (x.to(out.dtype) + _layer_norm(self.norm_aggr, out)).to(x.dtype)
-
-    def message(self, x_i: Tensor, x_j: Tensor, edge_attr: Tensor | None, env: Tensor) -> Tensor:  # type: ignore[override]
-        dt = self.lin_f.weight.dtype
-        x_i, x_j = x_i.to(dt), x_j.to(dt)
-        z = torch.cat([x_i, x_j] if edge_attr is None else [x_i, x_j, edge_attr], dim=-1)
-        acc = accumulate_dtype(z.dtype)
-        gate = _layer_norm(self.norm_f, self.lin_f(z).to(acc)).sigmoid()
-        core = F.softplus(_layer_norm(self.norm_s, self.lin_s(z).to(acc)))
-        return gate * core * env.to(acc)
+from .invariant_utils import InvariantEncoder
 
 
 @register_encoder("CGCNN")

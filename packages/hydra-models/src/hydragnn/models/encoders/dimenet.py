@@ -6,9 +6,10 @@ blocks scatter edge messages to their targets; their sum is the node embedding `
 
 Built here, not through ``torch_geometric.nn.DimeNetPlusPlus`` (which needs ``radius_graph`` and
 ``SparseTensor``): edges come ready in :class:`GraphInputs`, triplets are plain torch
-(:mod:`.triplets`), the bases are NaN-safe (:mod:`.dimenet_basis`); PyG's ``InteractionPPBlock``
-and ``OutputPPBlock`` are reused; the last output layer is glorot-initialised (a zero layer would
-make the output identically zero at initialisation). Angles follow PyG's convention on the edge
+(:mod:`hydragnn.models.nn.triplets`), the bases are NaN-safe
+(:mod:`hydragnn.models.nn.dimenet_basis`); PyG's ``InteractionPPBlock`` and ``OutputPPBlock``
+are reused; the last output layer is glorot-initialised (a zero layer would make the output
+identically zero at initialisation). Angles follow PyG's convention on the edge
 vectors of :class:`GraphInputs` (periodic shifts included).
 
 Cost: the first basis projection ``W_sbf1 a(d_kj, angle)`` is factorised as ``sum_l Y_l(angle)
@@ -20,12 +21,14 @@ Distinct triplet geometry: the spherical basis and its two projections depend on
 through ``(d_kj, angle)``. When those are constants of the call (no forces or stress through
 them), on CPU, with the exact triplet list, and repeating (lattice data: a batch of upstream's
 unit-test graphs has ~4 distinct lengths and a few dozen distinct pairs for ~3,500 triplets),
-they are evaluated once per distinct pair and gathered back (:func:`_shared_triplets`; same
-values; see :meth:`~hydragnn.models.nn.RadialEdges.shared_lengths` for the conditions).
+they are evaluated once per distinct pair and gathered back (the default ``"distinct"``
+implementation of :class:`~hydragnn.models.nn.TripletRows`, :mod:`hydragnn.models.nn.distinct`;
+same values).
 
 Capture safety: ``triplet_capacity = None`` (default) builds the exact, data-dependent triplet
 list (not capture-safe); ``triplet_capacity = C`` uses a fixed ``E * C`` layout with 0/1
-weights, exact when no node has more than ``C`` incoming edges (:func:`.triplets.max_in_degree`).
+weights, exact when no node has more than ``C`` incoming edges
+(:func:`hydragnn.models.nn.triplets.max_in_degree`).
 Geometry and bases are computed in float32 for 16-bit models; a sink node's zero-length edges are
 backtracking pairs of each other (weight 0), with finite bases and zero gradients.
 """
@@ -42,11 +45,10 @@ from torch_geometric.utils import scatter
 
 from ..encoder_configs.geometric import DimeNetConfig
 from ..errors import ModelError
-from ..nn.edges import distinct_values
-from ..nn.geometry import safe_norm
+from ..nn.dimenet_basis import BesselEdgeBasis, SphericalBasis, _compute_dtype
+from ..nn.geometry import TripletRows, safe_norm
+from ..nn.triplets import build_triplets, build_triplets_padded
 from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .dimenet_basis import BesselEdgeBasis, SphericalBasis, _compute_dtype
-from .triplets import build_triplets, build_triplets_padded
 
 _EPS = 1e-9
 
@@ -98,31 +100,6 @@ class _FactorizedInteractionPPBlock(InteractionPPBlock):
         return h
 
 
-def _shared_triplets(
-    dist: torch.Tensor, cos_angle: torch.Tensor, idx_kj: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """The distinct ``(d_kj, cos angle)`` pairs of the triplets, or ``None`` where evaluating per
-    distinct pair does not apply (the conditions of
-    :func:`~hydragnn.models.nn.edges.distinct_values`, on the lengths and on the pairs).
-
-    Returns ``(lengths [D], length_index [U], cos [U], expand [T])``: the distinct edge lengths,
-    and per distinct pair the index of its length and its cosine, with triplet ``t`` at pair
-    ``expand[t]``, so that ``lengths[length_index[expand]] == dist[idx_kj]`` and
-    ``cos[expand] == cos_angle``.
-    """
-    by_length = distinct_values(dist)
-    if by_length is None:
-        return None
-    lengths, length_inverse = by_length
-    cosines, cos_inverse = torch.unique(cos_angle, sorted=True, return_inverse=True)
-    width = max(cosines.shape[0], 1)
-    by_pair = distinct_values(length_inverse.index_select(0, idx_kj) * width + cos_inverse)
-    if by_pair is None:
-        return None
-    keys, expand = by_pair
-    return lengths, keys // width, cosines.index_select(0, keys % width), expand
-
-
 class _EdgeEmbedding(nn.Module):
     """Initial edge messages ``m_ji = act(W [h_i, h_j, act(W_rbf rbf_ji)])``: ``[E, H]``."""
 
@@ -161,6 +138,7 @@ class DimeNetEncoder(Encoder):
             self.node_lin = nn.Linear(dims.node_in, hidden)
         self.rbf = BesselEdgeBasis(num_radial, dims.radius, config.envelope_exponent)
         self.sbf = SphericalBasis(config.num_spherical, num_radial, dims.radius, config.envelope_exponent)
+        self.rows = TripletRows()
         self.emb = _EdgeEmbedding(num_radial, hidden)
         act = nn.SiLU()
         self.output_blocks = nn.ModuleList(
@@ -192,6 +170,7 @@ class DimeNetEncoder(Encoder):
     def _node_features(self, x: torch.Tensor) -> torch.Tensor:
         if self.species is not None:
             return self.species(x[:, 0].long())
+        assert self.node_lin is not None  # __init__ builds it when there are no species
         return self.node_lin(x)
 
     def triplets(
@@ -226,11 +205,9 @@ class DimeNetEncoder(Encoder):
 
         rbf = self.rbf(dist).to(dtype)  # [E, R]
         work = _compute_dtype(dist.dtype)
-        shared = _shared_triplets(dist, cos_angle, idx_kj) if weight is None else None
-        if shared is None:
-            rad_at, cos_at, rad_index, expand = dist, cos_angle, idx_kj, None
-        else:
-            rad_at, rad_index, cos_at, expand = shared
+        # the padded layout weighs each triplet's row: one row per triplet (the stock forward)
+        rows = self.rows if weight is None else self.rows.forward
+        rad_at, rad_index, cos_at, expand = rows(dist, cos_angle, idx_kj)
         rad = self.sbf.radial(rad_at.to(work)).to(dtype)  # [D, L, R]
         ang = self.sbf.angular(cos_at.to(work))  # [Q, L]
         if weight is not None:

@@ -12,18 +12,23 @@ already holds periodic shifts; positions are never differenced directly). When n
 coordinate MLP and the encoder returns ``vector=None``.
 
 Messages are gated by a cosine cutoff of the input distance, so energies are smooth when a
-neighbour crosses the radius, and sums are divided by the constant ``avg_num_neighbors``.
+neighbour crosses the radius, and sums are divided by the constant ``avg_num_neighbors`` (the
+training set's mean in-degree unless the config gives it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from torch import nn
 
-from ..encoder_configs.geometric import EGNNConfig
+from ..encoder_configs.geometric import EGNN_DEFAULT_AVG_NUM_NEIGHBORS, EGNNConfig
 from ..nn.scatter import scatter_sum
 from .base import EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .equivariant_utils import EquivariantEncoder
+from .graph_statistics import avg_num_neighbors_statistics
 
 
 class EGCL(nn.Module):
@@ -35,7 +40,7 @@ class EGCL(nn.Module):
     ) -> None:
         super().__init__()
         self.update_coords = config.update_coords
-        self.inv_norm = 1.0 / config.avg_num_neighbors
+        self.inv_norm = 1.0 / (config.avg_num_neighbors or EGNN_DEFAULT_AVG_NUM_NEIGHBORS)
         self.inv_r2 = 1.0 / radius**2
         self.edge_mlp = nn.Sequential(
             nn.Linear(2 * hidden + 1 + edge_feat, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU()
@@ -66,6 +71,7 @@ class EGCL(nn.Module):
         num_nodes = h.shape[0]
         parts = [h.index_select(0, dst), h.index_select(0, src)]
         if self.update_coords:
+            assert v is not None  # update_coords always builds the vectors (see EGNN.__init__)
             rel = edge_vec + (v[:, :, 0].index_select(0, src) - v[:, :, 0].index_select(0, dst))
             parts.append(squared_distance(rel, self.inv_r2))
         else:
@@ -78,7 +84,7 @@ class EGCL(nn.Module):
         if self.inv_norm != 1.0:
             agg = agg * self.inv_norm
         h = h + self.node_mlp(torch.cat([h, agg], dim=-1))
-        if v is None:  # no coordinate MLP either
+        if v is None or self.coord_mlp is None:  # built together: no vectors, no coordinate MLP
             return h, v
         dv = -rel.unsqueeze(-1) * (self.coord_mlp(m) * fcut).unsqueeze(1)  # (x_i - x_j) phi_x(m_ij)
         dv = scatter_sum(dv, dst, num_nodes)
@@ -98,6 +104,11 @@ class EGNN(EquivariantEncoder):
 
     Config = EGNNConfig
     config: EGNNConfig
+
+    @classmethod
+    def data_statistics(cls, config: EGNNConfig, trainset: Sequence[Any]) -> dict[str, Any]:
+        """``avg_num_neighbors``: the training set's mean in-degree, when the config leaves it unset."""
+        return avg_num_neighbors_statistics(config.avg_num_neighbors is None, trainset)
 
     def __init__(self, dims: EncoderDims, config: EGNNConfig | None = None) -> None:
         super().__init__(dims, config)

@@ -8,6 +8,7 @@ have finite values *and* finite gradients at zero.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -75,7 +76,10 @@ def edge_attributes(inputs: GraphInputs, dims: EncoderDims, encoder: str, dtype:
     return inputs.edge_attr.to(dtype)
 
 
-def call_layer(layer: Callable[..., object], checkpointing: bool, *args: object) -> object:
+_Out = TypeVar("_Out")
+
+
+def call_layer(layer: Callable[..., _Out], checkpointing: bool, *args: object) -> _Out:
     """Run ``layer(*args)``, through activation checkpointing when asked and grads are on."""
     if checkpointing and torch.is_grad_enabled():
         return checkpoint(layer, *args, use_reentrant=False)
@@ -152,6 +156,6 @@ class EquivariantEncoder(Encoder):
         """``s, v = layer(s, v, *args)`` for every layer, each followed by :meth:`Encoder.mix`."""
         for i, layer in enumerate(self.layers):
             s_in = s
-            s, v = call_layer(layer, checkpointing, s, v, *args)  # type: ignore[misc]
+            s, v = call_layer(layer, checkpointing, s, v, *args)
             s = self.mix(i, s_in, s, inputs)
         return s, v

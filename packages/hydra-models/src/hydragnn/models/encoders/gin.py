@@ -7,33 +7,12 @@ on PyG's :class:`~torch_geometric.nn.conv.GINConv`. Messages vanish smoothly at 
 
 from __future__ import annotations
 
-from torch import Tensor, nn
-from torch_geometric.nn.conv import GINConv
+from torch import nn
 
 from ..encoder_configs.invariant import GINConfig
-from ..nn.activations import make_activation
+from ..nn.gin import GatedGINConv
 from .base import EncoderDims, register_encoder
-from .invariant_utils import Float32Aggregation, InvariantEncoder
-
-
-class GatedGINConv(Float32Aggregation, GINConv):
-    """:class:`GINConv` whose messages ``x_j`` are multiplied by a per-edge, per-channel gate."""
-
-    propagate_type = {"x": "Tensor", "gate": "Tensor"}
-
-    def __init__(self, channels: int, edge_dim: int, activation: str, eps: float, train_eps: bool) -> None:
-        mlp = nn.Sequential(nn.Linear(channels, channels), make_activation(activation), nn.Linear(channels, channels))
-        super().__init__(mlp, eps=eps, train_eps=train_eps)
-        self.gate = nn.Linear(edge_dim, channels) if edge_dim > 0 else None
-
-    def forward(self, x: Tensor, edge_index: Tensor, edge_feat: Tensor | None, env: Tensor) -> Tensor:  # type: ignore[override]
-        """``x [N, C]``, ``edge_index [2, E]``, ``edge_feat [E, D]`` or None, ``env [E, 1]`` -> ``[N, C]``."""
-        gate = env if self.gate is None else self.gate(edge_feat) * env
-        out = self.propagate(edge_index, x=x, gate=gate)
-        return self.nn(out + (1.0 + self.eps) * x)
-
-    def message(self, x_j: Tensor, gate: Tensor) -> Tensor:  # type: ignore[override]
-        return x_j * gate
+from .invariant_utils import InvariantEncoder
 
 
 @register_encoder("GIN")

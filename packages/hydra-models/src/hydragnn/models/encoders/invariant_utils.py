@@ -25,7 +25,6 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
-from torch_geometric.utils import scatter
 
 from ..encoder_configs import EncoderConfig
 from ..encoder_configs.base import check_at_least
@@ -39,41 +38,7 @@ from ..encoder_configs.invariant import (  # the keys and their checks live torc
 from ..errors import ModelConfigError, ModelError
 from ..nn.activations import make_activation
 from ..nn.radial import BesselRBF, CosineCutoff, GaussianRBF, PolynomialCutoff
-from ..nn.scatter import accumulate_dtype
 from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding
-
-
-class Float32Aggregation:
-    """Mixin for a PyG ``MessagePassing``: aggregate 16-bit messages in float32.
-
-    Sums over tens of neighbours in bfloat16 lose most of their digits; the messages are
-    upcast before the aggregation and the result is cast back to the message dtype.
-    """
-
-    def aggregate(
-        self, inputs: Tensor, index: Tensor, ptr: Tensor | None = None, dim_size: int | None = None
-    ) -> Tensor:
-        acc = accumulate_dtype(inputs.dtype)
-        return super().aggregate(inputs.to(acc), index, ptr, dim_size).to(inputs.dtype)  # type: ignore[misc]
-
-
-def soft_degree(env: Tensor, target: Tensor, num_nodes: int) -> Tensor:
-    """Envelope-weighted in-degree ``d_i = sum_j env_ij``: ``[E, 1] -> [N, 1]``.
-
-    Unlike the edge count it changes smoothly when a neighbour crosses the cutoff.
-    """
-    return scatter(env, target, dim=0, dim_size=num_nodes, reduce="sum")
-
-
-def smooth_count(degree: Tensor) -> Tensor:
-    """A smooth, positive stand-in for ``max(degree, 1)``: ``sqrt(1 + degree**2)``."""
-    return torch.sqrt(1.0 + degree * degree)
-
-
-def smoothstep(u: Tensor) -> Tensor:
-    """``3u^2 - 2u^3`` on ``[0, 1]`` (C1: zero slope at both ends)."""
-    u = u.clamp(0.0, 1.0)
-    return u * u * (3.0 - 2.0 * u)
 
 
 class NodeInputEmbedding(nn.Module):

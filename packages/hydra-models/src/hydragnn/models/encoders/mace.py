@@ -5,11 +5,12 @@ Each layer: an equivariant convolution builds the atomic basis ``A_i`` (node fea
 per path and channel by a radial MLP on a Bessel basis with a polynomial cutoff, summed over
 neighbours and divided by the constant ``avg_num_neighbors``, the training set's mean in-degree
 unless the config sets it); a many-body product of ``A``
-up to ``correlation`` copies with element-dependent weights (:class:`.mace_blocks.ProductBasis`,
-a compact symmetric contraction: see its docstring for how it differs from MACE's U-matrix
-version); an element-dependent residual (``FullyConnectedTensorProduct(h, one-hot species)``,
-from the second layer on, as in MACE). Node features are ``hidden_dim`` channels of each
-irrep ``0e, 1o, ..., node_max_ell`` (``node_max_ell = 0``: scalars only, mace-torch's ``max_L=0``).
+up to ``correlation`` copies with element-dependent weights
+(:class:`~hydragnn.models.nn.mace.ProductBasis`, a compact symmetric contraction: see its
+docstring for how it differs from MACE's U-matrix version); an element-dependent residual
+(``FullyConnectedTensorProduct(h, one-hot species)``, from the second layer on, as in MACE).
+Node features are ``hidden_dim`` channels of each irrep ``0e, 1o, ..., node_max_ell``
+(``node_max_ell = 0``: scalars only, mace-torch's ``max_L=0``).
 Per-species tables have a row per atomic number below ``num_species``, or per listed
 ``elements`` (mace-torch's z table, which is what makes its models several times smaller).
 
@@ -33,6 +34,8 @@ float32 and cast to the module dtype.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from e3nn import o3
@@ -42,11 +45,12 @@ from torch.utils.checkpoint import checkpoint
 from ..encoder_configs.base import ROOT
 from ..encoder_configs.geometric import MACE_DEFAULT_AVG_NUM_NEIGHBORS, MACEConfig
 from ..errors import ModelConfigError, ModelError
+from ..nn._e3nn import irreps
 from ..nn.geometry import safe_norm, safe_unit_vectors
+from ..nn.mace import E3nnResidual, Interaction, ProductBasis, natural_irreps
 from ..nn.radial import BesselRBF, PolynomialCutoff
 from .base import Encoder, EncoderDims, GraphInputs, NodeEmbedding, register_encoder
-from .mace_blocks import E3nnResidual, Interaction, ProductBasis, natural_irreps
-from .pna import degree_histogram
+from .graph_statistics import avg_num_neighbors_statistics
 
 
 def _geometry_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -61,17 +65,14 @@ class MACEEncoder(Encoder):
     config: MACEConfig
     equivariant = True
     needs_pos = True
+    row_of: torch.Tensor
+    species_ids: torch.Tensor
 
     @classmethod
-    def data_statistics(cls, config: MACEConfig, trainset) -> dict:
+    def data_statistics(cls, config: MACEConfig, trainset: Sequence[Any]) -> dict[str, Any]:
         """``avg_num_neighbors``: the mean in-degree of the training graphs (edges per atom), when
         the config leaves it unset and the samples carry their edges (else ``{}``: the default)."""
-        if config.avg_num_neighbors is not None or not trainset or getattr(trainset[0], "edge_index", None) is None:
-            return {}
-        hist = degree_histogram(trainset)
-        nodes = sum(hist)
-        mean = sum(k * count for k, count in enumerate(hist)) / nodes if nodes else 0.0
-        return {"avg_num_neighbors": round(mean, 6)} if mean > 0 else {}
+        return avg_num_neighbors_statistics(config.avg_num_neighbors is None, trainset)
 
     def __init__(self, dims: EncoderDims, config: MACEConfig) -> None:
         super().__init__(dims, config)
@@ -112,12 +113,12 @@ class MACEEncoder(Encoder):
 
         self.hidden_irreps = natural_irreps(hidden, config.node_max_ell)
         target_irreps = natural_irreps(hidden, config.max_ell)
-        attrs_irreps = o3.Irreps([(num_attrs, (0, 1))])
+        attrs_irreps = irreps([(num_attrs, (0, 1))])
         self.interactions = nn.ModuleList()
         self.products = nn.ModuleList()
         self.skips = nn.ModuleList()
         for layer in range(dims.num_conv_layers):
-            irreps_in = o3.Irreps([(hidden, (0, 1))]) if layer == 0 else self.hidden_irreps
+            irreps_in = irreps([(hidden, (0, 1))]) if layer == 0 else self.hidden_irreps
             self.interactions.append(
                 Interaction(
                     irreps_in,
@@ -145,7 +146,9 @@ class MACEEncoder(Encoder):
         if inputs.edge_vec is None:
             raise ModelError("MACE needs positions: GraphInputs.edge_vec is None")
         x = inputs.x
-        dtype = (self.species if self.species is not None else self.node_lin).weight.dtype  # the module dtype
+        embed = self.species if self.species is not None else self.node_lin
+        assert embed is not None  # __init__ builds one of the two
+        dtype = embed.weight.dtype  # the module dtype
         num_nodes = inputs.num_nodes
         hidden = self.dims.hidden_dim
 
@@ -160,7 +163,7 @@ class MACEEncoder(Encoder):
             h = self.species(z)
         else:
             node_attrs = torch.ones(num_nodes, 1, dtype=dtype, device=x.device)
-            h = self.node_lin(x.to(dtype))
+            h = embed(x.to(dtype))  # node_lin
 
         for layer in range(len(self.interactions)):
             h_in = h

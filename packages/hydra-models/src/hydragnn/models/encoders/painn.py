@@ -9,6 +9,9 @@ and node permutations.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -16,6 +19,7 @@ from ..encoder_configs.geometric import PAINNConfig
 from ..nn import EquivariantMessage, PaiNNUpdate, RadialEdges
 from .base import EncoderDims, GraphInputs, NodeEmbedding, register_encoder
 from .equivariant_utils import EquivariantEncoder, VectorReadout
+from .graph_statistics import avg_num_neighbors_statistics
 
 
 class PaiNNMessage(nn.Module):
@@ -25,9 +29,12 @@ class PaiNNMessage(nn.Module):
     ``filter``: it holds the radial filter's weights), residuals, then the update block.
     """
 
-    def __init__(self, hidden: int, num_filter_in: int, eps: float, radial_mlp: int | None = None) -> None:
+    def __init__(
+        self, hidden: int, num_filter_in: int, eps: float, radial_mlp: int | None = None, inv_norm: float | None = None
+    ) -> None:
         super().__init__()
         self.hidden = hidden
+        self.inv_norm = inv_norm
         self.phi = nn.Sequential(nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 3 * hidden))
         self.radial: nn.Sequential | None = None
         if radial_mlp is not None:
@@ -44,6 +51,8 @@ class PaiNNMessage(nn.Module):
         if self.radial is not None:
             edges = edges.with_basis_values(self.radial(edges.basis_values))
         ds, dv = self.filter(self.phi(s), v, edges)
+        if self.inv_norm is not None:
+            ds, dv = ds * self.inv_norm, dv * self.inv_norm
         return self.update(s + ds, v + dv)
 
 
@@ -54,11 +63,18 @@ class PAINN(EquivariantEncoder):
     Config = PAINNConfig
     config: PAINNConfig
 
+    @classmethod
+    def data_statistics(cls, config: PAINNConfig, trainset: Sequence[Any]) -> dict[str, Any]:
+        """``avg_num_neighbors``: the training set's mean in-degree where the config says ``"auto"``."""
+        return avg_num_neighbors_statistics(config.avg_num_neighbors == "auto", trainset)
+
     def __init__(self, dims: EncoderDims, config: PAINNConfig | None = None) -> None:
         super().__init__(dims, config)
         filter_in = dims.num_radial + max(dims.edge_in, 0)
+        avg = self.config.avg_num_neighbors
+        inv_norm = 1.0 / avg if isinstance(avg, (int, float)) else None  # None / "auto" unfilled: plain sums
         self.layers = nn.ModuleList(
-            PaiNNMessage(dims.hidden_dim, filter_in, self.config.norm_eps, self.config.radial_mlp)
+            PaiNNMessage(dims.hidden_dim, filter_in, self.config.norm_eps, self.config.radial_mlp, inv_norm)
             for _ in range(dims.num_conv_layers)
         )
         self.readout = VectorReadout(dims.hidden_dim, self.config.num_vector_channels)

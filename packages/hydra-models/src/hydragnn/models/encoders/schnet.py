@@ -75,6 +75,7 @@ class SchNet(Encoder):
         else:
             h = self.embed(inputs.x)
         src, dst = inputs.edge_index[0], inputs.edge_index[1]
+        assert inputs.edge_len is not None  # needs_pos: built only for data with positions
         edges = RadialEdges(src, dst, inputs.edge_len, h.shape[0], h.dtype, self.rbf, self.envelope)
         checkpointing = self.dims.conv_checkpointing and torch.is_grad_enabled()
         if checkpointing:

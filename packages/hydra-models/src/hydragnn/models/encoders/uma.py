@@ -124,7 +124,7 @@ class UMAEncoder(Encoder):
             self.backbone = cls(**kwargs)
         except (ValueError, AssertionError, KeyError) as err:
             raise ModelConfigError(f"{ROOT}: fairchem rejected the UMA configuration {kwargs}: {err}") from err
-        self.backbone.random_roll = config.random_roll
+        self.backbone.random_roll = config.random_roll  # pyright: ignore[reportArgumentType]  # nn.Module.__setattr__ is typed Tensor | Module; it stores any value
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
         """``x[:, 0]`` atomic numbers, ``edge_vec [E, 3]`` -> ``scalar [N, H]``, ``vector [N, 3, H]``

@@ -24,9 +24,8 @@ class RadialFilter(Primitive, nn.Sequential):
 
     An ``nn.Sequential`` (children ``0``, ``1``, ``2``), so state-dict keys are those of the
     plain MLP it replaces. The envelope is not applied here (see :class:`ContinuousFilterConv`).
-    Where :meth:`RadialEdges.shared_basis_values` applies, the MLP runs once per distinct length
-    and its rows are gathered back per edge (the same values; the network is the step's largest
-    product for wide filters, and a lattice batch has a handful of distinct lengths).
+    By default on CPU the MLP runs once per distinct length where
+    :meth:`RadialEdges.shared_basis_values` applies (:mod:`.distinct`).
     """
 
     def __init__(self, num_radial: int, num_filters: int, activation: nn.Module | None = None) -> None:
@@ -38,11 +37,7 @@ class RadialFilter(Primitive, nn.Sequential):
 
     def forward(self, edges: RadialEdges) -> torch.Tensor:  # type: ignore[override]
         """``edges`` -> filters ``[E, F]`` (in the layers' dtype)."""
-        shared = edges.shared_basis_values()
-        if shared is None:
-            return nn.Sequential.forward(self, edges.basis_values)
-        basis, inverse = shared
-        return nn.Sequential.forward(self, basis).index_select(0, inverse)
+        return nn.Sequential.forward(self, edges.basis_values)
 
 
 class ContinuousFilterConv(Primitive):

@@ -80,7 +80,7 @@ class RadialEdges:
     def basis_values(self) -> torch.Tensor:
         """``[E, R (+A)]``: ``basis(length)`` in ``dtype``, with ``attr`` appended when given."""
         if self._basis is None:
-            values = self.basis(self.length).to(self.dtype)
+            values: torch.Tensor = self.basis(self.length).to(self.dtype)
             self._basis = values if self.attr is None else torch.cat([values, self.attr], dim=-1)
         return self._basis
 
@@ -88,7 +88,8 @@ class RadialEdges:
     def envelope_values(self) -> torch.Tensor:
         """``[E, 1]``: ``envelope(length)`` in ``dtype``."""
         if self._env is None:
-            self._env = self.envelope(self.length).unsqueeze(-1).to(self.dtype)
+            env: torch.Tensor = self.envelope(self.length)
+            self._env = env.unsqueeze(-1).to(self.dtype)
         return self._env
 
     def shared_lengths(self) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -108,7 +109,8 @@ class RadialEdges:
             return None
         values, inverse = shared
         if self._shared_basis is None:
-            self._shared_basis = self.basis(values).to(self.dtype)
+            shared_basis: torch.Tensor = self.basis(values)
+            self._shared_basis = shared_basis.to(self.dtype)
         return self._shared_basis, inverse
 
     def with_basis_values(self, values: torch.Tensor) -> RadialEdges:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .backends import Primitive
 from .scatter import accumulate_dtype
 
 
@@ -130,3 +131,21 @@ def dense_pair_geometry(
     rows = torch.arange(b, device=pos.device).repeat_interleave(n)
     dist, unit = _geometry(rel, rows, dtype, cell, pbc)
     return dist.view(b, n, n), unit.view(b, n, n, 3), valid.unsqueeze(2) & valid.unsqueeze(1)
+
+
+class TripletRows(Primitive):
+    """Where DimeNet's spherical basis of the triplets ``k -> j -> i`` is evaluated.
+
+    ``forward(dist [E], cos_angle [T], idx_kj [T]) -> (rad_at [D], rad_index [Q], cos_at [Q],
+    expand [T] or None)``: the radial part is evaluated at the lengths ``rad_at`` and the angular
+    part at ``cos_at``; row ``q`` of the basis pairs radial row ``rad_index[q]`` with angular row
+    ``q``, and triplet ``t`` takes row ``expand[t]`` (row ``t`` when ``expand`` is None). The stock
+    forward is one row per triplet: ``(dist, idx_kj, cos_angle, None)``; the default ``"distinct"``
+    implementation (:mod:`.distinct`) one row per distinct ``(d_kj, cos angle)`` pair.
+    Parameter-free.
+    """
+
+    def forward(  # type: ignore[override]
+        self, dist: torch.Tensor, cos_angle: torch.Tensor, idx_kj: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        return dist, idx_kj, cos_angle, None

@@ -38,10 +38,11 @@ class EquivariantMessage(Primitive, nn.Linear):
     def forward(  # type: ignore[override]
         self, phi: torch.Tensor, v: torch.Tensor, edges: RadialEdges
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        src = edges.src
+        src, unit = edges.src, edges.unit
+        assert unit is not None  # PaiNN's edges carry their unit vectors
         x = phi.index_select(0, src) * nn.Linear.forward(self, edges.basis_values) * edges.envelope_values
         ds, g_vv, g_vs = torch.split(x, self.hidden, dim=-1)
-        dv = v.index_select(0, src) * g_vv.unsqueeze(1) + g_vs.unsqueeze(1) * edges.unit.unsqueeze(-1)
+        dv = v.index_select(0, src) * g_vv.unsqueeze(1) + g_vs.unsqueeze(1) * unit.unsqueeze(-1)
         return scatter_sum(ds, edges.dst, edges.num_nodes), scatter_sum(dv, edges.dst, edges.num_nodes)
 
 

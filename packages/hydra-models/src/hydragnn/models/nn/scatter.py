@@ -1,7 +1,8 @@
 """Scatter / segment reductions shared by encoders, heads and the MLIP wrapper.
 
 Every reduction takes its output size from a Python int (never from tensor values), so none
-synchronises with the device; sums over bfloat16 / float16 inputs accumulate in float32.
+synchronises with the device; sums over bfloat16 / float16 inputs accumulate in float32, as does
+the aggregation of a PyG convolution with the :class:`Float32Aggregation` mixin.
 """
 
 from __future__ import annotations
@@ -16,6 +17,20 @@ from ..config_names import POOLING_NAMES
 def accumulate_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype sums are accumulated in: float32 for 16-bit floats, ``dtype`` otherwise."""
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+class Float32Aggregation:
+    """Mixin for a PyG ``MessagePassing``: aggregate 16-bit messages in float32.
+
+    Sums over tens of neighbours in bfloat16 lose most of their digits; the messages are
+    upcast before the aggregation and the result is cast back to the message dtype.
+    """
+
+    def aggregate(
+        self, inputs: torch.Tensor, index: torch.Tensor, ptr: torch.Tensor | None = None, dim_size: int | None = None
+    ) -> torch.Tensor:
+        acc = accumulate_dtype(inputs.dtype)
+        return super().aggregate(inputs.to(acc), index, ptr, dim_size).to(inputs.dtype)  # type: ignore[misc]
 
 
 def scatter_sum(
@@ -51,6 +66,11 @@ def scatter_max(src: torch.Tensor, index: torch.Tensor, dim_size: int) -> torch.
     out = src.new_zeros((dim_size, *src.shape[1:]))
     idx = index.view(-1, *([1] * (src.dim() - 1))).expand_as(src)
     return out.scatter_reduce(0, idx, src, reduce="amax", include_self=False)
+
+
+def smooth_count(degree: torch.Tensor) -> torch.Tensor:
+    """A smooth, positive stand-in for ``max(degree, 1)``: ``sqrt(1 + degree**2)``."""
+    return torch.sqrt(1.0 + degree * degree)
 
 
 POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]] = {

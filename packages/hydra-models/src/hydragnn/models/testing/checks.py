@@ -6,7 +6,12 @@ Each takes a :class:`~.subjects.Subject` (or the name of an encoder or variant) 
 
 from __future__ import annotations
 
+import pathlib
+from typing import cast
+
 import torch
+from torch import nn
+from torch_geometric.data import Data
 
 from hydragnn.models import load_artifact, pad_with_sink, save_artifact
 
@@ -45,9 +50,9 @@ def check_permutation(subject: Subject | str) -> None:
     model = s.build()
     data = periodic_samples(CUTOFF)[1]
     g = torch.Generator().manual_seed(0)
-    perm = torch.randperm(data.num_nodes, generator=g)
+    perm = torch.randperm(cast(int, data.num_nodes), generator=g)  # (a prepared sample: nodes and edges)
     inv = torch.argsort(perm)
-    edge_perm = torch.randperm(data.edge_index.shape[1], generator=g)
+    edge_perm = torch.randperm(cast(torch.Tensor, data.edge_index).shape[1], generator=g)
     moved = data.clone()
     for key in ("x", "pos", "atomic_number", "atomic_energy", "forces", "charge", "node_output"):
         moved[key] = data[key][perm]
@@ -68,7 +73,7 @@ def check_rotation_translation(subject: Subject | str, seed: int = 0) -> None:
     rot = random_rotation(seed)
     shift = torch.tensor([0.3, -1.7, 2.2])
     moved = batch.clone()
-    moved.pos = batch.pos @ rot.T + shift
+    moved.pos = cast(torch.Tensor, batch.pos) @ rot.T + shift  # (prepared samples have positions)
     moved.cell = batch.cell @ rot.T
     moved.edge_shift = batch.edge_shift @ rot.T
     ref, out = model(batch), model(moved)
@@ -80,7 +85,7 @@ def check_rotation_translation(subject: Subject | str, seed: int = 0) -> None:
     clusters = collate(cluster_samples(CUTOFF))
     cmodel = s.build(schema=CLUSTER_SCHEMA)
     moved = clusters.clone()
-    moved.pos = clusters.pos @ rot.T - shift
+    moved.pos = cast(torch.Tensor, clusters.pos) @ rot.T - shift
     ref, out = cmodel(clusters), cmodel(moved)
     assert_outputs_close(out, ref, keys=SCALAR_OUTPUTS, rtol=rtol, atol=atol)
     torch.testing.assert_close(out["forces"], ref["forces"] @ rot.T, rtol=rtol, atol=atol)
@@ -95,7 +100,8 @@ def check_vector_equivariance(subject: Subject | str, seed: int = 1) -> None:
     batch = collate(periodic_samples(CUTOFF)[:2])
     rot = random_rotation(seed)
     moved = batch.clone()
-    moved.pos, moved.cell, moved.edge_shift = batch.pos @ rot.T, batch.cell @ rot.T, batch.edge_shift @ rot.T
+    pos = cast(torch.Tensor, batch.pos)  # (prepared samples have positions)
+    moved.pos, moved.cell, moved.edge_shift = pos @ rot.T, batch.cell @ rot.T, batch.edge_shift @ rot.T
     for model in getattr(built, "members", [built]):
         with torch.no_grad():
             ref = model.encode(model.graph_inputs(batch, batch.pos, batch.edge_index, batch.edge_shift))
@@ -105,7 +111,7 @@ def check_vector_equivariance(subject: Subject | str, seed: int = 1) -> None:
         torch.testing.assert_close(out.vector, torch.einsum("ij,njc->nic", rot, ref.vector), rtol=rtol, atol=atol)
 
 
-def _energy_fd(model, data, pos, cell) -> float:
+def _energy_fd(model: nn.Module, data: Data, pos: torch.Tensor, cell: torch.Tensor) -> float:
     moved = data.clone()
     moved.pos, moved.cell = pos, cell.reshape(1, 3, 3)
     moved.edge_index, moved.edge_shift = brute_force_edges(pos, CUTOFF, cell, data.pbc)
@@ -113,13 +119,13 @@ def _energy_fd(model, data, pos, cell) -> float:
         return float(model(collate([moved]), compute_forces=False, compute_stress=False)["energy"].sum())
 
 
-def finite_difference_forces_stress(model, data, h: float) -> tuple[torch.Tensor, torch.Tensor]:
+def finite_difference_forces_stress(model: nn.Module, data: Data, h: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Central differences of ``model``'s energy on periodic ``data`` (step ``h``, in ``data``'s dtype).
 
     Returns ``forces [N, 3]`` (``-dE/dpos``) and ``stress [3, 3]`` (``dE/dstrain / volume`` under a
     symmetric strain of positions and cell).
     """
-    pos, cell = data.pos.clone(), data.cell.reshape(3, 3).clone()
+    pos, cell = cast(torch.Tensor, data.pos).clone(), data.cell.reshape(3, 3).clone()
     forces = torch.zeros_like(pos)
     for i in range(pos.shape[0]):
         for k in range(3):
@@ -168,7 +174,8 @@ def check_cutoff_continuity(subject: Subject | str) -> None:
     with default_dtype(torch.float64):
         model = s.build(precision="fp64", schema=CLUSTER_SCHEMA)
         data = to_dtype(cluster_samples(CUTOFF)[0], torch.float64)
-        anchor, others = data.pos[0], data.pos[1:4]
+        pos = cast(torch.Tensor, data.pos)  # (prepared samples have positions)
+        anchor, others = pos[0], pos[1:4]
         axes = torch.cat([torch.eye(3), -torch.eye(3)]).to(torch.float64)
         direction = next(u for u in axes if ((others - (anchor + CUTOFF * u)).norm(dim=-1) - CUTOFF).abs().min() > 0.3)
 
@@ -176,7 +183,7 @@ def check_cutoff_continuity(subject: Subject | str) -> None:
             energies = []
             for sign in (-1.0, 1.0):
                 moved = data.clone()
-                moved.pos = data.pos.clone()
+                moved.pos = pos.clone()
                 moved.pos[4] = anchor + (CUTOFF + sign * delta) * direction
                 moved.edge_index, moved.edge_shift = brute_force_edges(moved.pos, CUTOFF, None, None)
                 with torch.no_grad():
@@ -266,7 +273,7 @@ def check_periodic_supercell(subject: Subject | str) -> None:
     torch.testing.assert_close(b["stress"], a["stress"], rtol=rtol, atol=atol / 10)
 
 
-def check_artifact_round_trip(subject: Subject | str, tmp_path) -> None:
+def check_artifact_round_trip(subject: Subject | str, tmp_path: pathlib.Path) -> None:
     s = _subject(subject)
     model = s.build()
     batch = collate(periodic_samples(CUTOFF)[:3])

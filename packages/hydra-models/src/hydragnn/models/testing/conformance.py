@@ -27,6 +27,9 @@ periodic supercells, artifact round trip, precisions and activation checkpointin
 
 from __future__ import annotations
 
+import pathlib
+from typing import Any
+
 import pytest
 
 from . import checks
@@ -43,11 +46,11 @@ class EncoderConformance:
     """
 
     @pytest.fixture
-    def conformance_arch(self, encoder_name) -> dict:
+    def conformance_arch(self, encoder_name: str) -> dict[str, Any]:
         return {}
 
     @pytest.fixture
-    def conformance_skips(self, encoder_name) -> dict[str, str]:
+    def conformance_skips(self, encoder_name: str) -> dict[str, str]:
         return {}
 
     @pytest.fixture
@@ -55,51 +58,57 @@ class EncoderConformance:
         return Tolerances()
 
     @pytest.fixture
-    def conformance_subject(self, encoder_name, conformance_arch, conformance_skips, conformance_tolerances) -> Subject:
+    def conformance_subject(
+        self,
+        encoder_name: str,
+        conformance_arch: dict[str, Any],
+        conformance_skips: dict[str, str],
+        conformance_tolerances: Tolerances,
+    ) -> Subject:
         return subject(encoder_name, conformance_arch, conformance_skips, conformance_tolerances)
 
-    def test_deterministic(self, conformance_subject):
+    def test_deterministic(self, conformance_subject: Subject) -> None:
         checks.check_deterministic(conformance_subject)
 
-    def test_permutation_invariance(self, conformance_subject):
+    def test_permutation_invariance(self, conformance_subject: Subject) -> None:
         checks.check_permutation(conformance_subject)
 
-    def test_rotation_translation(self, conformance_subject):
+    def test_rotation_translation(self, conformance_subject: Subject) -> None:
         conformance_subject.skip_by_design("rotation_translation")
         checks.check_rotation_translation(conformance_subject)
 
-    def test_vector_equivariance(self, conformance_subject):
+    def test_vector_equivariance(self, conformance_subject: Subject) -> None:
         if not conformance_subject.equivariant:
             pytest.skip(f"{conformance_subject.name} is not equivariant (no vector features)")
         checks.check_vector_equivariance(conformance_subject)
 
-    def test_forces_stress_finite_differences(self, conformance_subject):
+    def test_forces_stress_finite_differences(self, conformance_subject: Subject) -> None:
         conformance_subject.skip_by_design("finite_differences")
         checks.check_finite_differences(conformance_subject)
 
-    def test_cutoff_continuity(self, conformance_subject):
+    def test_cutoff_continuity(self, conformance_subject: Subject) -> None:
         checks.check_cutoff_continuity(conformance_subject)
 
-    def test_batch_equals_single(self, conformance_subject):
+    def test_batch_equals_single(self, conformance_subject: Subject) -> None:
         checks.check_batch_equals_single(conformance_subject)
 
-    def test_padded_equals_unpadded(self, conformance_subject):
+    def test_padded_equals_unpadded(self, conformance_subject: Subject) -> None:
         checks.check_padding(conformance_subject)
 
-    def test_capture_safe(self, conformance_subject):
+    def test_capture_safe(self, conformance_subject: Subject) -> None:
         checks.check_capture_safe(conformance_subject)
 
-    def test_no_subnormals(self, conformance_subject):
+    def test_no_subnormals(self, conformance_subject: Subject) -> None:
         checks.check_no_subnormals(conformance_subject)
 
-    def test_periodic_supercell(self, conformance_subject):
+    def test_periodic_supercell(self, conformance_subject: Subject) -> None:
         checks.check_periodic_supercell(conformance_subject)
 
-    def test_artifact_round_trip(self, conformance_subject, tmp_path):
+    def test_artifact_round_trip(self, conformance_subject: Subject, tmp_path: pathlib.Path) -> None:
         checks.check_artifact_round_trip(conformance_subject, tmp_path)
 
-    def test_precisions(self, conformance_subject):
+    def test_precisions(self, conformance_subject: Subject) -> None:
         checks.check_precisions(conformance_subject)
 
-    def test_checkpointing(self, conformance_subject):
+    def test_checkpointing(self, conformance_subject: Subject) -> None:
         checks.check_checkpointing(conformance_subject)

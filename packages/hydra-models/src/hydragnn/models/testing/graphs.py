@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -18,10 +20,11 @@ from ase.calculators.emt import EMT
 from ase.calculators.singlepoint import SinglePointCalculator
 from torch_geometric.data import Batch, Data
 
-from hydragnn.data import Schema, prepare
-from hydragnn.data.ase_io import atoms_to_sample
+from hydragnn.data import Schema
+from hydragnn.data.emt import CUAU_VARIABLES
+from hydragnn.data.io.ase_io import atoms_to_sample
 from hydragnn.data.neighbors import brute_force_radius_graph
-from hydragnn.data.reference import CUAU_VARIABLES
+from hydragnn.data.prepare import prepare
 
 VARIABLES = {
     "inputs": CUAU_VARIABLES["inputs"],
@@ -62,7 +65,8 @@ def with_edges(data: Data, cutoff: float) -> Data:
     """A copy of ``data`` with brute-force ``edge_index`` / ``edge_shift``."""
     out = data.clone()
     cell = getattr(data, "cell", None)
-    out.edge_index, out.edge_shift = brute_force_edges(data.pos, cutoff, cell, getattr(data, "pbc", None))
+    pos = cast(torch.Tensor, data.pos)  # a sample with positions
+    out.edge_index, out.edge_shift = brute_force_edges(pos, cutoff, cell, getattr(data, "pbc", None))
     return out
 
 
@@ -134,22 +138,23 @@ def supercell_sample(cutoff: float, repeat: tuple[int, int, int] = (2, 1, 1), in
     return small, big
 
 
-def collate(samples) -> Batch:
-    """``Batch.from_data_list`` of the samples."""
-    return Batch.from_data_list(list(samples))
+def collate(samples: Iterable[Data]) -> Data:
+    """``Batch.from_data_list`` of the samples (a ``Batch``: typed as the ``Data`` it is at run time,
+    which PyG's ``DynamicInheritance`` hides from a type checker)."""
+    return cast(Data, Batch.from_data_list(list(samples)))
 
 
 def to_dtype(batch: Data, dtype: torch.dtype) -> Data:
     """A copy with every floating tensor in ``dtype``."""
     out = batch.clone()
-    for key, value in out:
+    for key, value in cast(Iterable[tuple[str, Any]], out):  # (key, value) pairs; PyG types __iter__ loosely
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             out[key] = value.to(dtype)
     return out
 
 
 @contextlib.contextmanager
-def default_dtype(dtype: torch.dtype):
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
     """Temporarily change torch's default dtype (restored even on failure)."""
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -159,12 +164,18 @@ def default_dtype(dtype: torch.dtype):
         torch.set_default_dtype(old)
 
 
-def assert_outputs_close(a: dict, b: dict, rtol: float = 1e-4, atol: float = 1e-5, keys=None) -> None:
+def assert_outputs_close(
+    a: Mapping[str, torch.Tensor],
+    b: Mapping[str, torch.Tensor],
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+    keys: Iterable[str] | None = None,
+) -> None:
     for key in keys or sorted(a):
         torch.testing.assert_close(a[key], b[key], rtol=rtol, atol=atol, msg=lambda m, k=key: f"output {k!r}: {m}")
 
 
-def random_rotation(seed: int, dtype=torch.float32) -> torch.Tensor:
+def random_rotation(seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A proper rotation ``[3, 3]`` (det +1) from a seeded QR."""
     g = torch.Generator().manual_seed(seed)
     q, r = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))

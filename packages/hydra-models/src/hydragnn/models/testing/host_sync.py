@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+if TYPE_CHECKING:
+    from torch._ops import OpOverload
 
 
 class HostSyncDetector(TorchDispatchMode):
@@ -29,7 +35,9 @@ class HostSyncDetector(TorchDispatchMode):
         super().__init__()
         self.violations: list[str] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: OpOverload, types: Sequence[type], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Any:
         kwargs = kwargs or {}
         name = func._schema.name
         if name in self.FORBIDDEN:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -16,6 +17,12 @@ import torch
 from hydragnn.models import ENCODERS, build_model
 
 from .graphs import SCHEMA
+
+if TYPE_CHECKING:
+    from hydragnn.data import Schema
+
+    from ..committee import Committee
+    from ..model import HydraModel
 
 CUTOFF = 4.0
 REGISTERED_ENCODERS: tuple[str, ...] = tuple(sorted(n for n in ENCODERS if ENCODERS[n].optional_dependency is None))
@@ -68,7 +75,7 @@ class Subject:
     skips: Mapping[str, str] = field(default_factory=dict)
     tol: Tolerances = field(default_factory=Tolerances)
 
-    def build(self, seed: int = 0, schema=SCHEMA, **overrides):
+    def build(self, seed: int = 0, schema: Schema = SCHEMA, **overrides: Any) -> HydraModel | Committee:
         """A seeded model in eval mode (``overrides``: extra ``Architecture`` keys)."""
         torch.manual_seed(seed)
         return build_model({**self.arch, **overrides}, schema).eval()
@@ -86,7 +93,7 @@ class Subject:
             pytest.skip(f"{self.name}: {self.skips[check]}")
 
 
-def register_variant(name: str, **arch) -> str:
+def register_variant(name: str, **arch: Any) -> str:
     """Add a conformance subject ``name`` (e.g. ``"SchNet+GPS-performer"``) and return it."""
     if name in ENCODERS or (name in VARIANTS and VARIANTS[name] != arch):
         raise ValueError(f"conformance variant {name!r} is already taken")
@@ -100,7 +107,7 @@ def set_defaults(encoder: str, arch: Mapping | None = None, skips: Mapping[str, 
     _DEFAULTS[encoder] = (dict(arch or {}), dict(skips or {}))
 
 
-def small_arch(name: str, **overrides) -> dict:
+def small_arch(name: str, **overrides: Any) -> dict[str, Any]:
     """A tiny MLIP ``Architecture`` for encoder (or variant) ``name``, with its :func:`set_defaults`."""
     variant = VARIANTS.get(name, {"mpnn_type": name})
     mpnn_type = variant["mpnn_type"]
@@ -133,7 +140,7 @@ def _subject(s: Subject | str) -> Subject:
     return s if isinstance(s, Subject) else subject(s)
 
 
-def build(name: str, seed: int = 0, schema=SCHEMA, **overrides):
+def build(name: str, seed: int = 0, schema: Schema = SCHEMA, **overrides: Any) -> HydraModel | Committee:
     """A seeded tiny model of encoder or variant ``name`` in eval mode."""
     return subject(name).build(seed, schema, **overrides)
 

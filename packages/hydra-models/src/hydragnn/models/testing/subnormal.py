@@ -9,9 +9,14 @@ them in ordinary use; this mode names the ops that do. Outputs of allocation ops
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+if TYPE_CHECKING:
+    from torch._ops import OpOverload
 
 
 class SubnormalDetector(TorchDispatchMode):
@@ -21,7 +26,9 @@ class SubnormalDetector(TorchDispatchMode):
         super().__init__()
         self.found: collections.Counter[str] = collections.Counter()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: OpOverload, types: Sequence[type], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+    ) -> Any:
         out = func(*args, **(kwargs or {}))
         name = func._schema.name
         if "empty" in name or "zerotensor" in name:  # uninitialised memory / no storage

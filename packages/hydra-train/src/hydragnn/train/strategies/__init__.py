@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config_sections import LocalSGDConfig, ParallelismConfig
+from ..config_sections import STRATEGY_SPECS, LocalSGDConfig, ParallelismConfig, StrategySpec
 from ..errors import ConfigError
 from . import ddp, deepspeed_engine, fsdp, fsdp2, localsgd  # noqa: F401  (register the strategies)
 from ._dist import DistributedStrategy, destroy_distributed, init_distributed
@@ -44,6 +44,8 @@ from .optim import OPTIMIZERS, OptimizerBuilder, adopt_fast_step, build_optimize
 __all__ = [
     "OPTIMIZERS",
     "STRATEGIES",
+    "STRATEGY_SPECS",
+    "StrategySpec",
     "OptimizerBuilder",
     "OptimizerFactory",
     "LaunchEnv",
@@ -104,7 +106,8 @@ def make_strategy(training: Any) -> Strategy:
             passes), or a raw section as :func:`parse_parallelism` takes it.
 
     Returns:
-        An unset-up :class:`Strategy`. A distributed one has already initialised the process
+        An unset-up :class:`Strategy` on the device of ``Training.device``
+        (:meth:`Strategy.place`). A distributed one has already initialised the process
         group (from torchrun's environment, or a one-process group without it), so loaders
         built afterwards shard the data.
 
@@ -112,7 +115,10 @@ def make_strategy(training: Any) -> Strategy:
         ConfigError: an invalid section (see :func:`parse_parallelism`), or DeepSpeed asked
             for but not installed.
     """
-    name, options = parse_parallelism(training)
+    from ..config_training import parse_training
+
+    cfg = parse_training(training, _WHERE)
+    name, options = strategy_options(cfg.parallelism, cfg.local_sgd)
     launch = detect_launch()
     if launch is not None and launch.world_size > 1 and not issubclass(STRATEGIES[name], DistributedStrategy):
         raise ConfigError(
@@ -120,4 +126,10 @@ def make_strategy(training: Any) -> Strategy:
             f"{launch.world_size} ranks (this is rank {launch.rank}): each would train alone and write the same run "
             "folder; set Parallelism.strategy to 'ddp' (or 'fsdp', 'deepspeed', ...) or start one process"
         )
-    return STRATEGIES[name](options)
+    strategy = STRATEGIES[name](options)
+    try:
+        strategy.place(cfg.device)
+    except ConfigError:
+        strategy.teardown()
+        raise
+    return strategy

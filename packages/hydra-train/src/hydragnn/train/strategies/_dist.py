@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError, TrainingAborted
-from .base import Strategy
+from .base import DEVICE_WHERE, Strategy
 from .launch import detect_launch, export_torch_env
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -165,6 +165,19 @@ class DistributedStrategy(Strategy):
         self._owns_group = init_distributed(self.timeout_s)
         if torch.cuda.is_available():
             self.device = torch.device("cuda", self.local_rank)
+
+    def place(self, request: str) -> None:
+        """``Training.device`` for a rank: "auto" / "cuda" keep its ``LOCAL_RANK``'s GPU (the CPU
+        where torch sees none: "cuda" is then refused); "cpu" needs a CPU backend (gloo)."""
+        where = DEVICE_WHERE
+        if request.startswith("cuda:"):
+            raise ConfigError(f"{where}: {request!r}; each rank trains on its LOCAL_RANK's GPU: use 'cuda' or 'auto'")
+        if request == "cuda" and self.device.type != "cuda":
+            raise ConfigError(f"{where}: 'cuda', but torch {torch.__version__} sees no CUDA device on rank {self.rank}")
+        if request == "cpu":
+            if dist.get_backend() == "nccl":
+                raise ConfigError(f"{where}: 'cpu' under the nccl backend; set HYDRAGNN_BACKEND=gloo for CPU ranks")
+            self.device = torch.device("cpu")
 
     def forward(self, batch: Any, **kwargs: Any) -> Any:
         with collective(self, "forward"):

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..config_sections import STRATEGY_SPECS, StrategySpec, declare_strategy
 from ..errors import ConfigError
 from .flat import FlatStep
 
@@ -42,6 +43,32 @@ OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 TrainableModel: TypeAlias = "HydraModel | Committee"
 """The plain model a strategy trains: a :class:`~hydragnn.models.HydraModel` or a
 :class:`~hydragnn.models.Committee` (an ``nn.Module`` with ``loss``, ``config`` and ``schema``)."""
+
+
+DEVICE_WHERE = "NeuralNetwork.Training.device"
+
+
+def resolve_device(request: str) -> torch.device:
+    """The device of a one-process run for ``Training.device``.
+
+    ``"auto"``: torch's current CUDA device when one is visible, else the CPU; ``"cpu"``;
+    ``"cuda"`` / ``"cuda:N"``: that GPU, a :class:`ConfigError` naming the key when torch sees
+    none or fewer.
+    """
+    if request == "cpu":
+        return torch.device("cpu")
+    available = torch.cuda.is_available()
+    if request == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if available else torch.device("cpu")
+    if not available:
+        raise ConfigError(
+            f"{DEVICE_WHERE}: {request!r}, but torch {torch.__version__} sees no CUDA device (use 'auto' or 'cpu')"
+        )
+    index = torch.device(request).index
+    index = torch.cuda.current_device() if index is None else index
+    if index >= torch.cuda.device_count():
+        raise ConfigError(f"{DEVICE_WHERE}: {request!r}, but torch sees {torch.cuda.device_count()} CUDA device(s)")
+    return torch.device("cuda", index)
 
 
 class Strategy:
@@ -89,6 +116,10 @@ class Strategy:
         return self.rank == 0
 
     # life cycle ------------------------------------------------------------------------
+    def place(self, request: str) -> None:
+        """Set :attr:`device` from ``Training.device`` (before :meth:`setup`; see :func:`resolve_device`)."""
+        self.device = resolve_device(request)
+
     def setup(self, model: nn.Module, optimizer_factory: OptimizerFactory) -> None:
         """Move/wrap ``model`` and build its optimizer with ``optimizer_factory(params)``."""
         self._module = model.to(self.device)
@@ -232,9 +263,27 @@ STRATEGIES: dict[str, type[Strategy]] = {"none": Strategy}
 _S = TypeVar("_S", bound=Strategy)
 
 
-def register_strategy(cls: type[_S]) -> type[_S]:
-    """Class decorator: add ``cls`` to :data:`STRATEGIES` under ``cls.name``."""
-    if cls.name in STRATEGIES:
-        raise ValueError(f"strategy {cls.name!r} registered twice")
-    STRATEGIES[cls.name] = cls
-    return cls
+def register_strategy(cls: type[_S] | None = None, *, spec: StrategySpec | None = None) -> Any:
+    """Class decorator: add a :class:`Strategy` subclass to :data:`STRATEGIES` under ``cls.name``.
+
+    ``@register_strategy`` for a strategy whose spec :data:`~hydragnn.train.config_sections.STRATEGY_SPECS`
+    already declares (the built-in ones, declared torch-free so that configs validate without
+    torch); ``@register_strategy(spec=StrategySpec(name, ...))`` declares a new one, which
+    ``Parallelism.strategy`` then accepts. Either way the class's ``name`` must be the spec's.
+    """
+
+    def register(klass: type[_S]) -> type[_S]:
+        if spec is not None:
+            if spec.name != klass.name:
+                raise ValueError(f"{klass.__name__}.name is {klass.name!r}, its spec's name {spec.name!r}")
+            declare_strategy(spec)
+        if klass.name not in STRATEGY_SPECS:
+            raise ValueError(
+                f"strategy {klass.name!r} has no spec: register it with @register_strategy(spec=StrategySpec(...))"
+            )
+        if klass.name in STRATEGIES:
+            raise ValueError(f"strategy {klass.name!r} registered twice")
+        STRATEGIES[klass.name] = klass
+        return klass
+
+    return register if cls is None else register(cls)

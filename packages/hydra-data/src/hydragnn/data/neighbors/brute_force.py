@@ -1,0 +1,294 @@
+"""Shared edge finalisation and the brute-force reference radius graph.
+
+Every backend produces candidate edges ``(source j, target i, integer image offset S)``; the
+definition of an edge lives in :func:`finalize_edges` alone, so that backends agree with
+:func:`brute_force_radius_graph` bit for bit: the edge vector is
+``vec = (pos[j] - pos[i]) + S @ cell`` evaluated element by element in the dtype of ``pos``, and
+the edge is kept when ``vec . vec < cutoff ** 2`` (strict).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import cast
+
+import numpy as np
+import torch
+
+from .inputs import GraphInputs, check_inputs, check_max_neighbours, complete_cell
+
+#: Candidate pairs the brute force holds in memory at once.
+_CHUNK = 1 << 22
+#: Candidate pairs of a group of equal graphs tested at once (small enough to stay in cache).
+_GROUP_PAIRS = 1 << 16
+
+
+def _shift_components(shift_int: torch.Tensor, cell: torch.Tensor) -> list[torch.Tensor]:
+    s = shift_int.to(cell.dtype).T.contiguous()
+    return [s[0] * cell[:, 0, d] + s[1] * cell[:, 1, d] + s[2] * cell[:, 2, d] for d in range(3)]
+
+
+def cartesian_shift(shift_int: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+    """Cartesian image offsets ``S @ cell``, element by element (no BLAS, reproducible).
+
+    Args:
+        shift_int: ``[E, 3]`` integer image offsets.
+        cell: ``[E, 3, 3]`` or ``[1, 3, 3]`` cell of each edge (rows are lattice vectors).
+
+    Returns:
+        ``[E, 3]`` offsets in the dtype of ``cell``.
+    """
+    return torch.stack(_shift_components(shift_int, cell), dim=1)
+
+
+def _edge_cells(inputs: GraphInputs, dst: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+    return cell if cell.shape[0] == 1 else cell.index_select(0, inputs.batch.index_select(0, dst))
+
+
+def edge_geometry(
+    inputs: GraphInputs, src: torch.Tensor, dst: torch.Tensor, shift_int: torch.Tensor
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Cartesian shifts and squared lengths ``|pos[src] - pos[dst] + S @ cell|^2`` of edges.
+
+    Computed component by component with plain multiplications and additions, so the result
+    for an edge does not depend on how many edges are processed together.
+
+    Args:
+        inputs: Checked inputs (positions are detached).
+        src: ``[E]`` source (neighbour) indices.
+        dst: ``[E]`` target (centre) indices.
+        shift_int: ``[E, 3]`` integer image offsets.
+
+    Returns:
+        ``[E, 3]`` detached shifts (``None`` without a cell) and ``[E]`` squared lengths, both in
+        the dtype of ``pos``.
+    """
+    pos_t = inputs.pos.T.contiguous()
+    vec = [pos_t[d].index_select(0, src) - pos_t[d].index_select(0, dst) for d in range(3)]
+    shift = None
+    if inputs.cell is not None:
+        parts = _shift_components(shift_int, _edge_cells(inputs, dst, inputs.cell.detach()))
+        vec = [v + p for v, p in zip(vec, parts, strict=True)]
+        shift = torch.stack(parts, dim=1)
+    return shift, vec[0] * vec[0] + vec[1] * vec[1] + vec[2] * vec[2]
+
+
+def _stable_argsort(key: torch.Tensor) -> torch.Tensor:
+    if key.device.type == "cpu":  # numpy's stable sort is much faster on the nearly sorted keys seen here
+        return torch.from_numpy(np.argsort(key.numpy(), kind="stable"))
+    return torch.sort(key, stable=True).indices
+
+
+def canonical_order(src: torch.Tensor, dst: torch.Tensor, shift_int: torch.Tensor, num_nodes: int) -> torch.Tensor:
+    """Permutation sorting edges by ``(target, source, shift)``, shift compared lexicographically.
+
+    Args:
+        src: ``[E]`` int64 sources.
+        dst: ``[E]`` int64 targets.
+        shift_int: ``[E, 3]`` int64 image offsets.
+        num_nodes: Number of atoms ``N``.
+
+    Returns:
+        ``[E]`` int64 permutation.
+    """
+    if src.numel() == 0:
+        return torch.zeros(0, dtype=torch.long, device=src.device)
+    half = int(shift_int.abs().max())
+    base = 2 * half + 1
+    s = shift_int + half
+    shift_key = (s[:, 0] * base + s[:, 1]) * base + s[:, 2]
+    pair_key = dst * max(num_nodes, 1) + src
+    images = base**3
+    if max(num_nodes, 1) ** 2 * images < 2**62:  # one sort of unique keys
+        return _stable_argsort(pair_key * images + shift_key)
+    order = _stable_argsort(shift_key)
+    return order[_stable_argsort(pair_key[order])]
+
+
+def finalize_edges(
+    inputs: GraphInputs,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    shift_int: torch.Tensor,
+    max_neighbours: int | None,
+    self_loops: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Turn a superset of candidate edges into the radius graph (the one definition of an edge).
+
+    Drops candidates at distance >= cutoff and zero-offset self pairs, keeps the ``k`` nearest
+    neighbours of each centre when asked (ties by source index, then offset), adds self loops
+    when asked (they do not count towards ``k``) and sorts by ``(target, source, shift)``.
+    Candidates must be unique.
+
+    Args:
+        inputs: Checked inputs.
+        src: ``[E']`` candidate sources.
+        dst: ``[E']`` candidate targets.
+        shift_int: ``[E', 3]`` integer image offsets (zeros for non-periodic graphs).
+        max_neighbours: ``None`` or ``k >= 1``.
+        self_loops: Add ``(i, i)`` edges with zero offset.
+
+    Returns:
+        ``edge_index [2, E]`` int64 (row 0 source, row 1 target) and ``edge_shift [E, 3]`` in the
+        dtype of ``pos`` (differentiable with respect to ``cell`` when it requires grad).
+    """
+    n, device = inputs.pos.shape[0], inputs.pos.device
+    src, dst, shift_int = src.long(), dst.long(), shift_int.long()
+    shift, d2 = edge_geometry(inputs, src, dst, shift_int)
+    keep = (d2 < inputs.cutoff * inputs.cutoff) & ~((src == dst) & (shift_int == 0).all(dim=1))
+    kept = keep.nonzero().squeeze(1)
+    order = canonical_order(src[kept], dst[kept], shift_int[kept], n)
+    if max_neighbours is not None and order.numel():
+        d2, by_dst = d2[kept], dst[kept]
+        by_distance = order[_stable_argsort(d2[order])]
+        by_distance = by_distance[_stable_argsort(by_dst[by_distance])]  # (target, d2, source, shift)
+        counts = torch.bincount(by_dst, minlength=n)
+        start = torch.cumsum(counts, 0) - counts
+        rank = torch.arange(by_distance.numel(), device=device) - start[by_dst[by_distance]]
+        chosen = torch.zeros(kept.numel(), dtype=torch.bool, device=device)
+        chosen[by_distance[rank < max_neighbours]] = True
+        order = order[chosen[order]]
+    final = kept[order]
+    src, dst, shift_int = src[final], dst[final], shift_int[final]
+    if shift is not None:
+        shift = shift[final]
+    if self_loops and n:
+        atoms = torch.arange(n, device=device)
+        src, dst = torch.cat([src, atoms]), torch.cat([dst, atoms])
+        shift_int = torch.cat([shift_int, torch.zeros(n, 3, dtype=torch.long, device=device)])
+        order = canonical_order(src, dst, shift_int, n)
+        src, dst, shift_int = src[order], dst[order], shift_int[order]
+        if shift is not None:
+            shift = torch.cat([shift, torch.zeros(n, 3, dtype=shift.dtype, device=device)])[order]
+    edge_index = torch.stack([src, dst])
+    if inputs.cell is None:
+        return edge_index, torch.zeros(src.numel(), 3, dtype=inputs.pos.dtype, device=device)
+    if inputs.cell.requires_grad:  # recompute through the cell so that stress can flow
+        return edge_index, cartesian_shift(shift_int, _edge_cells(inputs, dst, inputs.cell))
+    return edge_index, cast(torch.Tensor, shift)  # with a cell, edge_geometry gives the shifts
+
+
+def image_ranges(inputs: GraphInputs, full: torch.Tensor) -> torch.Tensor:
+    """Per-graph bound ``R`` such that every edge has ``|S_k| <= R_k`` (zero when not periodic).
+
+    Args:
+        inputs: Checked inputs.
+        full: ``[B, 3, 3]`` float64 completed cells (:func:`complete_cell`).
+
+    Returns:
+        ``[B, 3]`` int64 bounds.
+    """
+    b = inputs.num_graphs
+    recip = torch.linalg.inv(full).transpose(1, 2).norm(dim=-1)  # [B, 3] |b_k| = 1 / plane spacing
+    frac = (inputs.pos.to(torch.float64).unsqueeze(1) @ torch.linalg.inv(full)[inputs.batch]).squeeze(1)
+    index = inputs.batch.unsqueeze(1).expand_as(frac)
+    lo = torch.full((b, 3), math.inf, dtype=torch.float64, device=frac.device).scatter_reduce(0, index, frac, "amin")
+    hi = torch.full((b, 3), -math.inf, dtype=torch.float64, device=frac.device).scatter_reduce(0, index, frac, "amax")
+    span = torch.where(torch.isfinite(hi - lo), hi - lo, torch.zeros_like(lo))
+    # |S_k| < cutoff |b_k| + span_k exactly; the slack covers rounding of vec in the dtype of pos.
+    rounding = 16 * torch.finfo(inputs.pos.dtype).eps * (float(inputs.pos.abs().max()) + inputs.cutoff) * recip
+    bound = torch.floor(inputs.cutoff * recip + span + rounding + 1e-6).long()
+    return torch.where(inputs.pbc, bound, torch.zeros_like(bound))
+
+
+def brute_force_radius_graph(
+    pos: torch.Tensor,
+    cutoff: float,
+    batch: torch.Tensor | None = None,
+    cell: torch.Tensor | None = None,
+    pbc: torch.Tensor | None = None,
+    max_neighbours: int | None = None,
+    self_loops: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference radius graph: every pair in every periodic image, pure torch, O(N^2 * images).
+
+    Same signature, output convention and errors as
+    :func:`hydragnn.data.neighbors.radius_graph`; meant for tests and small systems.
+
+    Args:
+        pos: ``[N, 3]`` float32 or float64 positions.
+        cutoff: Cutoff radius (> 0); pairs at distance < cutoff are edges.
+        batch: ``[N]`` sorted int64 graph index, or ``None`` for one graph.
+        cell: ``[3, 3]`` or ``[B, 3, 3]`` cells (rows are lattice vectors), or ``None``.
+        pbc: ``[3]`` or ``[B, 3]`` bool, or ``None`` (all True with a cell).
+        max_neighbours: Keep only the ``k`` nearest neighbours of each centre.
+        self_loops: Add ``(i, i)`` edges with zero shift.
+
+    Returns:
+        ``edge_index [2, E]`` int64 (source j, target i) and ``edge_shift [E, 3]`` such that
+        ``pos[j] - pos[i] + edge_shift`` is the edge vector.
+    """
+    inputs = check_inputs(pos, cutoff, batch, cell, pbc)
+    k = check_max_neighbours(max_neighbours)
+    src, dst, shift = brute_force_candidates(inputs)
+    return finalize_edges(inputs, src, dst, shift, k, self_loops)
+
+
+def _graph_images(inputs: GraphInputs) -> tuple[list[int], list[list[int]]]:
+    """Atoms per graph and the periodic image range of each graph (zeros when not periodic)."""
+    counts = torch.bincount(inputs.batch, minlength=inputs.num_graphs).tolist()
+    return counts, image_ranges(inputs, complete_cell(inputs)).tolist()
+
+
+def brute_force_pairs(inputs: GraphInputs) -> int:
+    """How many candidate pairs :func:`brute_force_candidates` tests: sum over graphs of
+    atoms^2 times periodic images."""
+    counts, ranges = _graph_images(inputs)
+    return sum(n * n * math.prod(2 * r + 1 for r in rng) for n, rng in zip(counts, ranges, strict=True))
+
+
+def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every pair ``(src, dst, S)`` of a graph in every periodic image within its range, closer
+    than the cutoff (the test of :func:`finalize_edges`): unique candidates for it.
+
+    Graphs with the same atom count and image ranges are searched together (one set of index
+    grids shifted by each graph's first atom), about :data:`_GROUP_PAIRS` pairs at a time, so a
+    batch of many small structures costs a few tensor operations per size, not per graph."""
+    device = inputs.pos.device
+    counts, ranges = _graph_images(inputs)
+    starts = [0, *itertools.accumulate(counts)][:-1]
+    groups: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for g, count in enumerate(counts):
+        if count:
+            groups.setdefault((count, tuple(ranges[g])), []).append(starts[g])
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    for (count, rng), firsts in groups.items():
+        axes = [torch.arange(-r, r + 1, device=device) for r in rng]
+        images = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
+        n_images = images.shape[0]
+        if count * count * n_images > _GROUP_PAIRS:  # a large graph: its centres in chunks of _CHUNK pairs
+            step = max(1, _CHUNK // (count * n_images))
+            for start in firsts:
+                atoms = torch.arange(start, start + count, device=device)
+                for c0 in range(0, count, step):
+                    grid = torch.meshgrid(
+                        atoms[c0 : c0 + step], atoms, torch.arange(n_images, device=device), indexing="ij"
+                    )
+                    i, j, m = (t.flatten() for t in grid)
+                    parts.append(_near(inputs, j, i, images[m]))
+            continue
+        local = torch.arange(count, device=device)
+        li, lj, lm = (
+            t.flatten() for t in torch.meshgrid(local, local, torch.arange(n_images, device=device), indexing="ij")
+        )
+        offsets = torch.tensor(firsts, device=device)
+        step = max(1, _GROUP_PAIRS // li.numel())
+        for g0 in range(0, len(firsts), step):
+            first = offsets[g0 : g0 + step].unsqueeze(1)
+            parts.append(
+                _near(inputs, (first + lj).flatten(), (first + li).flatten(), images[lm.repeat(first.shape[0])])
+            )
+    if not parts:
+        empty = torch.zeros(0, dtype=torch.long, device=device)
+        return empty, empty, torch.zeros(0, 3, dtype=torch.long, device=device)
+    src, dst, shift = (torch.cat(t) for t in zip(*parts, strict=True))
+    return src, dst, shift
+
+
+def _near(
+    inputs: GraphInputs, src: torch.Tensor, dst: torch.Tensor, shift: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The candidates closer than the cutoff (the same test as :func:`finalize_edges`)."""
+    near = edge_geometry(inputs, src, dst, shift)[1] < inputs.cutoff * inputs.cutoff
+    return src[near], dst[near], shift[near]
