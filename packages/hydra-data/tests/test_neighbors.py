@@ -23,8 +23,10 @@ F64 = torch.float64
 def _nvalchemi_always(monkeypatch):
     """These tests check nvalchemi's candidates against the brute force and ASE, so small
     searches go to nvalchemi too (radius_graph would take the brute force below
-    ``BRUTE_FORCE_MAX_PAIRS``); ``test_small_searches_skip_nvalchemi`` checks that path."""
+    ``BRUTE_FORCE_MAX_PAIRS`` pairs or ``BRUTE_FORCE_MAX_ATOMS`` atoms per graph);
+    ``test_small_searches_skip_nvalchemi`` and ``test_small_graphs_skip_nvalchemi`` check that path."""
     monkeypatch.setattr(nb, "BRUTE_FORCE_MAX_PAIRS", -1)
+    monkeypatch.setattr(nb, "BRUTE_FORCE_MAX_ATOMS", 0)
 
 
 def _triplets(edge_index, edge_shift, cell=None, batch=None):
@@ -436,4 +438,35 @@ def test_small_searches_skip_nvalchemi(monkeypatch, case):
     assert len(calls) == 1 and all(torch.equal(a, b) for a, b in zip(found, expected, strict=True))
     monkeypatch.setattr(nb, "BRUTE_FORCE_MAX_PAIRS", pairs - 1)
     found = radius_graph(pos, 5.0, batch, cell)
+    assert len(calls) == 2 and all(torch.equal(a, b) for a, b in zip(found, expected, strict=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_small_graphs_skip_nvalchemi(monkeypatch, dtype):
+    """On CPU a batch of graphs under BRUTE_FORCE_MAX_ATOMS atoms is searched in torch however many
+    pairs it has (the fixture puts BRUTE_FORCE_MAX_PAIRS below any search; cells and slabs of 32 and
+    48 atoms, molecules), with nvalchemi's edges; a graph at the bound sends the batch to nvalchemi."""
+    rng = np.random.default_rng(3)
+    structures = []
+    for k in range(24):
+        atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat((2, 2, 2 + k % 2))
+        atoms.rattle(0.1, seed=k)
+        structures.append((atoms.positions, atoms.cell.array, [True, True, k % 3 != 0]))
+    for k in range(8):  # molecules far from the origin: the product of large coordinates stays exact enough
+        structures.append((rng.normal(size=(5 + k, 3)) + 1e3, np.zeros((3, 3)), [False] * 3))
+    pos = torch.tensor(np.concatenate([s[0] for s in structures]), dtype=dtype)
+    counts = torch.tensor([len(s[0]) for s in structures])
+    batch = torch.repeat_interleave(torch.arange(len(structures)), counts)
+    cell = torch.tensor(np.stack([s[1] for s in structures]), dtype=dtype)
+    pbc = torch.tensor([s[2] for s in structures])
+    calls = _counting_nvalchemi(monkeypatch)
+    expected = radius_graph(pos, 4.0, batch, cell, pbc)  # the fixture: nvalchemi
+    assert len(calls) == 1
+    monkeypatch.setattr(nb, "BRUTE_FORCE_MAX_ATOMS", int(counts.max()) + 1)
+    found = radius_graph(pos, 4.0, batch, cell, pbc)
+    assert len(calls) == 1, "a batch of small graphs went to nvalchemi"
+    assert expected[0].shape[1] > 10_000
+    assert all(torch.equal(a, b) for a, b in zip(found, expected, strict=True))
+    monkeypatch.setattr(nb, "BRUTE_FORCE_MAX_ATOMS", int(counts.max()))
+    found = radius_graph(pos, 4.0, batch, cell, pbc)
     assert len(calls) == 2 and all(torch.equal(a, b) for a, b in zip(found, expected, strict=True))

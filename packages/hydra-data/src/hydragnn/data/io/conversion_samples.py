@@ -3,8 +3,9 @@ connected at the cutoff, written to a container (:func:`write_samples`, for
 :func:`~hydragnn.data.io.conversion.convert_source`).
 
 Neighbour lists are built :data:`EDGE_CHUNK` structures at a time with one search
-(:func:`~hydragnn.data.neighbors.add_edges_many`); a structure the search refuses is named by its
-file and frame. Atoms closer than :data:`COINCIDENT_ANGSTROM` are reported once per file.
+(:func:`~hydragnn.data.neighbors.search.search_many`); a structure the search refuses is named by
+its file and frame. Atoms closer than :data:`COINCIDENT_ANGSTROM` (the shortest edge of each
+structure, from one pass over the chunk's edges) are reported once per file.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from torch_geometric.data import Data
 
 from ..containers import write_dataset
 from ..errors import CoincidentAtomsWarning, DataError, SchemaError
-from ..neighbors import add_edges, add_edges_many
+from ..neighbors import add_edges
+from ..neighbors.search import search_many
 from ..prepare import prepare
 from ..schema import Schema
 from .ase_source import AseSource, Frame, FrameLabels, iter_frames, labelled_sample, resolve_outputs
@@ -33,7 +35,7 @@ __all__ = ["COINCIDENT_ANGSTROM", "EDGE_CHUNK", "write_samples"]
 COINCIDENT_ANGSTROM = 1e-3
 """Atoms closer than this (Å), periodic images included, are reported as coincident."""
 EDGE_CHUNK = 256
-"""Structures whose neighbour lists one search builds (:func:`~hydragnn.data.neighbors.add_edges_many`):
+"""Structures whose neighbour lists one search builds (:func:`~hydragnn.data.neighbors.search.search_many`):
 the per-call overhead of the search dominates small structures."""
 _EXAMPLES = 3
 
@@ -102,9 +104,7 @@ def write_samples(
             chunk.append((frame.where, prepared))
             frame = _next_sample(frames, source, isolated, counts)
             if len(chunk) == EDGE_CHUNK or frame is None:
-                for where, with_edges in zip((w for w, _ in chunk), _edges_of(chunk, cutoff)):
-                    coincident.check(with_edges, where)
-                    yield with_edges
+                yield from _edges_of(chunk, cutoff, coincident)
                 chunk = []
 
     try:
@@ -131,19 +131,28 @@ def write_samples(
     return resolved, isolated, counts, skipped
 
 
-def _edges_of(chunk: list[tuple[str, Data]], cutoff: float) -> list[Data]:
+def _edges_of(chunk: list[tuple[str, Data]], cutoff: float, coincident: _CoincidentAtoms) -> list[Data]:
     """The samples of ``chunk`` (``(where, sample)`` pairs) with their edges, from one neighbour
-    search; a structure the search refuses is named by its file and frame."""
+    search, checked for coincident atoms; a structure the search refuses is named by its file
+    and frame."""
     try:
-        return add_edges_many([sample for _, sample in chunk], cutoff)
+        many = search_many([sample for _, sample in chunk], cutoff)
     except DataError:
         pass
+    else:
+        shortest = many.shortest().tolist()
+        samples = many.split()
+        for (where, _), sample, length in zip(chunk, samples, shortest):
+            if length < COINCIDENT_ANGSTROM:
+                coincident.check(sample, where)
+        return samples
     out = []
     for where, sample in chunk:  # one by one, to name the frame at fault
         try:
             out.append(add_edges(sample, cutoff))
         except DataError as exc:
             raise type(exc)(f"{where}: {exc}") from None
+        coincident.check(out[-1], where)
     return out
 
 

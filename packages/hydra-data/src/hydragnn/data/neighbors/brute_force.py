@@ -20,8 +20,9 @@ from .inputs import GraphInputs, check_inputs, check_max_neighbours, complete_ce
 
 #: Candidate pairs the brute force holds in memory at once.
 _CHUNK = 1 << 22
-#: Candidate pairs of a group of equal graphs tested at once (small enough to stay in cache).
-_GROUP_PAIRS = 1 << 16
+#: Candidate pairs of a group of equal graphs tested at once (one block of broadcast arithmetic:
+#: 256 cells of 32 atoms, 27 images, took 57 ms at 2^20 against 176 ms at 2^16 on this CPU).
+_GROUP_PAIRS = 1 << 20
 
 
 def _shift_components(shift_int: torch.Tensor, cell: torch.Tensor) -> list[torch.Tensor]:
@@ -239,12 +240,14 @@ def brute_force_pairs(inputs: GraphInputs) -> int:
 
 
 def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Every pair ``(src, dst, S)`` of a graph in every periodic image within its range, closer
-    than the cutoff (the test of :func:`finalize_edges`): unique candidates for it.
+    """Unique candidate pairs ``(src, dst, S)`` of a graph in every periodic image within its
+    range: every pair closer than the cutoff and a few within rounding of it, which
+    :func:`finalize_edges` (the exact test) drops.
 
-    Graphs with the same atom count and image ranges are searched together (one set of index
-    grids shifted by each graph's first atom), about :data:`_GROUP_PAIRS` pairs at a time, so a
-    batch of many small structures costs a few tensor operations per size, not per graph."""
+    Graphs with the same atom count and image ranges are searched together: their positions as
+    one ``[G, n, 3]`` block and their image offsets as ``[G, M, 3]``, the squared lengths of all
+    ``G n^2 M`` pairs from one batched matrix product (no per-pair gather), about
+    :data:`_GROUP_PAIRS` pairs at a time, large graphs a slice of centres at a time."""
     device = inputs.pos.device
     counts, ranges = _graph_images(inputs)
     starts = [0, *itertools.accumulate(counts)][:-1]
@@ -252,33 +255,19 @@ def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Ten
     for g, count in enumerate(counts):
         if count:
             groups.setdefault((count, tuple(ranges[g])), []).append(starts[g])
+    cell = None if inputs.cell is None else inputs.cell.detach()
     parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     for (count, rng), firsts in groups.items():
         axes = [torch.arange(-r, r + 1, device=device) for r in rng]
         images = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
-        n_images = images.shape[0]
-        if count * count * n_images > _GROUP_PAIRS:  # a large graph: its centres in chunks of _CHUNK pairs
-            step = max(1, _CHUNK // (count * n_images))
-            for start in firsts:
-                atoms = torch.arange(start, start + count, device=device)
-                for c0 in range(0, count, step):
-                    grid = torch.meshgrid(
-                        atoms[c0 : c0 + step], atoms, torch.arange(n_images, device=device), indexing="ij"
-                    )
-                    i, j, m = (t.flatten() for t in grid)
-                    parts.append(_near(inputs, j, i, images[m]))
-            continue
-        local = torch.arange(count, device=device)
-        li, lj, lm = (
-            t.flatten() for t in torch.meshgrid(local, local, torch.arange(n_images, device=device), indexing="ij")
-        )
-        offsets = torch.tensor(firsts, device=device)
-        step = max(1, _GROUP_PAIRS // li.numel())
-        for g0 in range(0, len(firsts), step):
-            first = offsets[g0 : g0 + step].unsqueeze(1)
-            parts.append(
-                _near(inputs, (first + lj).flatten(), (first + li).flatten(), images[lm.repeat(first.shape[0])])
-            )
+        per_centre = count * images.shape[0]
+        graphs = max(1, _GROUP_PAIRS // (count * per_centre))
+        centres = count if graphs > 1 else max(1, min(count, _CHUNK // per_centre))
+        first_all = torch.tensor(firsts, device=device)
+        for g0 in range(0, len(firsts), graphs):
+            first = first_all[g0 : g0 + graphs]
+            for c0 in range(0, count, centres):
+                parts.append(_near_block(inputs, cell, first, count, c0, min(centres, count - c0), images))
     if not parts:
         empty = torch.zeros(0, dtype=torch.long, device=device)
         return empty, empty, torch.zeros(0, 3, dtype=torch.long, device=device)
@@ -286,9 +275,40 @@ def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Ten
     return src, dst, shift
 
 
-def _near(
-    inputs: GraphInputs, src: torch.Tensor, dst: torch.Tensor, shift: torch.Tensor
+def _near_block(
+    inputs: GraphInputs,
+    cell: torch.Tensor | None,
+    first: torch.Tensor,
+    count: int,
+    c0: int,
+    centres: int,
+    images: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The candidates closer than the cutoff (the same test as :func:`finalize_edges`)."""
-    near = edge_geometry(inputs, src, dst, shift)[1] < inputs.cutoff * inputs.cutoff
-    return src[near], dst[near], shift[near]
+    """Candidates ``(src, dst, S)`` among centres ``c0 .. c0 + centres`` of the graphs starting
+    at atoms ``first`` (``[G]``, ``count`` atoms each), every source and image: a superset of the
+    pairs closer than the cutoff.
+
+    Squared lengths come from one batched matrix product, ``|x|^2 + |y|^2 - 2 x.y`` with ``x`` a
+    centre and ``y`` a source in image ``S`` (positions taken relative to each graph's first
+    atom, so the terms stay small), and pairs are kept up to a rounding margin of the terms'
+    size: the exact test is :func:`finalize_edges`'s."""
+    local = torch.arange(count, device=first.device)
+    src_atoms = first.unsqueeze(1) + local  # [G, n]
+    dst_atoms = src_atoms[:, c0 : c0 + centres]  # [G, c]
+    pos = inputs.pos.detach().to(torch.promote_types(inputs.pos.dtype, torch.float64))
+    rel = pos[src_atoms]
+    rel = rel - rel[:, :1]  # [G, n, 3]
+    x = rel[:, c0 : c0 + centres]  # [G, c, 3]
+    if cell is None:
+        y = rel
+    else:
+        graph_cells = cell if cell.shape[0] == 1 else cell.index_select(0, inputs.batch.index_select(0, first))
+        offsets = images.to(pos.dtype) @ graph_cells.to(pos.dtype)  # [G, M, 3]
+        y = (rel.unsqueeze(2) + offsets.unsqueeze(1)).reshape(rel.shape[0], -1, 3)  # [G, n M, 3]
+    xx, yy = (x * x).sum(-1), (y * y).sum(-1)
+    d2 = torch.baddbmm(xx.unsqueeze(2) + yy.unsqueeze(1), x, y.transpose(1, 2), alpha=-2.0)
+    cutoff2 = inputs.cutoff * inputs.cutoff
+    margin = 64 * torch.finfo(inputs.pos.dtype).eps * (float(xx.max()) + float(yy.max()) + cutoff2)
+    g, i, jm = (d2 < cutoff2 + margin).nonzero(as_tuple=True)
+    n_images = images.shape[0]
+    return src_atoms[g, jm // n_images], dst_atoms[g, i], images[jm % n_images]

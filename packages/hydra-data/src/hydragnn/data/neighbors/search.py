@@ -18,10 +18,11 @@ Conventions (PyG ``source_to_target``)::
 
 Small searches skip nvalchemi: when the brute force would test at most
 :data:`BRUTE_FORCE_MAX_PAIRS` candidate pairs (atoms^2 times periodic images, summed over the
-graphs; a few hundred molecules, one small cell), the candidates come from
-:func:`~.brute_force.brute_force_candidates` in torch. The edges are the same (the one
-definition is ``finalize_edges``); what it saves is Warp's start-up in a process (1.6 s on this
-CPU at the first call) and its launch cost on a few atoms.
+graphs; a few hundred molecules, one small cell), or on CPU when every graph has fewer than
+:data:`BRUTE_FORCE_MAX_ATOMS` atoms (where nvalchemi's naive kernel would test the same pairs),
+the candidates come from :func:`~.brute_force.brute_force_candidates` in torch. The edges are
+the same (the one definition is ``finalize_edges``); what it saves is Warp's start-up in a
+process (1.2-1.6 s on this CPU at the first call) and its launch cost on a few atoms.
 
 Edges are sorted by ``(target, source, shift)``. An atom's own periodic image (``i == j`` with a
 non-zero shift) is an edge; ``i == j`` with a zero shift is one only with ``self_loops=True``.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch_geometric.data import Data
@@ -42,7 +44,7 @@ from .brute_force import brute_force_candidates, brute_force_pairs, brute_force_
 from .inputs import GraphInputs, check_inputs, check_max_neighbours, complete_cell
 from .warp import neighbour_search
 
-__all__ = ["add_edges", "add_edges_many", "brute_force_radius_graph", "radius_graph"]
+__all__ = ["ManyEdges", "add_edges", "add_edges_many", "brute_force_radius_graph", "radius_graph", "search_many"]
 
 #: Graphs with at least this many atoms make the whole batch use the cell-list method (O(N));
 #: below it the naive O(N^2) kernel is faster on CPU.
@@ -50,6 +52,12 @@ CELL_LIST_MIN_ATOMS = 256
 #: Searches testing at most this many candidate pairs by brute force run in torch, without
 #: nvalchemi (~50 ms at the bound on one CPU thread; 256 molecules of 3-12 atoms are ~15,000).
 BRUTE_FORCE_MAX_PAIRS = 1 << 20
+#: On CPU, a batch whose graphs all have fewer atoms than this runs in torch whatever its size,
+#: which skips Warp's start-up in the process. nvalchemi's naive kernel tests the same pairs;
+#: per search with edges (one thread pool of 2, cutoff 5 Å, fcc cells): 32 atoms x 256
+#: 64 ms in torch / 93 ms in nvalchemi, 48 x 256 109 / 133, 72 x 128 94 / 102, 108 x 64
+#: 129 / 78. On a GPU one kernel per search beats torch's launches.
+BRUTE_FORCE_MAX_ATOMS = 64
 #: Testing hook: force the initial width of nvalchemi's neighbour matrix (``None``: estimate).
 _INITIAL_MAX_NEIGHBOURS: int | None = None
 #: nvalchemi calls made by the last :func:`radius_graph` (1 unless the buffer had to grow).
@@ -196,9 +204,18 @@ def radius_graph(
         return finalize_edges(
             inputs, empty, empty, torch.zeros(0, 3, dtype=torch.long, device=empty.device), k, self_loops
         )
-    small = brute_force_pairs(inputs) <= BRUTE_FORCE_MAX_PAIRS
-    src, dst, shift = brute_force_candidates(inputs) if small else _nvalchemi_candidates(inputs)
+    src, dst, shift = brute_force_candidates(inputs) if _brute_force(inputs) else _nvalchemi_candidates(inputs)
     return finalize_edges(inputs, src, dst, shift, k, self_loops)
+
+
+def _brute_force(inputs: GraphInputs) -> bool:
+    """Whether the torch brute force searches ``inputs`` (:data:`BRUTE_FORCE_MAX_PAIRS`,
+    :data:`BRUTE_FORCE_MAX_ATOMS`); otherwise nvalchemi does."""
+    if inputs.pos.device.type == "cpu":
+        largest = int(torch.bincount(inputs.batch, minlength=inputs.num_graphs).max())
+        if largest < BRUTE_FORCE_MAX_ATOMS:
+            return True
+    return brute_force_pairs(inputs) <= BRUTE_FORCE_MAX_PAIRS
 
 
 def add_edges(data: Data, cutoff: float, max_neighbours: int | None = None) -> Data:
@@ -254,8 +271,74 @@ def _with_edges(data: Data, edge_index: torch.Tensor, edge_shift: torch.Tensor |
     return out
 
 
+@dataclass(frozen=True)
+class ManyEdges:
+    """The edges of many single graphs from one search (:func:`search_many`), before they are
+    split back into the graphs (:meth:`split`).
+
+    ``pos [N, 3]``, ``batch [N]``, ``edge_index [2, E]`` and ``edge_shift [E, 3]`` (``None`` when
+    no graph has a cell) are those of the graphs laid end to end; edges are sorted by target, so
+    each graph's edges are one contiguous range (``per_graph`` edges each)."""
+
+    graphs: Sequence[Data]
+    pos: torch.Tensor
+    batch: torch.Tensor
+    edge_index: torch.Tensor
+    edge_shift: torch.Tensor | None
+    periodic: list[bool]
+    counts: torch.Tensor
+    per_graph: list[int]
+
+    def split(self) -> list[Data]:
+        """One shallow copy of each graph with its edges (as :func:`add_edges` gives them)."""
+        start = torch.zeros(len(self.graphs) + 1, dtype=torch.long, device=self.pos.device)
+        start[1:] = torch.cumsum(self.counts, 0)
+        out, first = [], 0
+        for k, (graph, n) in enumerate(zip(self.graphs, self.per_graph)):
+            index = self.edge_index[:, first : first + n] - start[k]
+            shift = self.edge_shift[first : first + n] if self.periodic[k] and self.edge_shift is not None else None
+            out.append(_with_edges(graph, index, shift))
+            first += n
+        return out
+
+    def shortest(self) -> torch.Tensor:
+        """``[B]`` length of each graph's shortest edge (``inf`` for a graph without edges), from
+        one pass over all the edges."""
+        src, dst = self.edge_index
+        vec = self.pos[src] - self.pos[dst]
+        if self.edge_shift is not None:
+            vec = vec + self.edge_shift.to(vec.dtype)
+        d2 = (vec * vec).sum(dim=1)
+        out = torch.full((len(self.graphs),), torch.inf, dtype=d2.dtype, device=d2.device)
+        return out.scatter_reduce(0, self.batch[dst], d2, "amin").sqrt()
+
+
+def search_many(graphs: Sequence[Data], cutoff: float, max_neighbours: int | None = None) -> ManyEdges:
+    """The edges of many single graphs (each a ``Data`` with ``pos``, optional ``cell``
+    ``[1, 3, 3]`` / ``[3, 3]`` and ``pbc``; positions of one dtype and device) from one search,
+    periodic and non-periodic mixed.
+
+    Raises:
+        NeighborListError, StructureError: as :func:`radius_graph`, for the batch as a whole.
+    """
+    positions = [_checked_pos(g, "add_edges_many") for g in graphs]
+    pos = torch.cat(positions)
+    counts = torch.tensor([p.shape[0] for p in positions], device=pos.device)
+    batch = torch.repeat_interleave(torch.arange(len(graphs), device=pos.device), counts)
+    periodic = [getattr(g, "cell", None) is not None for g in graphs]
+    cell = pbc = None
+    if any(periodic):
+        zeros = torch.zeros(3, 3, dtype=pos.dtype, device=pos.device)
+        cell = torch.stack([g.cell.reshape(3, 3).to(pos.dtype) if has else zeros for g, has in zip(graphs, periodic)])
+        pbc = torch.stack([_pbc_of(g, has, pos.device) for g, has in zip(graphs, periodic)])
+    edge_index, edge_shift = radius_graph(pos, cutoff, batch, cell, pbc, max_neighbours)
+    per_graph = torch.bincount(batch[edge_index[1]], minlength=len(graphs)).tolist()  # edges sorted by target
+    shift = edge_shift if cell is not None else None
+    return ManyEdges(graphs, pos, batch, edge_index, shift, periodic, counts, per_graph)
+
+
 def add_edges_many(graphs: Sequence[Data], cutoff: float, max_neighbours: int | None = None) -> list[Data]:
-    """:func:`add_edges` of many single graphs with one neighbour search.
+    """:func:`add_edges` of many single graphs with one neighbour search (:func:`search_many`).
 
     The graphs (each a ``Data`` with ``pos``, optional ``cell`` ``[1, 3, 3]`` / ``[3, 3]`` and
     ``pbc``) are searched as one batch, periodic and non-periodic mixed, and the edges split back:
@@ -274,29 +357,10 @@ def add_edges_many(graphs: Sequence[Data], cutoff: float, max_neighbours: int | 
     positions = [_checked_pos(g, "add_edges_many") for g in graphs]
     if len(graphs) < 2 or len({(p.dtype, p.device) for p in positions}) > 1:
         return [add_edges(g, cutoff, max_neighbours) for g in graphs]
-    pos = torch.cat(positions)
-    counts = torch.tensor([p.shape[0] for p in positions], device=pos.device)
-    batch = torch.repeat_interleave(torch.arange(len(graphs), device=pos.device), counts)
-    periodic = [getattr(g, "cell", None) is not None for g in graphs]
-    cell = pbc = None
-    if any(periodic):
-        zeros = torch.zeros(3, 3, dtype=pos.dtype, device=pos.device)
-        cell = torch.stack([g.cell.reshape(3, 3).to(pos.dtype) if has else zeros for g, has in zip(graphs, periodic)])
-        pbc = torch.stack([_pbc_of(g, has, pos.device) for g, has in zip(graphs, periodic)])
     try:
-        edge_index, edge_shift = radius_graph(pos, cutoff, batch, cell, pbc, max_neighbours)
+        return search_many(graphs, cutoff, max_neighbours).split()
     except ValueError:  # NeighborListError, StructureError
         return [add_edges(g, cutoff, max_neighbours) for g in graphs]  # raises for the graph at fault
-    start = torch.zeros(len(graphs) + 1, dtype=torch.long, device=pos.device)
-    start[1:] = torch.cumsum(counts, 0)
-    per_graph = torch.bincount(batch[edge_index[1]], minlength=len(graphs)).tolist()  # edges sorted by target
-    out, first = [], 0
-    for k, (graph, n) in enumerate(zip(graphs, per_graph)):
-        index = edge_index[:, first : first + n] - start[k]
-        shift = edge_shift[first : first + n] if periodic[k] else None
-        out.append(_with_edges(graph, index, shift))
-        first += n
-    return out
 
 
 def _pbc_of(graph: Data, periodic: bool, device: torch.device) -> torch.Tensor:
