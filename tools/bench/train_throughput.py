@@ -13,9 +13,10 @@ prepared and reported per graph), and peak memory (VmHWM). With ``--threads`` ab
 ``after`` variant on one intra-op thread runs in the same rotation: the comparison
 ``Training.intra_op_threads: "auto"`` makes at the start of a run.
 
-``--compile``: the unit workload also trains with ``Training.compile`` (the ``after`` setup
-through ``torch.compile``, dynamic shapes; the MLIP workload cannot: forces by double backward),
-graphs/s against eager ``after`` in the same process, and the seconds of its first step.
+``--compile``: each workload also trains with ``Training.compile`` (the ``after`` setup through
+``torch.compile``, dynamic shapes; a potential takes its forces by ``torch.func.grad`` then, so
+the forward, the forces and the double backward compile as one step), graphs/s against eager
+``after`` in the same process, and the seconds of its first step.
 
 ``--ddp``: one process vs 2-process DDP (torchrun, gloo) on the MLIP workload, graphs/s and
 peak memory per rank (``OMP_NUM_THREADS=1`` per rank).
@@ -256,7 +257,7 @@ def profile_worker(args: argparse.Namespace) -> None:
         return strategy, loader, sum(p.numel() for p in model.parameters()), first_s
 
     names = ["before", "after"] + (["after 1 thread"] if args.threads > 1 else [])
-    names += ["compiled"] if args.compile and args.workload == "unit" else []
+    names += ["compiled"] if args.compile else []
     variants = {v: setup(v) for v in names}
     phases = {v: dict.fromkeys(_steps.PHASES, 0.0) for v in variants}
     rates: dict[str, list[float]] = {v: [] for v in variants}
@@ -363,9 +364,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument(
-        "--compile", action="store_true", help="unit workload: also Training.compile (after + compiled)"
-    )
+    parser.add_argument("--compile", action="store_true", help="also Training.compile (after + compiled)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workload", help=argparse.SUPPRESS)

@@ -1,5 +1,6 @@
 """``Training.compile``: one compiled graph for training batches of any size, one for evaluation,
-the same training as eager; refused where a compiled backward cannot serve."""
+the same training as eager, interatomic potentials with forces included (by ``torch.func.grad``);
+refused under distributed strategies."""
 
 from __future__ import annotations
 
@@ -35,10 +36,62 @@ def test_compiled_training_compiles_once_per_mode_and_trains_as_eager(tmp_path):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
 
 
-def test_compile_is_refused_for_forces_by_autograd_and_distributed_strategies(tmp_path):
-    with pytest.raises(ConfigError, match=r"Training\.compile: not for interatomic potentials"):
-        _run(build("mlip"), True, tmp_path, kind="mlip")
+def test_compiled_potential_trains_with_forces_compiling_once_per_mode(tmp_path):
+    """A potential with forces (double backward) compiles: one graph for training batches of
+    every edge count and one for evaluation, forces by torch.func, the losses of eager training."""
+    from hydragnn.models.model import HydraModel
 
+    torch._dynamo.reset()
+    counters.clear()
+    edges = {int(d.edge_index.shape[1]) for d in samples("mlip", 16)}
+    assert len(edges) > 4
+    eager, compiled = build("mlip"), build("mlip")
+    expected = _run(eager, False, tmp_path / "eager", kind="mlip")
+    summary = _run(compiled, True, tmp_path / "compiled", kind="mlip")
+    assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # training + no_grad evaluation
+    assert [m.derivatives_by for m in compiled.modules() if isinstance(m, HydraModel)] == ["func"]
+    assert eager.derivatives_by == "autograd"
+    for a, b in zip(expected["history"], summary["history"], strict=True):
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
+
+
+def test_compiled_potential_step_equals_eager_forces_and_gradients():
+    """One batch: energy, forces and every parameter gradient of the compiled step (forces by
+    torch.func.grad) equal those of eager autograd."""
+    from torch_geometric.data import Batch
+
+    from hydragnn.models.model import set_derivatives
+
+    model = build("mlip")
+    model.train()
+    batch = Batch.from_data_list(samples("mlip", 4))
+
+    def step(forward):
+        model.zero_grad()
+        out = forward(batch)
+        loss, _ = model.loss(out, batch)
+        loss.backward()
+        return {k: v.detach() for k, v in out.items()}, {k: p.grad.clone() for k, p in model.named_parameters()}
+
+    outputs, grads = step(model)
+    set_derivatives(model, "func")
+    compiled_outputs, compiled_grads = step(torch.compile(model, dynamic=True))
+    assert outputs.keys() == compiled_outputs.keys() and "forces" in outputs
+    for name, value in outputs.items():
+        torch.testing.assert_close(compiled_outputs[name], value, rtol=1e-4, atol=1e-6, msg=name)
+    for name, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-3, atol=1e-6, msg=name)
+
+
+def test_compile_is_refused_for_distributed_strategies():
     ddp = DDPStrategy.__new__(DDPStrategy)  # the class's rule: no process group needed to refuse
     with pytest.raises(ConfigError, match=r"Training\.compile: single-process training only \(strategy 'ddp'\)"):
         ddp.compile()
+
+
+def test_set_derivatives_names_the_choices():
+    from hydragnn.models.errors import ModelError
+    from hydragnn.models.model import set_derivatives
+
+    with pytest.raises(ModelError, match=r"derivatives: expected one of \['autograd', 'func'\], found 'jax'"):
+        set_derivatives(build("mlip"), "jax")

@@ -70,3 +70,50 @@ def test_unknown_attribute_and_a_missing_layer_say_what_is_wrong(monkeypatch):
     monkeypatch.setitem(sys.modules, "hydragnn.infer", None)  # what the import system reports for a missing module
     with pytest.raises(AttributeError, match=r"hydragnn.infer is not installed: pip install hydra-infer"):
         hydragnn.infer  # noqa: B018
+
+
+_IMPORT_PROBE = """
+import ctypes, json, os, sys
+before = dict(os.environ)
+for name in sys.argv[1:]:
+    __import__(name)
+
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                                               "uordblks", "fordblks", "keepcost")]
+
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype, libc.malloc.restype, libc.malloc.argtypes = MallInfo2, ctypes.c_void_p, [ctypes.c_size_t]
+maps = libc.mallinfo2().hblks
+libc.malloc(24 << 20)  # glibc maps it on its own unless something raised the mmap threshold
+changed = sorted(k for k in before.keys() | os.environ.keys() if before.get(k) != os.environ.get(k))
+print(json.dumps({"changed": changed, "mapped": libc.mallinfo2().hblks - maps == 1}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallinfo2")
+def test_importing_every_layer_changes_nothing_process_wide():
+    """The heavy modules of all four layers (torch, PyG, e3nn loaded) imported in a fresh process
+    without OpenMP / malloc settings: no environment variable set and glibc's mmap threshold
+    untouched. Thread and allocator settings are configure_threads()'s, called by the CLIs."""
+    import json
+
+    modules = [
+        "hydragnn.data.neighbors.search",
+        "hydragnn.data.io.conversion",
+        "hydragnn.models.model",
+        "hydragnn.models.encoders.mace",
+        "hydragnn.train.pipeline",
+        "hydragnn.train.strategies",
+        "hydragnn.infer.calculator",
+        "hydragnn.infer.ase",
+    ]
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMP_", "MALLOC_", "MKL_")) and k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_PROBE, *modules], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"changed": [], "mapped": True}

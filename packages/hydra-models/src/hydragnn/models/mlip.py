@@ -187,6 +187,19 @@ def apply_strain(
         unchanged) and the displacement ``[B, 3, 3]`` (zeros, requires grad).
     """
     displacement = torch.zeros(num_graphs, 3, 3, dtype=pos.dtype, device=pos.device, requires_grad=True)
+    return (*strain(pos, batch, cell, edge_index, edge_shift, displacement), displacement)
+
+
+def strain(
+    pos: torch.Tensor,
+    batch: torch.Tensor,
+    cell: torch.Tensor | None,
+    edge_index: torch.Tensor,
+    edge_shift: torch.Tensor | None,
+    displacement: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Positions, cells and image offsets under the symmetric part of ``displacement``
+    (``[B, 3, 3]``); :func:`apply_strain` with a given displacement."""
     sym = 0.5 * (displacement + displacement.transpose(-1, -2))
     pos = pos + torch.einsum("ni,nij->nj", pos, sym.index_select(0, batch))
     if cell is not None:
@@ -195,7 +208,7 @@ def apply_strain(
         edge_shift = edge_shift + torch.einsum(
             "ei,eij->ej", edge_shift, sym.index_select(0, batch.index_select(0, edge_index[1]))
         )
-    return pos, cell, edge_shift, displacement
+    return pos, cell, edge_shift
 
 
 def stress_from_virial(dE_dstrain: torch.Tensor, cell: torch.Tensor, dim: int = 6) -> torch.Tensor:

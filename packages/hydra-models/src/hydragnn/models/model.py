@@ -9,7 +9,7 @@ the heads, and returns ``{output name: tensor}``: graph outputs ``[B, dim]``, no
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -23,7 +23,7 @@ from .encoders import EncoderDims, GraphInputs, NodeEmbedding, get_encoder
 from .errors import ModelConfigError, ModelError
 from .heads import EdgeHeads, GraphHeads, NodeHeads
 from .loss import compute_loss
-from .mlip import EnergyHead, apply_strain, derivatives, dynamic_edges, stress_from_virial
+from .mlip import EnergyHead, derivatives, dynamic_edges, strain, stress_from_virial
 from .nn.geometry import safe_norm
 from .output_scaling import OutputScaling
 from .schema_checks import check_conditioning, mlip_roles, num_species, task_weights
@@ -53,8 +53,17 @@ class HydraModel(nn.Module):
     """A multi-headed model: encoder + graph / node / edge heads (+ MLIP energy and forces).
 
     Build it with :func:`build_model`. Attributes: ``config`` (:class:`ModelConfig`),
-    ``schema``, ``encoder``, ``task_weights`` (``{output: weight}``).
+    ``schema``, ``encoder``, ``task_weights`` (``{output: weight}``), ``derivatives_by``.
+
+    ``derivatives_by`` is how a potential takes forces and stress, the same equations either way
+    (:func:`set_derivatives`): ``"autograd"`` (default: ``torch.autograd.grad`` with
+    ``create_graph``, so the loss differentiates the backward again) or ``"func"``
+    (``torch.func.grad`` over the energy as a function of positions and strain: the derivative
+    is part of the forward, so ``torch.compile`` can compile the whole training step, which a
+    compiled backward differentiated again cannot be).
     """
+
+    derivatives_by: str = "autograd"
 
     def __init__(self, config: ModelConfig, schema: Schema) -> None:
         super().__init__()
@@ -314,43 +323,90 @@ class HydraModel(nn.Module):
         want_stress = self.config.mlip.compute_grad_energy and (
             compute_stress if compute_stress is not None else ("stress" in special and has_cell)
         )
-        with torch.set_grad_enabled(outer_grad or want_forces or want_stress):
-            if (want_forces or want_stress) and not pos.requires_grad:
-                pos = pos.detach().requires_grad_(True)
-            pos_in, cell, displacement = pos, getattr(batch, "cell", None), None
-            strained_cell = None
+        want_derivatives = want_forces or want_stress
+        with torch.set_grad_enabled(outer_grad or want_derivatives):
+            cell = getattr(batch, "cell", None)
             if want_stress:
                 if cell is None:
                     raise ModelError("stress needs a periodic batch with 'cell' [B, 3, 3]")
                 cell = cell.to(pos.dtype)
-                shift = edge_shift.to(pos.dtype) if edge_shift is not None else None
-                pos_in, strained_cell, edge_shift, displacement = apply_strain(
-                    pos, _node_batch(batch, pos), _num_graphs(batch), cell, edge_index, shift
-                )
-            inputs = self.graph_inputs(batch, pos_in, edge_index, edge_shift, strained_cell if want_stress else None)
-            if self.energy_head.layers is not None:
-                inputs.layer_features = []
-            emb = self.encode(inputs)
-            out = self.output_scaling(self.heads(emb, inputs))
-            layers = inputs.layer_features[:-1] if inputs.layer_features else ()
-            atomic, energy = self.energy_head(emb.scalar, inputs, getattr(batch, "head", None), layers)
+                edge_shift = edge_shift.to(pos.dtype) if edge_shift is not None else None
+            node_batch = _node_batch(batch, pos)
+
+            def potential(pos: torch.Tensor, displacement: torch.Tensor | None):
+                return self._potential(batch, pos, displacement, node_batch, cell, edge_index, edge_shift)
+
+            displacement = None
+            if want_stress:
+                displacement = torch.zeros(_num_graphs(batch), 3, 3, dtype=pos.dtype, device=pos.device)
+            out, atomic, energy, forces, virial = self._energy_derivatives(
+                potential, pos, displacement, want_derivatives, outer_grad
+            )
             out[special["energy"]] = energy
             if "atomic_energy" in special:
                 out[special["atomic_energy"]] = atomic
-            if want_forces or want_stress:
-                forces, virial = derivatives(
-                    energy, pos, displacement, create_graph=self.training, retain_graph=outer_grad
-                )
-                if want_forces:
-                    out[special.get("forces", self.config.mlip.forces_name)] = forces
-                if want_stress:
-                    assert virial is not None and cell is not None  # strained (displacement set), periodic
-                    name = special.get("stress", self.config.mlip.stress_name)
-                    dim = self.schema[name].dim if name in self.schema else 6
-                    out[name] = stress_from_virial(virial, cell, dim)
+            if want_forces:
+                assert forces is not None
+                out[special.get("forces", self.config.mlip.forces_name)] = forces
+            if want_stress:
+                assert virial is not None and cell is not None  # strained, periodic
+                name = special.get("stress", self.config.mlip.stress_name)
+                dim = self.schema[name].dim if name in self.schema else 6
+                out[name] = stress_from_virial(virial, cell, dim)
         if not outer_grad:
             out = {k: v.detach() for k, v in out.items()}
         return out
+
+    def _potential(
+        self,
+        batch: Data,
+        pos: torch.Tensor,
+        displacement: torch.Tensor | None,
+        node_batch: torch.Tensor,
+        cell: torch.Tensor | None,
+        edge_index: torch.Tensor,
+        edge_shift: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]]:
+        """``(sum of energies, (outputs, atomic energies [N, 1], energies [B, 1]))`` of a potential
+        at ``pos [N, 3]`` under the strain ``displacement [B, 3, 3]`` (``None``: unstrained), the
+        function both ways of taking derivatives differentiate."""
+        assert self.energy_head is not None  # (a potential)
+        pos_in, strained_cell, shift = pos, None, edge_shift
+        if displacement is not None:
+            pos_in, strained_cell, shift = strain(pos, node_batch, cell, edge_index, edge_shift, displacement)
+        inputs = self.graph_inputs(batch, pos_in, edge_index, shift, strained_cell)
+        if self.energy_head.layers is not None:
+            inputs.layer_features = []
+        emb = self.encode(inputs)
+        out = self.output_scaling(self.heads(emb, inputs))
+        layers = inputs.layer_features[:-1] if inputs.layer_features else ()
+        atomic, energy = self.energy_head(emb.scalar, inputs, getattr(batch, "head", None), layers)
+        return energy.sum(), (out, atomic, energy)
+
+    def _energy_derivatives(
+        self,
+        potential: Callable[[torch.Tensor, torch.Tensor | None], Any],
+        pos: torch.Tensor,
+        displacement: torch.Tensor | None,
+        want_derivatives: bool,
+        outer_grad: bool,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``(outputs, atomic energies, energies, forces, virial)`` of ``potential`` at ``pos`` (zero
+        ``displacement`` for stress, else ``None``), the derivatives as :attr:`derivatives_by` says
+        (``None`` when not wanted)."""
+        if want_derivatives and self.derivatives_by == "func":
+            argnums = (0, 1) if displacement is not None else (0,)
+            grads, (out, atomic, energy) = torch.func.grad(potential, argnums=argnums, has_aux=True)(pos, displacement)
+            return out, atomic, energy, -grads[0], (grads[1] if displacement is not None else None)
+        if want_derivatives and not pos.requires_grad:
+            pos = pos.detach().requires_grad_(True)
+        if displacement is not None:
+            displacement = displacement.requires_grad_(True)
+        _, (out, atomic, energy) = potential(pos, displacement)
+        if not want_derivatives:
+            return out, atomic, energy, None, None
+        forces, virial = derivatives(energy, pos, displacement, create_graph=self.training, retain_graph=outer_grad)
+        return out, atomic, energy, forces, virial
 
     @property
     def energy_head_names(self) -> list[str]:
@@ -415,3 +471,21 @@ def build_model(config: Mapping[str, Any] | ModelConfig, schema: Schema | Mappin
 
         return Committee(config, schema).to(config.dtype)
     return HydraModel(config, schema).to(config.dtype)
+
+
+DERIVATIVES = ("autograd", "func")
+"""The ways a potential takes forces and stress (:attr:`HydraModel.derivatives_by`)."""
+
+
+def set_derivatives(model: nn.Module, how: str) -> None:
+    """Set :attr:`HydraModel.derivatives_by` of every :class:`HydraModel` in ``model`` (the model
+    itself, a committee's members, a wrapper's module) to ``how`` (one of :data:`DERIVATIVES`).
+
+    Raises:
+        ModelError: an unknown ``how``.
+    """
+    if how not in DERIVATIVES:
+        raise ModelError(f"derivatives: expected one of {list(DERIVATIVES)}, found {how!r}")
+    for module in model.modules():
+        if isinstance(module, HydraModel):
+            module.derivatives_by = how

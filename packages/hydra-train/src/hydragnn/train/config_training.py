@@ -76,7 +76,8 @@ class TrainingConfig:
         compile [false]: train through ``torch.compile`` with dynamic shapes (one compiled graph
             for batches of any size, one for evaluation; the first batch waits for the
             compiler): :meth:`~hydragnn.train.strategies.Strategy.compile`, single-process
-            only, not for interatomic potentials with forces by autograd.
+            only. An interatomic potential takes its forces and stress by ``torch.func.grad``
+            then, so forward, forces and the loss's backward compile as one step.
         intra_op_threads ["auto" | int >= 1]: torch's intra-op threads during the run; "auto"
             times the first steps at torch's count and at its halvings and keeps the fastest
             (single-process eager CPU training; otherwise the count stays), see

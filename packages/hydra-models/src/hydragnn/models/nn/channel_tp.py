@@ -60,7 +60,9 @@ dense products were up to 1.5x faster than e3nn's at 500-2,000 rows of 32 channe
 
 class _Masters:
     """float64 constants kept outside a module's buffers (a float32 -> float64 round trip of the
-    model would round them), cast once per ``(dtype, device)`` met."""
+    model would round them), cast once per ``(dtype, device)`` met. While ``torch.compile`` traces,
+    the cast is part of the graph and nothing is stored (a tensor stored from inside a traced
+    ``torch.func`` transform would escape it)."""
 
     def __init__(self, *tensors: torch.Tensor) -> None:
         self.tensors = tensors
@@ -70,7 +72,9 @@ class _Masters:
         key = (t.dtype, t.device)
         found = self.cast.get(key)
         if found is None:
-            found = self.cast[key] = tuple(m.to(dtype=t.dtype, device=t.device) for m in self.tensors)
+            found = tuple(m.to(dtype=t.dtype, device=t.device) for m in self.tensors)
+            if not torch.compiler.is_compiling():
+                self.cast[key] = found
         return found
 
 

@@ -319,3 +319,28 @@ def check_checkpointing(subject: Subject | str) -> None:
     assert sorted(g1) == sorted(g2)
     for key in g1:
         torch.testing.assert_close(g2[key], g1[key], rtol=10 * c_rtol, atol=c_atol)
+
+
+def check_functional_derivatives(subject: Subject | str) -> None:
+    """Forces and stress by ``torch.func.grad`` (``derivatives_by = "func"``, what a compiled
+    training step uses) give the outputs and parameter gradients (training on forces) of
+    ``autograd.grad``."""
+    from hydragnn.models.model import set_derivatives
+
+    s = _subject(subject)
+    batch = collate(periodic_samples(CUTOFF)[:2])
+    results = []
+    for how in ("autograd", "func"):
+        model = s.build().train()
+        set_derivatives(model, how)
+        out = model(batch)
+        loss, _ = model.loss(out, batch)
+        loss.backward()
+        results.append((out, {k: p.grad for k, p in model.named_parameters() if p.grad is not None}))
+    (o1, g1), (o2, g2) = results
+    rtol, atol = s.tol.checkpointing
+    assert "forces" in o1 and "stress" in o1
+    assert_outputs_close(o2, o1, rtol=rtol, atol=atol)
+    assert sorted(g1) == sorted(g2)
+    for key in g1:
+        torch.testing.assert_close(g2[key], g1[key], rtol=10 * rtol, atol=atol)

@@ -20,7 +20,8 @@ Each check builds a tiny MLIP (hidden 16, 2 layers, cutoff 4 Å) around the enco
 against physics that does not depend on it: permutation, rotation / translation invariance,
 vector equivariance, forces and stress against finite differences, energy continuity at the
 cutoff, batch == single, padded == unpadded, no host synchronisation, no subnormal arithmetic,
-periodic supercells, artifact round trip, precisions and activation checkpointing. Tolerances are a
+periodic supercells, artifact round trip, precisions, activation checkpointing and forces by
+``torch.func.grad`` (a compiled training step's) equal to autograd's. Tolerances are a
 :class:`Tolerances` fixture (``conformance_tolerances``). The checks also accept a subject name
 (an encoder or a :func:`register_variant` id) with defaults from :func:`set_defaults`.
 """
@@ -112,3 +113,6 @@ class EncoderConformance:
 
     def test_checkpointing(self, conformance_subject: Subject) -> None:
         checks.check_checkpointing(conformance_subject)
+
+    def test_functional_derivatives(self, conformance_subject: Subject) -> None:
+        checks.check_functional_derivatives(conformance_subject)

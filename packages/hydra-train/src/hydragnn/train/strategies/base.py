@@ -163,22 +163,21 @@ class Strategy:
         that batches of other node and edge counts reuse one compiled graph (one more for
         evaluation under ``no_grad``). The plain model (:meth:`unwrap`) is unchanged: losses,
         checkpoints and artifacts see it. Strategies whose :attr:`compiles` is false refuse (the
-        distributed ones: not tested compiled yet), and so do interatomic potentials with forces
-        by autograd: their training differentiates the force's backward again, which a compiled
-        backward does not support.
+        distributed ones: not tested compiled yet). An interatomic potential with forces takes
+        them by ``torch.func.grad`` (:func:`hydragnn.models.model.set_derivatives`): the
+        derivative is then part of the compiled forward and the loss's backward is an ordinary
+        one, where the default ``autograd.grad(create_graph=True)`` would need a compiled backward
+        differentiated again, which torch does not support.
 
         Raises:
-            ConfigError: under such a strategy, or for such a potential.
+            ConfigError: under such a strategy.
         """
         where = "NeuralNetwork.Training.compile"
         if not self.compiles:
             raise ConfigError(f"{where}: single-process training only (strategy {self.name!r}); set it to false")
-        mlip = self.unwrap().config.mlip
-        if mlip.enabled and mlip.compute_grad_energy:
-            raise ConfigError(
-                f"{where}: not for interatomic potentials with forces by autograd (training differentiates "
-                "the force's backward again, which torch.compile does not support); set it to false"
-            )
+        from hydragnn.models.model import set_derivatives
+
+        set_derivatives(self.unwrap(), "func")
         self.model = cast(nn.Module, torch.compile(self.model, dynamic=True))  # a module compiles to a module
 
     def backward(self, loss: torch.Tensor) -> None:
