@@ -20,8 +20,8 @@ ratio, the builds / reuses of the default skin, and the largest energy differenc
 trajectories (0 expected: reuse gives the same edges).
 
 Fraction of peak (``_peak.py``): the matrix-product FLOPs of one regular E+F call (forward and
-backward, from the shapes) times its calls/s, over a square matmul's FLOP/s measured in the same
-run with the same threads. On CPU, the same call's time split (torch's profiler) into matrix
+backward, from the shapes) times the calls/s of the regular and (when measured) the compile mode,
+over a square matmul's FLOP/s measured in the same run with the same threads. On CPU, the same call's time split (torch's profiler) into matrix
 products, gathers / scatters, element-wise work, custom operators (neighbour search), the
 autograd engine and Python: what keeps the call below the matmul rate.
 
@@ -332,31 +332,34 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def peak_section(args, model, device, data, rates) -> list[dict]:
-    """Fraction of the matmul rate reached by the regular E+F call on a moving geometry."""
-    if "regular" not in args.modes:
+    """Fraction of the matmul rate reached by the E+F call on a moving geometry: the regular
+    call's FLOPs over each measured mode's time (``regular``, ``compile``: the same work)."""
+    modes = [m for m in ("regular", "compile") if m in args.modes]
+    if "regular" not in modes:
         return []
     dtype = next(model.parameters()).dtype
     rate = matmul_rate(device, dtype)
     calc = HydraCalculator(model, device=device)
     print(
-        f"\nfraction of peak, regular E+F (moving geometry): matmul rate {rate / 1e9:.1f} GFLOP/s "
+        f"\nfraction of peak, E+F (moving geometry): matmul rate {rate / 1e9:.1f} GFLOP/s "
         f"({dtype}, {args.threads} thread(s)); counted: matrix-product FLOPs of forward + backward"
     )
     rows = []
     for (n, system), (pos, z, cell) in data.items():
         flops = call_flops(lambda pos=pos, z=z, cell=cell: calc(pos, z, cell=cell, forces=True))
-        calls = statistics.median(rates[(n, system, True, "moving", "regular")])
-        row = {"atoms": n, "system": system, "mflop_per_call": flops / 1e6, "calls_per_s": calls,
-               "fraction_of_peak": flops * calls / rate}  # fmt: skip
-        if device.type == "cpu":  # host time is the call's time only on CPU
-            row["time_shares"] = time_shares(lambda pos=pos, z=z, cell=cell: calc(pos, z, cell=cell, forces=True))
-        rows.append(row)
-        print(
-            f"  {n:6d} {system:9s} {row['mflop_per_call']:10.2f} MFLOP/call {calls:9.3g} calls/s "
-            f"-> {100 * row['fraction_of_peak']:.1f}% of peak"
-        )
-        if "time_shares" in row:
-            print("         time: " + ", ".join(f"{100 * v:.0f}% {k}" for k, v in row["time_shares"].items()))
+        for mode in modes:
+            calls = statistics.median(rates[(n, system, True, "moving", mode)])
+            row = {"atoms": n, "system": system, "mode": mode, "mflop_per_call": flops / 1e6, "calls_per_s": calls,
+                   "fraction_of_peak": flops * calls / rate}  # fmt: skip
+            if device.type == "cpu" and mode == "regular":  # host time is the call's time only on CPU
+                row["time_shares"] = time_shares(lambda pos=pos, z=z, cell=cell: calc(pos, z, cell=cell, forces=True))
+            rows.append(row)
+            print(
+                f"  {n:6d} {system:9s} {mode:8s} {row['mflop_per_call']:10.2f} MFLOP/call {calls:9.3g} calls/s "
+                f"-> {100 * row['fraction_of_peak']:.1f}% of peak"
+            )
+            if "time_shares" in row:
+                print("         time: " + ", ".join(f"{100 * v:.0f}% {k}" for k, v in row["time_shares"].items()))
     return rows
 
 
