@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -207,6 +208,30 @@ def test_importing_the_data_layer_changes_nothing_process_wide():
     got = import_only("hydragnn.data", "hydragnn.data.threads")
     assert got == {"changed": {}, "mapped": True, "torch": False}
     assert import_only("hydragnn.data", CONTROL="1")["mapped"] is False
+
+
+LAYER_MODULES = (
+    "hydragnn.data.neighbors.search",
+    "hydragnn.data.io.conversion",
+    "hydragnn.models.model",
+    "hydragnn.models.encoders.mace",
+    "hydragnn.train.pipeline",
+    "hydragnn.train.strategies",
+    "hydragnn.infer.calculator",
+    "hydragnn.infer.ase",
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallinfo2")
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(f"hydragnn.{layer}") is None for layer in ("models", "train", "infer")),
+    reason="the other layers are not installed (hydra-data alone)",
+)
+def test_importing_every_layer_changes_nothing_process_wide():
+    """The heavy modules of all four layers (torch, PyG, e3nn loaded): no environment variable set,
+    glibc's mmap threshold untouched. Thread and allocator settings are configure_threads()'s."""
+    got = import_only(*LAYER_MODULES)
+    assert got["changed"] == {} and got["mapped"] is True and got["torch"] is True
 
 
 def test_configure_threads_is_the_explicit_call_and_it_sets_the_wait_policy_first():

@@ -301,24 +301,30 @@ def check_precisions(subject: Subject | str) -> None:
             assert err < tol, f"{precision}: output {key!r} deviates from float32 by {float(err):.3g} (> {tol})"
 
 
-def check_checkpointing(subject: Subject | str) -> None:
-    """``conv_checkpointing`` gives the same outputs and gradients (training on forces)."""
-    s = _subject(subject)
-    rtol, atol = s.tol.invariance
+def _same_training_step(subject: Subject, models: tuple[nn.Module, nn.Module]) -> None:
+    """Both models, in training mode on two periodic samples, give the same outputs (forces and
+    stress included) and parameter gradients of the loss, within the checkpointing tolerances."""
     batch = collate(periodic_samples(CUTOFF)[:2])
     results = []
-    for flag in (False, True):
-        model = s.build(conv_checkpointing=flag).train()
+    for model in models:
+        model.train()
         out = model(batch)
         loss, _ = model.loss(out, batch)
         loss.backward()
         results.append((out, {k: p.grad for k, p in model.named_parameters() if p.grad is not None}))
     (o1, g1), (o2, g2) = results
-    c_rtol, c_atol = s.tol.checkpointing
-    assert_outputs_close(o2, o1, rtol=c_rtol, atol=c_atol)
+    rtol, atol = subject.tol.checkpointing
+    assert "forces" in o1 and "stress" in o1
+    assert_outputs_close(o2, o1, rtol=rtol, atol=atol)
     assert sorted(g1) == sorted(g2)
     for key in g1:
-        torch.testing.assert_close(g2[key], g1[key], rtol=10 * c_rtol, atol=c_atol)
+        torch.testing.assert_close(g2[key], g1[key], rtol=10 * rtol, atol=atol)
+
+
+def check_checkpointing(subject: Subject | str) -> None:
+    """``conv_checkpointing`` gives the same outputs and gradients (training on forces)."""
+    s = _subject(subject)
+    _same_training_step(s, (s.build(conv_checkpointing=False), s.build(conv_checkpointing=True)))
 
 
 def check_functional_derivatives(subject: Subject | str) -> None:
@@ -328,19 +334,6 @@ def check_functional_derivatives(subject: Subject | str) -> None:
     from hydragnn.models.model import set_derivatives
 
     s = _subject(subject)
-    batch = collate(periodic_samples(CUTOFF)[:2])
-    results = []
-    for how in ("autograd", "func"):
-        model = s.build().train()
-        set_derivatives(model, how)
-        out = model(batch)
-        loss, _ = model.loss(out, batch)
-        loss.backward()
-        results.append((out, {k: p.grad for k, p in model.named_parameters() if p.grad is not None}))
-    (o1, g1), (o2, g2) = results
-    rtol, atol = s.tol.checkpointing
-    assert "forces" in o1 and "stress" in o1
-    assert_outputs_close(o2, o1, rtol=rtol, atol=atol)
-    assert sorted(g1) == sorted(g2)
-    for key in g1:
-        torch.testing.assert_close(g2[key], g1[key], rtol=10 * rtol, atol=atol)
+    functional = s.build()
+    set_derivatives(functional, "func")
+    _same_training_step(s, (s.build(), functional))
