@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch_geometric.data import Data
 
-from hydragnn.models import load_artifact, pad_with_sink, save_artifact
+from hydragnn.models import Committee, HydraModel, load_artifact, pad_with_sink, save_artifact
 
 from .graphs import (
     CLUSTER_SCHEMA,
@@ -301,7 +301,7 @@ def check_precisions(subject: Subject | str) -> None:
             assert err < tol, f"{precision}: output {key!r} deviates from float32 by {float(err):.3g} (> {tol})"
 
 
-def _same_training_step(subject: Subject, models: tuple[nn.Module, nn.Module]) -> None:
+def _same_training_step(subject: Subject, models: tuple[HydraModel | Committee, HydraModel | Committee]) -> None:
     """Both models, in training mode on two periodic samples, give the same outputs (forces and
     stress included) and parameter gradients of the loss, within the checkpointing tolerances."""
     batch = collate(periodic_samples(CUTOFF)[:2])
