@@ -19,16 +19,11 @@ when no ``MALLOC_*`` / ``GLIBC_TUNABLES`` setting or preloaded jemalloc / tcmall
 says otherwise): freed blocks below :func:`reuse_below` (a 16th of memory, 32 MiB to 1 GiB) are
 kept for reuse instead of being returned to the system, and so is up to :func:`keep_at_top` of
 free memory at the top of the heap, because every fresh mapping costs a page fault per 4 KiB
-touched; an element-wise product over 1M floats took
-1.28 ms with fresh pages and 0.74 ms with reused ones, E+F calls of PAINN / SchNet on 256 atoms
-ran 1.2-1.5x faster, and a SchNet E+F call on 2,048 atoms (about 170 MB freed at its end) faulted
-35,000-50,000 pages back in per call with glibc's 64 MiB trim threshold and none with 1 GiB
-(0.2 s instead of 0.22-0.42 s per call), and one on 16,000 atoms (tensors above 32 MiB) 2.5 s
-with a 32 MiB mmap threshold, 0.9 s with 1 GiB. Like PyTorch's CUDA caching allocator, a process thus
-keeps the memory of its peak for reuse. MKL sizes its threads per call
-(:func:`set_intra_op_threads`): ``torch.set_num_threads`` makes every MKL vector-math call (exp,
-log, sqrt, cos, tanh, pow) use all threads, and waking a passive thread for a few hundred
-elements cost 27-45 µs where the work takes 3-4 µs. This module imports nothing heavy.
+touched: like PyTorch's CUDA caching allocator, a process keeps the memory of its peak for reuse.
+MKL sizes its threads per call (:func:`set_intra_op_threads`): ``torch.set_num_threads`` would
+make every MKL vector-math call use all threads, and waking a passive thread for a few hundred
+elements costs more than the work. The measurements behind these choices are in
+docs/notes/architecture_details.md. This module imports nothing heavy.
 """
 
 from __future__ import annotations

@@ -17,13 +17,11 @@ Exactly one source:
   interatomic potential with one energy head per source (``Architecture.energy_heads``), e.g.
   your own data next to a replayed slice of the data a model was first trained on. Sources take
   ``cutoff``, ``seed``, ``cache_dir``, ``cache_format`` and ``cache_verify`` from the top level
-  unless they set them.
+  unless they set them; ``compositional_stratified_splitting`` [false] keeps each composition's
+  share in every split (:mod:`hydragnn.train.split`).
 
-``compositional_stratified_splitting`` [false]: each composition keeps its share (:mod:`hydragnn.train.split`).
-
-For files ASE reads: ``energy_key`` ["energy"], ``forces_key`` ["forces"], ``stress_key``
-["stress"] name the labels of those outputs (null: not trained on), ``keys`` any other head; ``index`` [":"] slices the frames (``ase.io.read``'s
-syntax), ``config_types`` keeps only those config types (``config_type_key`` ["config_type"]),
+For files ASE reads: ``energy_key`` ["energy"], ``forces_key`` ["forces"], ``stress_key`` ["stress"]
+name those labels (null: not trained on), ``keys`` any other head; ``index`` [":"] slices the frames, ``config_types`` keeps only those config types (``config_type_key`` ["config_type"]),
 ``file_format`` names an ``ase.io`` format the extension does not reveal. Each file is converted
 once into a prepared container (``cache_format`` ["pt"] or ``"adios"``) under ``cache_dir``
 [``<file's folder>/.hydragnn_cache``] and reused until the file, the keys, the schema or the

@@ -15,22 +15,19 @@ vectors of :class:`GraphInputs` (periodic shifts included).
 Cost: the first basis projection ``W_sbf1 a(d_kj, angle)`` is factorised as ``sum_l Y_l(angle)
 (sum_n W_sbf1[:, l, n] rad_ln(d_kj))``, the inner sum taken once per edge, so only
 ``L * basis_emb_size`` numbers are gathered per triplet (:class:`_FactorizedInteractionPPBlock`;
-same weights and results as PyG's block; about half the cost, docs/notes/encoder_design.md).
+same weights and results as PyG's block).
 
 Distinct triplet geometry: the spherical basis and its two projections depend on a triplet only
 through ``(d_kj, angle)``. When those are constants of the call (no forces or stress through
-them), on CPU, with the exact triplet list, and repeating (lattice data: a batch of upstream's
-unit-test graphs has ~4 distinct lengths and a few dozen distinct pairs for ~3,500 triplets),
-they are evaluated once per distinct pair and gathered back (the default ``"distinct"``
+them), on CPU, with the exact triplet list, and repeating (lattice data), they are evaluated
+once per distinct pair and gathered back (the default ``"distinct"``
 implementation of :class:`~hydragnn.models.nn.TripletRows`, :mod:`hydragnn.models.nn.distinct`;
 same values).
 
 Capture safety: ``triplet_capacity = None`` (default) builds the exact, data-dependent triplet
-list (not capture-safe); ``triplet_capacity = C`` uses a fixed ``E * C`` layout with 0/1
-weights, exact when no node has more than ``C`` incoming edges
-(:func:`hydragnn.models.nn.triplets.max_in_degree`).
-Geometry and bases are computed in float32 for 16-bit models; a sink node's zero-length edges are
-backtracking pairs of each other (weight 0), with finite bases and zero gradients.
+list; ``triplet_capacity = C`` a fixed ``E * C`` layout with 0/1 weights, exact when no node has
+more than ``C`` incoming edges. Geometry and bases are float32 for 16-bit models; a sink node's
+zero-length edges are backtracking pairs (weight 0), with finite bases and zero gradients.
 """
 
 from __future__ import annotations

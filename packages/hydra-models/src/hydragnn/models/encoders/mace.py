@@ -15,8 +15,7 @@ Per-species tables have a row per atomic number below ``num_species``, or per li
 ``elements`` (mace-torch's z table, which is what makes its models several times smaller).
 
 Defaults: ``max_ell = 2``, ``correlation = 3`` (body order 4), a 3 x 64 radial MLP, as in MACE's
-smaller published models (MACE's own ``max_ell = 3`` costs several times more per step:
-docs/notes/encoder_design.md).
+smaller published models (docs/notes/encoder_design.md).
 
 Output: ``scalar`` = the ``0e`` channels ``[N, hidden_dim]``, ``vector`` = the ``1o`` channels
 ``[N, 3, hidden_dim]`` in ``(x, y, z)`` order (e3nn 0.6's ``1o`` basis is already Cartesian),
