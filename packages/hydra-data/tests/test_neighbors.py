@@ -470,3 +470,29 @@ def test_small_graphs_skip_nvalchemi(monkeypatch, dtype):
     monkeypatch.setattr(nb, "BRUTE_FORCE_MAX_ATOMS", int(counts.max()))
     found = radius_graph(pos, 4.0, batch, cell, pbc)
     assert len(calls) == 2 and all(torch.equal(a, b) for a, b in zip(found, expected, strict=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_brute_force_candidates_shortcuts_change_no_edge(mixed_batch, fcc, dtype):
+    """The brute force hands finalize_edges its Cartesian offsets and, for one group of equal
+    graphs, candidates already in edge order: the edges, shifts and lengths are those of the same
+    candidates without either shortcut, shuffled, bit for bit."""
+    from hydragnn.data.neighbors.brute_force import Candidates, brute_force_candidates, finalize_edges
+    from hydragnn.data.neighbors.inputs import check_inputs
+
+    _, pos, batch, cell, pbc = mixed_batch
+    four = torch.cat([fcc[0] + 0.01 * k for k in range(4)])  # four equal cells: one group, ordered
+    cases = [
+        (pos, batch, cell, pbc),
+        (four, torch.arange(4).repeat_interleave(len(fcc[0])), fcc[1].expand(4, 3, 3), None),
+    ]
+    for p, b, c, f in cases:
+        inputs = check_inputs(p.to(dtype), 3.0, b, c.to(dtype), f)
+        found = brute_force_candidates(inputs)
+        assert found.parts is not None and found.ordered == (p is four)
+        shuffle = torch.randperm(found.src.numel(), generator=torch.Generator().manual_seed(0))
+        plain = Candidates(found.src[shuffle], found.dst[shuffle], found.shift_int[shuffle])
+        for k in (None, 4):
+            a, e = finalize_edges(inputs, found, k, False), finalize_edges(inputs, plain, k, False)
+            assert all(torch.equal(x, y) for x, y in zip(a, e)), k
+            assert a.length2.dtype == dtype and bool((a.length2 < 9.0).all())

@@ -7,6 +7,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from hydragnn.data import Schema, SchemaError, prepare
+from hydragnn.data.prepare import derived_tensors
 
 SCHEMA = Schema.from_dict(
     {
@@ -256,3 +257,24 @@ def test_schema_without_outputs_prepares_samples_for_prediction():
         assert key not in d, key
     batch = Batch.from_data_list([d, prepare(make_sample(n=3, e=2, seed=1), schema)])
     assert batch.x.shape == (7, 3) and batch.graph_attr.shape == (2, 1) and batch.num_graphs == 2
+
+
+def test_derived_tensors_of_samples_laid_end_to_end_equal_each_sample_s():
+    sizes = [(3, 2), (1, 0), (6, 7), (2, 1)]
+    samples = [make_sample(n=n, e=e, seed=k, charge=torch.tensor([[float(k)]])) for k, (n, e) in enumerate(sizes)]
+    names = [v.name for v in (*SCHEMA.inputs, *SCHEMA.outputs)]
+    each = [derived_tensors({name: s[name] for name in names}, SCHEMA) for s in samples]
+    columns = {name: torch.cat([s[name] for s in samples]) for name in names}
+    rows = {
+        "node": torch.tensor([n for n, _ in sizes]),
+        "edge": torch.tensor([e for _, e in sizes]),
+        "graph": torch.ones(len(sizes), dtype=torch.long),
+    }
+    many = derived_tensors(columns, SCHEMA, rows)
+    order = ["x", "node_output", "edge_attr", "edge_output", "graph_attr", "graph_output", "y", "y_loc"]
+    assert list(many) == list(each[0]) == order
+    for key in many:
+        joined = torch.cat([d[key] for d in each])
+        assert many[key].dtype == joined.dtype and torch.equal(many[key], joined), key
+    prepared = [prepare(s, SCHEMA) for s in samples]  # what prepare sets is what derived_tensors gives
+    assert all(torch.equal(p.y, d["y"]) and torch.equal(p.y_loc, d["y_loc"]) for p, d in zip(prepared, each))

@@ -14,7 +14,7 @@ the default dtype, floating sources keep their promoted dtype.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import torch
@@ -164,26 +164,62 @@ def prepare(sample: Data, schema: Schema, index: int | None = None) -> Data:
     _check_geometry(data, counts, where)
     check_sample(data, schema, where)
 
+    for key, value in derived_tensors(checked, schema).items():
+        data[key] = value
+    return data
+
+
+def derived_tensors(
+    checked: Mapping[str, torch.Tensor], schema: Schema, rows: Mapping[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
+    """The tensors :func:`prepare` derives, in the order it sets them: per level the features
+    (``x``, ``edge_attr``, ``graph_attr``) and outputs (``node_output`` ...), then ``y`` and ``y_loc``.
+
+    Args:
+        checked: every schema variable's ``(rows, dim)`` source tensor, by name.
+        schema: the schema.
+        rows: ``None`` for one sample; for samples laid end to end (each variable's rows
+            concatenated), ``{level: [B] int64 rows of each sample}`` for the levels of the
+            schema's outputs. Row-wise concatenations then need nothing per sample, and ``y`` /
+            ``y_loc`` come out laid end to end too: ``y [sum of sizes, 1]`` (each sample's outputs
+            flattened in JSON order, sample after sample) and ``y_loc [B, n_outputs + 1]``.
+    """
+    out: dict[str, torch.Tensor] = {}
     for level in LEVELS:
         feature_key, output_key = _DERIVED_BY_LEVEL[level]
         feats = [checked[v.name] for v in schema.feature_inputs(level)]
         if feats:
             dtype = _float_dtype(feats)
-            data[feature_key] = torch.cat([t.to(dtype) for t in feats], dim=1)
+            out[feature_key] = torch.cat([t.to(dtype) for t in feats], dim=1)
         outs = [checked[v.name] for v in schema.outputs_at(level)]
         if outs:
             dtype = _float_dtype(outs)
-            data[output_key] = torch.cat([t.to(dtype) for t in outs], dim=1)
-
+            out[output_key] = torch.cat([t.to(dtype) for t in outs], dim=1)
     targets = [checked[v.name] for v in schema.outputs]
     if not targets:
-        return data
+        return out
     y_dtype = _float_dtype(targets)
-    flat = [t.reshape(-1).to(y_dtype) for t in targets]
-    data.y = torch.cat(flat).reshape(-1, 1)
-    sizes = torch.tensor([0] + [f.numel() for f in flat], dtype=torch.long)
-    data.y_loc = torch.cumsum(sizes, dim=0).reshape(1, -1)
-    return data
+    if rows is None:
+        flat = [t.reshape(-1).to(y_dtype) for t in targets]
+        out["y"] = torch.cat(flat).reshape(-1, 1)
+        sizes = torch.tensor([0] + [f.numel() for f in flat], dtype=torch.long)
+        out["y_loc"] = torch.cumsum(sizes, dim=0).reshape(1, -1)
+        return out
+    # sample b's block of output v has rows[v.level][b] * v.dim values; y lays each sample's blocks in order
+    sizes = torch.stack([rows[v.level] * v.dim for v in schema.outputs], dim=1)  # [B, V]
+    y_loc = torch.cumsum(torch.cat([torch.zeros_like(sizes[:, :1]), sizes], dim=1), dim=1)
+    totals = y_loc[:, -1]
+    sample_start = torch.cumsum(totals, 0) - totals
+    y = torch.empty(int(totals.sum()), dtype=y_dtype)
+    samples = torch.arange(sizes.shape[0])
+    for v, t in enumerate(targets):
+        owner = torch.repeat_interleave(samples, sizes[:, v])
+        block_start = torch.cumsum(sizes[:, v], 0) - sizes[:, v]
+        place = (sample_start + y_loc[:, v] - block_start)[owner] + torch.arange(owner.numel())
+        y[place] = t.reshape(-1).to(y_dtype)
+    out["y"] = y.reshape(-1, 1)
+    out["y_loc"] = y_loc
+    return out
 
 
 def prepare_all(samples, schema: Schema) -> list[Data]:

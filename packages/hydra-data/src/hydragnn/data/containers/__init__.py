@@ -16,6 +16,7 @@ Example::
 from .adios_container import AdiosDataset
 from .api import FORMATS, REGISTRY, detect_format, open_dataset, write_dataset
 from .base import ContainerDataset
+from .packed_chunk import PackedChunk
 from .pickle_container import PickleDataset
 from .pt_directory import PtDirectoryDataset
 
@@ -24,6 +25,7 @@ __all__ = [
     "REGISTRY",
     "AdiosDataset",
     "ContainerDataset",
+    "PackedChunk",
     "PickleDataset",
     "PtDirectoryDataset",
     "detect_format",

@@ -56,6 +56,7 @@ from .adios_format import (
 from .adios_trust import known_good, probe_in_child, remember, seal
 from .base import ContainerDataset, parse_header_bytes
 from .codec import DTYPES, JSON_KIND, build_data, loads_json
+from .packed_chunk import PackedChunk, each_sample
 
 _OPEN: weakref.WeakSet[AdiosDataset] = weakref.WeakSet()
 
@@ -99,10 +100,10 @@ class AdiosDataset(ContainerDataset):
         return path.is_dir() and (path / INTEGRITY).is_file()
 
     @classmethod
-    def write(cls, path: Path, samples: Iterable[Data], header: dict[str, Any]) -> int:
+    def write(cls, path: Path, samples: Iterable[Data | PackedChunk], header: dict[str, Any]) -> int:
         writer = ColumnWriter(import_adios2(), path)
         try:
-            for sample in samples:
+            for sample in each_sample(samples):
                 writer.add(sample)
             n = writer.finish(header)
         finally:

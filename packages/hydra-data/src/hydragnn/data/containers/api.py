@@ -15,6 +15,7 @@ from ..errors import ContainerError
 from ..schema import Schema
 from .adios_container import AdiosDataset
 from .base import ContainerDataset, make_header
+from .packed_chunk import PackedChunk
 from .pickle_container import PickleDataset
 from .pt_directory import PtDirectoryDataset
 
@@ -75,7 +76,7 @@ def _replace(tmp: Path, path: Path) -> None:
 
 def write_dataset(
     path: str | Path,
-    samples: Iterable[Data],
+    samples: Iterable[Data | PackedChunk],
     format: str,
     *,
     schema: Schema | None = None,
@@ -91,7 +92,8 @@ def write_dataset(
     Args:
         path: destination file (``"pickle"``) or directory (``"pt"``, ``"adios"``).
         samples: PyG ``Data`` objects, prepared or not; their tensors are stored detached and
-            bit-exact, other attributes as JSON values.
+            bit-exact, other attributes as JSON values. A :class:`~.packed_chunk.PackedChunk`
+            among them stands for its samples.
         format: one of :data:`FORMATS`.
         schema: the ``Variables`` schema to store with the data.
         normalization: JSON-serializable normalization statistics.

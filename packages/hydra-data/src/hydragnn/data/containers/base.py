@@ -16,7 +16,7 @@ import json
 import operator
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch.utils.data import Dataset
 from torch_geometric.data import Data
@@ -24,6 +24,9 @@ from torch_geometric.data import Data
 from ..__about__ import __version__
 from ..errors import ContainerError, SchemaError
 from ..schema import Schema
+
+if TYPE_CHECKING:
+    from .packed_chunk import PackedChunk
 
 
 def make_header(
@@ -136,12 +139,12 @@ class ContainerDataset(Dataset):
         return cls.detect(path)
 
     @classmethod
-    def write(cls, path: Path, samples: Iterable[Data], header: dict[str, Any]) -> int:
+    def write(cls, path: Path, samples: Iterable[Data | PackedChunk], header: dict[str, Any]) -> int:
         """Write a new dataset at ``path`` (which does not exist); returns the sample count.
 
         Args:
             path: destination; the caller makes the write atomic.
-            samples: PyG ``Data`` objects.
+            samples: PyG ``Data`` objects and packed chunks of them.
             header: from :func:`make_header`; ``n_samples`` is filled in by the writer.
         """
         raise NotImplementedError

@@ -33,6 +33,7 @@ from torch_geometric.data import Data
 from ..errors import ContainerError
 from .base import ContainerDataset, check_version, header_bytes, parse_header_bytes
 from .codec import build_data, dtype_name, loads_json, lookup_dtype, sample_fields, tensor_bytes, tensor_from_bytes
+from .packed_chunk import PackedChunk, each_sample
 
 MAGIC = b"HGNNPKL\n"
 _HEADER = struct.Struct("<8sIQQQQII")
@@ -157,8 +158,8 @@ class PickleDataset(ContainerDataset):
             return f.read(len(MAGIC)) == MAGIC
 
     @classmethod
-    def write(cls, path: Path, samples: Iterable[Data], header: dict[str, Any]) -> int:
-        payloads = (encode_sample(s, f"{path}: sample {i}") for i, s in enumerate(samples))
+    def write(cls, path: Path, samples: Iterable[Data | PackedChunk], header: dict[str, Any]) -> int:
+        payloads = (encode_sample(s, f"{path}: sample {i}") for i, s in enumerate(each_sample(samples)))
         return write_payloads(path, payloads, header)
 
     def _open(self) -> None:

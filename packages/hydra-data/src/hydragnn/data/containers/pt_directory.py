@@ -14,7 +14,10 @@ packed as ``{"data": 1-D concatenation, "shapes": int64 [n, rank]}``; any other 
 [per-sample tensor, JSON text or None (absent)]}``. One file per chunk instead of per sample: a
 ``torch.save`` and a file cost ~2 ms each, more than preparing a small sample. A read loads and
 checks the chunk once (the last one is kept decoded, so reading in order costs one load per
-chunk) and returns the sample's own copies of its tensors.
+chunk) and returns the sample's own copies of its tensors. A
+:class:`~.packed_chunk.PackedChunk` given to :meth:`PtDirectoryDataset.write` (up to
+:data:`CHUNK_SAMPLES` samples and :data:`CHUNK_BYTES`) is already this layout and becomes one
+chunk file as it is.
 
 Version 1 directories (one ``000000.pt`` file per sample: ``{"hydragnn_pt": 1, "fields": {...}}``,
 ``"files": {"digits", "sizes", "crc32"}`` per sample) are still read. Each file is checked against
@@ -49,7 +52,8 @@ from torch_geometric.data.storage import GlobalStorage
 from ..errors import ContainerError
 from ..io.safe_load import load_tensors
 from .base import ContainerDataset, check_version, parse_header_bytes
-from .codec import build_data, loads_json, sample_fields
+from .codec import build_data, compact, loads_json, sample_fields
+from .packed_chunk import PackedChunk, each_sample
 
 MANIFEST = "manifest.json"
 CHUNK_SAMPLES = 256
@@ -96,7 +100,7 @@ class PtDirectoryDataset(ContainerDataset):
         return path.is_dir() and (path / MANIFEST).is_file()
 
     @classmethod
-    def write(cls, path: Path, samples: Iterable[Data], header: dict[str, Any]) -> int:
+    def write(cls, path: Path, samples: Iterable[Data | PackedChunk], header: dict[str, Any]) -> int:
         path.mkdir()
         digits = _DIGITS
         starts: list[int] = []
@@ -106,28 +110,36 @@ class PtDirectoryDataset(ContainerDataset):
         chunk_bytes = 0
         n = 0
 
-        def flush() -> None:
+        def flush(packed: dict[str, Any], count: int) -> None:
             buf = io.BytesIO()
-            torch.save({"hydragnn_pt": cls.VERSION, "n": len(chunk), **_pack(chunk)}, buf)
+            torch.save({"hydragnn_pt": cls.VERSION, "n": count, **packed}, buf)
             data = buf.getbuffer()
             with open(path / f"chunk_{len(starts):0{digits}d}.pt", "wb") as f:
                 f.write(data)
-            starts.append(n - len(chunk))
+            starts.append(n - count)
             sizes.append(len(data))
             crcs.append(zlib.crc32(data))
 
-        for i, sample in enumerate(samples):
-            fields = dict(sample_fields(sample, f"{path}: sample {i}"))
-            chunk.append(fields)
-            chunk_bytes += sum(
-                v.numel() * v.element_size() if isinstance(v, torch.Tensor) else len(v) for v in fields.values()
-            )
-            n += 1
-            if len(chunk) == CHUNK_SAMPLES or chunk_bytes >= CHUNK_BYTES:
-                flush()
-                chunk, chunk_bytes = [], 0
+        for item in samples:
+            if isinstance(item, PackedChunk) and item.count <= CHUNK_SAMPLES and item.nbytes <= CHUNK_BYTES:
+                if chunk:
+                    flush(_pack(chunk), len(chunk))
+                    chunk, chunk_bytes = [], 0
+                n += item.count
+                flush(_packed_fields(item, f"{path}: samples {n - item.count}-{n - 1}"), item.count)
+                continue
+            for sample in each_sample([item]):
+                fields = dict(sample_fields(sample, f"{path}: sample {n}"))
+                chunk.append(fields)
+                chunk_bytes += sum(
+                    v.numel() * v.element_size() if isinstance(v, torch.Tensor) else len(v) for v in fields.values()
+                )
+                n += 1
+                if len(chunk) == CHUNK_SAMPLES or chunk_bytes >= CHUNK_BYTES:
+                    flush(_pack(chunk), len(chunk))
+                    chunk, chunk_bytes = [], 0
         if chunk:
-            flush()
+            flush(_pack(chunk), len(chunk))
         manifest = {
             **header,
             "n_samples": n,
@@ -275,6 +287,15 @@ class PtDirectoryDataset(ContainerDataset):
             return load_tensors(raw, safe_globals)
         except ValueError as exc:
             raise ContainerError(f"{where}: not a readable .pt sample: {exc}") from None
+
+
+def _packed_fields(chunk: PackedChunk, where: str) -> dict[str, Any]:
+    """The chunk file's ``fields`` of a packed chunk (each field's data compact, as a sample's)."""
+    return {
+        "fields": {
+            key: {"data": compact(data, key, where), "shapes": shapes} for key, (data, shapes) in chunk.fields.items()
+        }
+    }
 
 
 def _pack(chunk: list[dict[str, torch.Tensor | str]]) -> dict[str, Any]:

@@ -42,7 +42,15 @@ from torch_geometric.data import Data
 from ..errors import SchemaError
 from ..pyg_data import new_data
 
-__all__ = ["STRUCTURE_KEYS", "atoms_to_sample", "sample_to_atoms", "stress_voigt", "structure_sample"]
+__all__ = [
+    "STRUCTURE_KEYS",
+    "arrays_sample",
+    "atoms_to_sample",
+    "sample_to_atoms",
+    "stress_voigt",
+    "structure_arrays",
+    "structure_sample",
+]
 
 
 def _labels(atoms: Atoms) -> dict[str, Any]:
@@ -81,30 +89,49 @@ STRUCTURE_KEYS: tuple[str, ...] = ("atomic_number", "pos", "cell", "pbc", "natom
 """Attributes :func:`structure_sample` sets (never label names)."""
 
 
+def structure_arrays(atoms: Atoms) -> dict[str, np.ndarray]:
+    """The geometry of one ASE structure as numpy arrays, in the order and shapes of
+    :func:`structure_sample`: ``atomic_number [N, 1]`` int64, ``pos [N, 3]`` float64, ``cell
+    [1, 3, 3]`` float64 when the atoms have a cell (any periodic direction or a nonzero cell),
+    ``pbc [1, 3]`` bool, ``natoms [1]`` int64."""
+    n = len(atoms)
+    out = {
+        "atomic_number": atoms.numbers.astype(np.int64).reshape(n, 1),
+        "pos": np.asarray(atoms.positions, dtype=np.float64).reshape(n, 3),
+    }
+    pbc = np.asarray(atoms.pbc, dtype=bool)
+    cell = np.asarray(atoms.cell.array, dtype=np.float64)
+    if pbc.any() or cell.any():
+        out["cell"] = cell.reshape(1, 3, 3)
+    out["pbc"] = pbc.reshape(1, 3)
+    out["natoms"] = np.array([n], dtype=np.int64)
+    return out
+
+
+def arrays_sample(arrays: dict[str, np.ndarray], dtype: torch.dtype = torch.float64) -> Data:
+    """A sample holding ``arrays`` as tensors, in their order: floating arrays in ``dtype`` (without a
+    copy when it is float64), others as they are."""
+    data = new_data()
+    for key, value in arrays.items():
+        t = torch.as_tensor(value)
+        data[key] = t.to(dtype) if t.is_floating_point() else t
+    return data
+
+
 def structure_sample(atoms: Atoms, *, dtype: torch.dtype = torch.float64) -> Data:
     """The geometry of one ASE structure as a sample, without any label.
 
     Returns:
         A ``Data`` with ``atomic_number [N, 1]`` int64, ``pos [N, 3]``, ``pbc [1, 3]`` bool,
         ``natoms [1]`` int64 and ``cell [1, 3, 3]`` when the atoms have a cell (any periodic
-        direction or a nonzero cell); floating tensors in ``dtype``.
+        direction or a nonzero cell); floating tensors in ``dtype`` (:func:`structure_arrays`).
 
     Raises:
         SchemaError: when ``dtype`` is not floating point.
     """
     if not dtype.is_floating_point:
         raise SchemaError(f"atoms_to_sample: dtype must be floating point, found {dtype}")
-    n = len(atoms)
-    data = new_data()
-    data.atomic_number = torch.as_tensor(atoms.numbers.astype(np.int64)).reshape(n, 1)
-    data.pos = torch.as_tensor(np.asarray(atoms.positions, dtype=np.float64)).to(dtype).reshape(n, 3)
-    pbc = np.asarray(atoms.pbc, dtype=bool)
-    cell = np.asarray(atoms.cell.array, dtype=np.float64)
-    if pbc.any() or cell.any():
-        data.cell = torch.as_tensor(cell).to(dtype).reshape(1, 3, 3)
-    data.pbc = torch.as_tensor(pbc).reshape(1, 3)
-    data.natoms = torch.tensor([n], dtype=torch.long)
-    return data
+    return arrays_sample(structure_arrays(atoms), dtype)
 
 
 def atoms_to_sample(atoms: Atoms, *, dtype: torch.dtype = torch.float64) -> Data:

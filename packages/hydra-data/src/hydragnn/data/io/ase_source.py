@@ -38,7 +38,7 @@ from torch_geometric.data import Data
 
 from ..errors import ContainerError, SchemaError, clip
 from ..schema import Level, Schema, Variable
-from .ase_io import STRUCTURE_KEYS, stress_voigt, structure_sample
+from .ase_io import STRUCTURE_KEYS, arrays_sample, stress_voigt, structure_arrays
 
 if TYPE_CHECKING:
     from ase.db.row import AtomsRow
@@ -51,6 +51,7 @@ __all__ = [
     "FrameLabels",
     "Frame",
     "iter_frames",
+    "frame_arrays",
     "labelled_sample",
     "resolve_outputs",
 ]
@@ -217,7 +218,7 @@ def resolve_outputs(
     return Schema(inputs=inputs, outputs=tuple(v for v, _ in outputs)), tuple(outputs)
 
 
-def _label_tensor(var: Variable, key: str, value: Any, natoms: int, where: str) -> torch.Tensor:
+def _label_array(var: Variable, key: str, value: Any, natoms: int, where: str) -> np.ndarray:
     label = f"{where}: label {key!r} (output {var.name!r}, {var.level}, dim {var.dim})"
     try:
         arr = np.asarray(value, dtype=np.float64)
@@ -237,13 +238,12 @@ def _label_tensor(var: Variable, key: str, value: Any, natoms: int, where: str) 
         arr = arr.reshape(natoms, var.dim)
     if not np.isfinite(arr).all():
         raise SchemaError(f"{label}: holds non-finite values (NaN or inf)")
-    return torch.from_numpy(np.array(arr, dtype=np.float64, copy=True))
+    return np.array(arr, dtype=np.float64, copy=True)
 
 
-def labelled_sample(
-    atoms: Atoms, outputs: Sequence[tuple[Variable, str]], where: str, *, dtype: torch.dtype = torch.float64
-) -> Data:
-    """One frame as a raw sample: its structure and one tensor per output (named by the output).
+def frame_arrays(atoms: Atoms, outputs: Sequence[tuple[Variable, str]], where: str) -> dict[str, np.ndarray]:
+    """One frame's structure (:func:`~hydragnn.data.io.ase_io.structure_arrays`) and one float64
+    array per output (named by the output, ``(N, dim)`` or ``(1, dim)``), checked.
 
     Raises:
         SchemaError: a missing label (naming the labels the frame has), a wrong shape,
@@ -256,13 +256,25 @@ def labelled_sample(
         )
     if not np.isfinite(atoms.positions).all() or not np.isfinite(atoms.cell.array).all():
         raise SchemaError(f"{where}: positions or cell hold non-finite values")
-    data = structure_sample(atoms, dtype=dtype)
+    arrays = structure_arrays(atoms)
     labels = FrameLabels.of(atoms)
     for var, key in outputs:
         if key not in labels.values:
             raise SchemaError(f"{where}: no label {key!r} for output {var.name!r}; this frame has {labels.describe()}")
-        data[var.name] = _label_tensor(var, key, labels.values[key][1], len(atoms), where).to(dtype)
-    return data
+        arrays[var.name] = _label_array(var, key, labels.values[key][1], len(atoms), where)
+    return arrays
+
+
+def labelled_sample(
+    atoms: Atoms, outputs: Sequence[tuple[Variable, str]], where: str, *, dtype: torch.dtype = torch.float64
+) -> Data:
+    """One frame as a raw sample: its structure and one tensor per output (named by the output),
+    the arrays of :func:`frame_arrays` as tensors (floating ones in ``dtype``).
+
+    Raises:
+        SchemaError: as :func:`frame_arrays`.
+    """
+    return arrays_sample(frame_arrays(atoms, outputs, where), dtype)
 
 
 # ----------------------------------------------------------------------------- frames

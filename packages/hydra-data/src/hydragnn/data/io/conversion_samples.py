@@ -2,14 +2,17 @@
 connected at the cutoff, written to a container (:func:`write_samples`, for
 :func:`~hydragnn.data.io.conversion.convert_source`).
 
-Neighbour lists are built :data:`EDGE_CHUNK` structures at a time with one search
-(:func:`~hydragnn.data.neighbors.search.search_many`); a structure the search refuses is named by
-its file and frame. Atoms closer than :data:`COINCIDENT_ANGSTROM` (the shortest edge of each
+Frames are taken :data:`EDGE_CHUNK` at a time and packed column by column, each run of frames
+with the same attributes into one :class:`~hydragnn.data.containers.PackedChunk` with one
+neighbour search (:mod:`.conversion_packed`); a run that cannot be packed is prepared frame by
+frame and searched with :func:`~hydragnn.data.neighbors.search.search_many`, and a structure the
+search refuses is named by its file and frame. Atoms closer than :data:`COINCIDENT_ANGSTROM` (the shortest edge of each
 structure, from one pass over the chunk's edges) are reported once per file.
 """
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sys
 import time
@@ -22,21 +25,23 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from ..containers import write_dataset
+from ..containers import PackedChunk, write_dataset
 from ..errors import CoincidentAtomsWarning, DataError, SchemaError
 from ..neighbors import add_edges
 from ..neighbors.search import search_many
 from ..prepare import prepare
 from ..schema import Schema
-from .ase_source import AseSource, Frame, FrameLabels, iter_frames, labelled_sample, resolve_outputs
+from .ase_io import arrays_sample
+from .ase_source import AseSource, Frame, FrameLabels, frame_arrays, iter_frames, resolve_outputs
+from .conversion_packed import pack_frames
 
 __all__ = ["COINCIDENT_ANGSTROM", "EDGE_CHUNK", "write_samples"]
 
 COINCIDENT_ANGSTROM = 1e-3
 """Atoms closer than this (Å), periodic images included, are reported as coincident."""
 EDGE_CHUNK = 256
-"""Structures whose neighbour lists one search builds (:func:`~hydragnn.data.neighbors.search.search_many`):
-the per-call overhead of the search dominates small structures."""
+"""Frames packed, and searched, together: per-frame tensor operations and the per-call overhead
+of the search dominate small structures."""
 _EXAMPLES = 3
 
 
@@ -91,20 +96,15 @@ def write_samples(
     frames = iter_frames(source, skipped)
     progress = _Progress(f"converting {path.name}", log)
 
-    def samples_of(first: Frame | None, resolved: Schema, outputs) -> Iterator[Data]:
+    def samples_of(first: Frame | None, resolved: Schema, outputs) -> Iterator[Data | PackedChunk]:
         frame, chunk = first, []
         while frame is not None:
-            data = labelled_sample(frame.atoms, outputs, frame.where)
-            try:
-                prepared = prepare(data, resolved, index=counts["samples"])
-            except SchemaError as exc:
-                raise SchemaError(f"{frame.where}: {exc}") from None
+            chunk.append((frame.where, counts["samples"], frame_arrays(frame.atoms, outputs, frame.where)))
             counts["samples"] += 1
             progress.step()
-            chunk.append((frame.where, prepared))
             frame = _next_sample(frames, source, isolated, counts)
             if len(chunk) == EDGE_CHUNK or frame is None:
-                yield from _edges_of(chunk, cutoff, coincident)
+                yield from _chunk_samples(chunk, resolved, cutoff, coincident)
                 chunk = []
 
     try:
@@ -129,6 +129,43 @@ def write_samples(
         progress.close()
     coincident.warn()
     return resolved, isolated, counts, skipped
+
+
+def _chunk_samples(
+    chunk: list[tuple[str, int, dict[str, np.ndarray]]], schema: Schema, cutoff: float, coincident: _CoincidentAtoms
+) -> list[Data | PackedChunk]:
+    """The prepared samples of ``chunk`` (``(where, sample index, frame arrays)``) with their
+    edges: a packed chunk (:func:`~.conversion_packed.pack_frames`) per run of frames with the
+    same attributes (periodic cells and molecules mixed make several runs) or, for a run that
+    cannot be packed, one sample per frame (any error names the frame)."""
+    out: list[Data | PackedChunk] = []
+    for _, run in itertools.groupby(chunk, key=lambda item: list(item[2])):
+        run = list(run)
+        packed = pack_frames([arrays for _, _, arrays in run], schema, cutoff)
+        if packed is None:
+            out.extend(_each_frame(run, schema, cutoff, coincident))
+            continue
+        samples, shortest = packed
+        near = (shortest < COINCIDENT_ANGSTROM).nonzero().flatten().tolist()
+        if near:
+            each = list(samples.samples())
+            for j in near:
+                coincident.check(each[j], run[j][0])
+        out.append(samples)
+    return out
+
+
+def _each_frame(
+    run: list[tuple[str, int, dict[str, np.ndarray]]], schema: Schema, cutoff: float, coincident: _CoincidentAtoms
+) -> list[Data]:
+    """The frames of ``run`` prepared one by one, with their edges (:func:`_edges_of`)."""
+    prepared = []
+    for where, index, arrays in run:
+        try:
+            prepared.append((where, prepare(arrays_sample(arrays), schema, index=index)))
+        except SchemaError as exc:
+            raise SchemaError(f"{where}: {exc}") from None
+    return _edges_of(prepared, cutoff, coincident)
 
 
 def _edges_of(chunk: list[tuple[str, Data]], cutoff: float, coincident: _CoincidentAtoms) -> list[Data]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import cast
+from typing import NamedTuple, cast
 
 import numpy as np
 import torch
@@ -28,6 +28,32 @@ _GROUP_PAIRS = 1 << 20
 def _shift_components(shift_int: torch.Tensor, cell: torch.Tensor) -> list[torch.Tensor]:
     s = shift_int.to(cell.dtype).T.contiguous()
     return [s[0] * cell[:, 0, d] + s[1] * cell[:, 1, d] + s[2] * cell[:, 2, d] for d in range(3)]
+
+
+class Candidates(NamedTuple):
+    """Candidate edges of a search: a superset of the radius graph, unique.
+
+    ``src [E']`` sources, ``dst [E']`` targets, ``shift_int [E', 3]`` integer image offsets and,
+    when the search already knows them, ``parts``: the Cartesian offsets ``S @ cell`` as three
+    ``[E']`` components computed by the same element-wise formula as :func:`cartesian_shift`
+    (so bit for bit the same), which saves :func:`finalize_edges` a gather of every edge's cell.
+    ``ordered``: the candidates are already sorted by ``(target, source, shift)``."""
+
+    src: torch.Tensor
+    dst: torch.Tensor
+    shift_int: torch.Tensor
+    parts: list[torch.Tensor] | None = None
+    ordered: bool = False
+
+
+class Edges(NamedTuple):
+    """A radius graph: ``edge_index [2, E]`` (source, target), ``edge_shift [E, 3]`` Cartesian
+    image offsets (zeros without a cell) and ``length2 [E]``, the squared edge lengths in the
+    dtype of ``pos`` (detached; zero for self loops)."""
+
+    edge_index: torch.Tensor
+    edge_shift: torch.Tensor
+    length2: torch.Tensor
 
 
 def cartesian_shift(shift_int: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
@@ -48,8 +74,12 @@ def _edge_cells(inputs: GraphInputs, dst: torch.Tensor, cell: torch.Tensor) -> t
 
 
 def edge_geometry(
-    inputs: GraphInputs, src: torch.Tensor, dst: torch.Tensor, shift_int: torch.Tensor
-) -> tuple[torch.Tensor | None, torch.Tensor]:
+    inputs: GraphInputs,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    shift_int: torch.Tensor,
+    parts: list[torch.Tensor] | None = None,
+) -> tuple[list[torch.Tensor] | None, torch.Tensor]:
     """Cartesian shifts and squared lengths ``|pos[src] - pos[dst] + S @ cell|^2`` of edges.
 
     Computed component by component with plain multiplications and additions, so the result
@@ -60,19 +90,21 @@ def edge_geometry(
         src: ``[E]`` source (neighbour) indices.
         dst: ``[E]`` target (centre) indices.
         shift_int: ``[E, 3]`` integer image offsets.
+        parts: the Cartesian offsets by component when the caller has them (:class:`Candidates`).
 
     Returns:
-        ``[E, 3]`` detached shifts (``None`` without a cell) and ``[E]`` squared lengths, both in
-        the dtype of ``pos``.
+        The detached shifts as three ``[E]`` components (``None`` without a cell) and ``[E]``
+        squared lengths, all in the dtype of ``pos``.
     """
     pos_t = inputs.pos.T.contiguous()
     vec = [pos_t[d].index_select(0, src) - pos_t[d].index_select(0, dst) for d in range(3)]
-    shift = None
-    if inputs.cell is not None:
-        parts = _shift_components(shift_int, _edge_cells(inputs, dst, inputs.cell.detach()))
+    if inputs.cell is None:
+        parts = None
+    else:
+        if parts is None:
+            parts = _shift_components(shift_int, _edge_cells(inputs, dst, inputs.cell.detach()))
         vec = [v + p for v, p in zip(vec, parts, strict=True)]
-        shift = torch.stack(parts, dim=1)
-    return shift, vec[0] * vec[0] + vec[1] * vec[1] + vec[2] * vec[2]
+    return parts, vec[0] * vec[0] + vec[1] * vec[1] + vec[2] * vec[2]
 
 
 def _stable_argsort(key: torch.Tensor) -> torch.Tensor:
@@ -107,14 +139,7 @@ def canonical_order(src: torch.Tensor, dst: torch.Tensor, shift_int: torch.Tenso
     return order[_stable_argsort(pair_key[order])]
 
 
-def finalize_edges(
-    inputs: GraphInputs,
-    src: torch.Tensor,
-    dst: torch.Tensor,
-    shift_int: torch.Tensor,
-    max_neighbours: int | None,
-    self_loops: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def finalize_edges(inputs: GraphInputs, candidates: Candidates, max_neighbours: int | None, self_loops: bool) -> Edges:
     """Turn a superset of candidate edges into the radius graph (the one definition of an edge).
 
     Drops candidates at distance >= cutoff and zero-offset self pairs, keeps the ``k`` nearest
@@ -124,25 +149,29 @@ def finalize_edges(
 
     Args:
         inputs: Checked inputs.
-        src: ``[E']`` candidate sources.
-        dst: ``[E']`` candidate targets.
-        shift_int: ``[E', 3]`` integer image offsets (zeros for non-periodic graphs).
+        candidates: the search's candidates (integer offsets are zeros for non-periodic graphs).
         max_neighbours: ``None`` or ``k >= 1``.
         self_loops: Add ``(i, i)`` edges with zero offset.
 
     Returns:
-        ``edge_index [2, E]`` int64 (row 0 source, row 1 target) and ``edge_shift [E, 3]`` in the
-        dtype of ``pos`` (differentiable with respect to ``cell`` when it requires grad).
+        ``edge_index [2, E]`` int64 (row 0 source, row 1 target), ``edge_shift [E, 3]`` in the
+        dtype of ``pos`` (differentiable with respect to ``cell`` when it requires grad) and the
+        squared lengths.
     """
     n, device = inputs.pos.shape[0], inputs.pos.device
-    src, dst, shift_int = src.long(), dst.long(), shift_int.long()
-    shift, d2 = edge_geometry(inputs, src, dst, shift_int)
-    keep = (d2 < inputs.cutoff * inputs.cutoff) & ~((src == dst) & (shift_int == 0).all(dim=1))
+    src, dst, shift_int = candidates.src.long(), candidates.dst.long(), candidates.shift_int.long()
+    parts, d2 = edge_geometry(inputs, src, dst, shift_int, candidates.parts)
+    keep = d2 < inputs.cutoff * inputs.cutoff
+    same = (src == dst).nonzero().squeeze(1)  # a zero-offset self pair is no edge
+    keep[same[(shift_int.index_select(0, same) == 0).all(dim=1)]] = False
     kept = keep.nonzero().squeeze(1)
-    order = canonical_order(src[kept], dst[kept], shift_int[kept], n)
+    if candidates.ordered:
+        order = torch.arange(kept.numel(), device=device)
+    else:
+        order = canonical_order(src[kept], dst[kept], shift_int[kept], n)
     if max_neighbours is not None and order.numel():
-        d2, by_dst = d2[kept], dst[kept]
-        by_distance = order[_stable_argsort(d2[order])]
+        kept_d2, by_dst = d2[kept], dst[kept]
+        by_distance = order[_stable_argsort(kept_d2[order])]
         by_distance = by_distance[_stable_argsort(by_dst[by_distance])]  # (target, d2, source, shift)
         counts = torch.bincount(by_dst, minlength=n)
         start = torch.cumsum(counts, 0) - counts
@@ -150,24 +179,24 @@ def finalize_edges(
         chosen = torch.zeros(kept.numel(), dtype=torch.bool, device=device)
         chosen[by_distance[rank < max_neighbours]] = True
         order = order[chosen[order]]
-    final = kept[order]
-    src, dst, shift_int = src[final], dst[final], shift_int[final]
-    if shift is not None:
-        shift = shift[final]
+    final = kept if candidates.ordered and max_neighbours is None else kept[order]
+    src, dst, shift_int, d2 = src[final], dst[final], shift_int[final], d2[final]
+    shift = None if parts is None else torch.stack([p[final] for p in parts], dim=1)
     if self_loops and n:
         atoms = torch.arange(n, device=device)
         src, dst = torch.cat([src, atoms]), torch.cat([dst, atoms])
         shift_int = torch.cat([shift_int, torch.zeros(n, 3, dtype=torch.long, device=device)])
         order = canonical_order(src, dst, shift_int, n)
         src, dst, shift_int = src[order], dst[order], shift_int[order]
+        d2 = torch.cat([d2, torch.zeros(n, dtype=d2.dtype, device=device)])[order]
         if shift is not None:
             shift = torch.cat([shift, torch.zeros(n, 3, dtype=shift.dtype, device=device)])[order]
     edge_index = torch.stack([src, dst])
     if inputs.cell is None:
-        return edge_index, torch.zeros(src.numel(), 3, dtype=inputs.pos.dtype, device=device)
+        return Edges(edge_index, torch.zeros(src.numel(), 3, dtype=inputs.pos.dtype, device=device), d2)
     if inputs.cell.requires_grad:  # recompute through the cell so that stress can flow
-        return edge_index, cartesian_shift(shift_int, _edge_cells(inputs, dst, inputs.cell))
-    return edge_index, cast(torch.Tensor, shift)  # with a cell, edge_geometry gives the shifts
+        return Edges(edge_index, cartesian_shift(shift_int, _edge_cells(inputs, dst, inputs.cell)), d2)
+    return Edges(edge_index, cast(torch.Tensor, shift), d2)  # with a cell, edge_geometry gives the shifts
 
 
 def image_ranges(inputs: GraphInputs, full: torch.Tensor) -> torch.Tensor:
@@ -222,8 +251,8 @@ def brute_force_radius_graph(
     """
     inputs = check_inputs(pos, cutoff, batch, cell, pbc)
     k = check_max_neighbours(max_neighbours)
-    src, dst, shift = brute_force_candidates(inputs)
-    return finalize_edges(inputs, src, dst, shift, k, self_loops)
+    edges = finalize_edges(inputs, brute_force_candidates(inputs), k, self_loops)
+    return edges.edge_index, edges.edge_shift
 
 
 def _graph_images(inputs: GraphInputs) -> tuple[list[int], list[list[int]]]:
@@ -239,14 +268,14 @@ def brute_force_pairs(inputs: GraphInputs) -> int:
     return sum(n * n * math.prod(2 * r + 1 for r in rng) for n, rng in zip(counts, ranges, strict=True))
 
 
-def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def brute_force_candidates(inputs: GraphInputs) -> Candidates:
     """Unique candidate pairs ``(src, dst, S)`` of a graph in every periodic image within its
-    range: every pair closer than the cutoff and a few within rounding of it, which
-    :func:`finalize_edges` (the exact test) drops.
+    range, with their Cartesian offsets: every pair closer than the cutoff and a few within
+    rounding of it, which :func:`finalize_edges` (the exact test) drops.
 
     Graphs with the same atom count and image ranges are searched together: their positions as
     one ``[G, n, 3]`` block and their image offsets as ``[G, M, 3]``, the squared lengths of all
-    ``G n^2 M`` pairs from one batched matrix product (no per-pair gather), about
+    ``G n^2 M`` pairs from one batched float32 matrix product (no per-pair gather), about
     :data:`_GROUP_PAIRS` pairs at a time, large graphs a slice of centres at a time."""
     device = inputs.pos.device
     counts, ranges = _graph_images(inputs)
@@ -256,7 +285,7 @@ def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Ten
         if count:
             groups.setdefault((count, tuple(ranges[g])), []).append(starts[g])
     cell = None if inputs.cell is None else inputs.cell.detach()
-    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    blocks: list[Candidates] = []
     for (count, rng), firsts in groups.items():
         axes = [torch.arange(-r, r + 1, device=device) for r in rng]
         images = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
@@ -267,12 +296,14 @@ def brute_force_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Ten
         for g0 in range(0, len(firsts), graphs):
             first = first_all[g0 : g0 + graphs]
             for c0 in range(0, count, centres):
-                parts.append(_near_block(inputs, cell, first, count, c0, min(centres, count - c0), images))
-    if not parts:
+                blocks.append(_near_block(inputs, cell, first, count, c0, min(centres, count - c0), images))
+    if not blocks:
         empty = torch.zeros(0, dtype=torch.long, device=device)
-        return empty, empty, torch.zeros(0, 3, dtype=torch.long, device=device)
-    src, dst, shift = (torch.cat(t) for t in zip(*parts, strict=True))
-    return src, dst, shift
+        return Candidates(empty, empty, torch.zeros(0, 3, dtype=torch.long, device=device))
+    parts = None if cell is None else [torch.cat([b.parts[d] for b in blocks if b.parts]) for d in range(3)]
+    src, dst, shift_int = (torch.cat(t) for t in zip(*(b[:3] for b in blocks), strict=True))
+    # one group: blocks follow graphs and centres in order, each block in (centre, source, image) order
+    return Candidates(src, dst, shift_int, parts, ordered=len(groups) == 1)
 
 
 def _near_block(
@@ -283,32 +314,48 @@ def _near_block(
     c0: int,
     centres: int,
     images: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Candidates ``(src, dst, S)`` among centres ``c0 .. c0 + centres`` of the graphs starting
-    at atoms ``first`` (``[G]``, ``count`` atoms each), every source and image: a superset of the
-    pairs closer than the cutoff.
+) -> Candidates:
+    """Candidates among centres ``c0 .. c0 + centres`` of the graphs starting at atoms ``first``
+    (``[G]``, ``count`` atoms each), every source and image: a superset of the pairs closer than
+    the cutoff, with their Cartesian offsets (computed once per graph and image).
 
-    Squared lengths come from one batched matrix product, ``|x|^2 + |y|^2 - 2 x.y`` with ``x`` a
-    centre and ``y`` a source in image ``S`` (positions taken relative to each graph's first
-    atom, so the terms stay small), and pairs are kept up to a rounding margin of the terms'
-    size: the exact test is :func:`finalize_edges`'s."""
+    Squared lengths come from one batched float32 matrix product, ``|x|^2 + |y|^2 - 2 x.y`` with
+    ``x`` a centre and ``y`` a source in image ``S`` (positions taken relative to each graph's
+    first atom, so the terms stay small), and pairs are kept up to a rounding margin of the
+    terms' size, many float32 epsilons: the exact test is :func:`finalize_edges`'s."""
     local = torch.arange(count, device=first.device)
     src_atoms = first.unsqueeze(1) + local  # [G, n]
     dst_atoms = src_atoms[:, c0 : c0 + centres]  # [G, c]
-    pos = inputs.pos.detach().to(torch.promote_types(inputs.pos.dtype, torch.float64))
-    rel = pos[src_atoms]
-    rel = rel - rel[:, :1]  # [G, n, 3]
+    rel = inputs.pos.detach()[src_atoms]
+    rel = (rel - rel[:, :1]).to(torch.float32)  # [G, n, 3]
     x = rel[:, c0 : c0 + centres]  # [G, c, 3]
+    n_graphs, n_images = first.shape[0], images.shape[0]
+    parts: list[torch.Tensor] | None = None
     if cell is None:
         y = rel
     else:
         graph_cells = cell if cell.shape[0] == 1 else cell.index_select(0, inputs.batch.index_select(0, first))
-        offsets = images.to(pos.dtype) @ graph_cells.to(pos.dtype)  # [G, M, 3]
-        y = (rel.unsqueeze(2) + offsets.unsqueeze(1)).reshape(rel.shape[0], -1, 3)  # [G, n M, 3]
+        s = images.to(cell.dtype)  # the formula of _shift_components, per graph and image: [G, M] each
+        parts = [
+            (
+                s[:, 0] * graph_cells[:, 0, d, None]
+                + s[:, 1] * graph_cells[:, 1, d, None]
+                + s[:, 2] * graph_cells[:, 2, d, None]
+            )
+            .expand(n_graphs, n_images)
+            .reshape(-1)
+            for d in range(3)
+        ]
+        offsets = torch.stack(parts, dim=1).reshape(n_graphs, n_images, 3).to(torch.float32)
+        y = (rel.unsqueeze(2) + offsets.unsqueeze(1)).reshape(n_graphs, -1, 3)  # [G, n M, 3]
     xx, yy = (x * x).sum(-1), (y * y).sum(-1)
-    d2 = torch.baddbmm(xx.unsqueeze(2) + yy.unsqueeze(1), x, y.transpose(1, 2), alpha=-2.0)
     cutoff2 = inputs.cutoff * inputs.cutoff
-    margin = 64 * torch.finfo(inputs.pos.dtype).eps * (float(xx.max()) + float(yy.max()) + cutoff2)
-    g, i, jm = (d2 < cutoff2 + margin).nonzero(as_tuple=True)
-    n_images = images.shape[0]
-    return src_atoms[g, jm // n_images], dst_atoms[g, i], images[jm % n_images]
+    margin = 64 * torch.finfo(torch.float32).eps * (float(xx.max()) + float(yy.max()) + cutoff2)
+    # |x|^2 + |y|^2 - 2 x.y < bound, with |x|^2 moved to the right-hand side: one full-size pass fewer
+    near = torch.baddbmm(yy.unsqueeze(1).expand(-1, x.shape[1], -1), x, y.transpose(1, 2), alpha=-2.0)
+    g, i, jm = (near < (cutoff2 + margin) - xx.unsqueeze(2)).nonzero(as_tuple=True)
+    image = jm % n_images
+    if parts is not None:
+        at = g * n_images + image
+        parts = [p.index_select(0, at) for p in parts]
+    return Candidates(src_atoms[g, jm // n_images], dst_atoms[g, i], images[image], parts)

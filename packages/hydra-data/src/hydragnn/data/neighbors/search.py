@@ -40,11 +40,26 @@ from torch_geometric.data import Data
 
 from ..errors import NeighborListError
 from ..validation import DEFAULT_MAX_CELL_IMAGES, check_cell_size
-from .brute_force import brute_force_candidates, brute_force_pairs, brute_force_radius_graph, finalize_edges
+from .brute_force import (
+    Candidates,
+    Edges,
+    brute_force_candidates,
+    brute_force_pairs,
+    brute_force_radius_graph,
+    finalize_edges,
+)
 from .inputs import GraphInputs, check_inputs, check_max_neighbours, complete_cell
 from .warp import neighbour_search
 
-__all__ = ["ManyEdges", "add_edges", "add_edges_many", "brute_force_radius_graph", "radius_graph", "search_many"]
+__all__ = [
+    "ManyEdges",
+    "add_edges",
+    "add_edges_many",
+    "brute_force_radius_graph",
+    "radius_edges",
+    "radius_graph",
+    "search_many",
+]
 
 #: Graphs with at least this many atoms make the whole batch use the cell-list method (O(N));
 #: below it the naive O(N^2) kernel is faster on CPU.
@@ -113,7 +128,7 @@ def _initial_width(cell: torch.Tensor, pbc: torch.Tensor, counts: torch.Tensor, 
     return _round_up(int(estimate.max()))
 
 
-def _nvalchemi_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _nvalchemi_candidates(inputs: GraphInputs) -> Candidates:
     """Candidate edges ``(src, dst, S)`` from nvalchemi, a superset of the radius graph."""
     global _last_attempts
     pos, dtype, device = inputs.pos, inputs.pos.dtype, inputs.pos.device
@@ -152,7 +167,7 @@ def _nvalchemi_candidates(inputs: GraphInputs) -> tuple[torch.Tensor, torch.Tens
         raise RuntimeError(f"nvalchemi neighbour matrix still overflows at width {width} (found {found})")
     slots = torch.arange(width, device=device)
     dst, slot = (slots.unsqueeze(0) < num.unsqueeze(1)).nonzero(as_tuple=True)
-    return matrix[dst, slot].long(), dst, shifts[dst, slot].long()
+    return Candidates(matrix[dst, slot].long(), dst, shifts[dst, slot].long())
 
 
 def radius_graph(
@@ -195,17 +210,31 @@ def radius_graph(
             graphs, bad ``max_neighbours``.
         StructureError: a periodic cell too small for the cutoff.
     """
+    edges = radius_edges(pos, cutoff, batch, cell, pbc, max_neighbours, self_loops, max_cell_images)
+    return edges.edge_index, edges.edge_shift
+
+
+def radius_edges(
+    pos: torch.Tensor,
+    cutoff: float,
+    batch: torch.Tensor | None,
+    cell: torch.Tensor | None,
+    pbc: torch.Tensor | None,
+    max_neighbours: int | None,
+    self_loops: bool,
+    max_cell_images: int = DEFAULT_MAX_CELL_IMAGES,
+) -> Edges:
+    """:func:`radius_graph`, with the squared edge lengths (:class:`~.brute_force.Edges`)."""
     inputs = check_inputs(pos, cutoff, batch, cell, pbc)
     if inputs.cell is not None:
         check_cell_size(inputs.cell, inputs.pbc, inputs.cutoff, max_cell_images)
     k = check_max_neighbours(max_neighbours)
     if inputs.pos.shape[0] == 0:
         empty = torch.zeros(0, dtype=torch.long, device=inputs.pos.device)
-        return finalize_edges(
-            inputs, empty, empty, torch.zeros(0, 3, dtype=torch.long, device=empty.device), k, self_loops
-        )
-    src, dst, shift = brute_force_candidates(inputs) if _brute_force(inputs) else _nvalchemi_candidates(inputs)
-    return finalize_edges(inputs, src, dst, shift, k, self_loops)
+        shifts = torch.zeros(0, 3, dtype=torch.long, device=empty.device)
+        return finalize_edges(inputs, Candidates(empty, empty, shifts), k, self_loops)
+    candidates = brute_force_candidates(inputs) if _brute_force(inputs) else _nvalchemi_candidates(inputs)
+    return finalize_edges(inputs, candidates, k, self_loops)
 
 
 def _brute_force(inputs: GraphInputs) -> bool:
@@ -276,15 +305,17 @@ class ManyEdges:
     """The edges of many single graphs from one search (:func:`search_many`), before they are
     split back into the graphs (:meth:`split`).
 
-    ``pos [N, 3]``, ``batch [N]``, ``edge_index [2, E]`` and ``edge_shift [E, 3]`` (``None`` when
-    no graph has a cell) are those of the graphs laid end to end; edges are sorted by target, so
-    each graph's edges are one contiguous range (``per_graph`` edges each)."""
+    ``pos [N, 3]``, ``batch [N]``, ``edge_index [2, E]``, ``edge_shift [E, 3]`` (``None`` when
+    no graph has a cell) and ``length2 [E]`` (squared edge lengths) are those of the graphs laid
+    end to end; edges are sorted by target, so each graph's edges are one contiguous range
+    (``per_graph`` edges each)."""
 
     graphs: Sequence[Data]
     pos: torch.Tensor
     batch: torch.Tensor
     edge_index: torch.Tensor
     edge_shift: torch.Tensor | None
+    length2: torch.Tensor
     periodic: list[bool]
     counts: torch.Tensor
     per_graph: list[int]
@@ -303,14 +334,10 @@ class ManyEdges:
 
     def shortest(self) -> torch.Tensor:
         """``[B]`` length of each graph's shortest edge (``inf`` for a graph without edges), from
-        one pass over all the edges."""
-        src, dst = self.edge_index
-        vec = self.pos[src] - self.pos[dst]
-        if self.edge_shift is not None:
-            vec = vec + self.edge_shift.to(vec.dtype)
-        d2 = (vec * vec).sum(dim=1)
+        the squared lengths the search computed."""
+        d2 = self.length2
         out = torch.full((len(self.graphs),), torch.inf, dtype=d2.dtype, device=d2.device)
-        return out.scatter_reduce(0, self.batch[dst], d2, "amin").sqrt()
+        return out.scatter_reduce(0, self.batch[self.edge_index[1]], d2, "amin").sqrt()
 
 
 def search_many(graphs: Sequence[Data], cutoff: float, max_neighbours: int | None = None) -> ManyEdges:
@@ -331,10 +358,10 @@ def search_many(graphs: Sequence[Data], cutoff: float, max_neighbours: int | Non
         zeros = torch.zeros(3, 3, dtype=pos.dtype, device=pos.device)
         cell = torch.stack([g.cell.reshape(3, 3).to(pos.dtype) if has else zeros for g, has in zip(graphs, periodic)])
         pbc = torch.stack([_pbc_of(g, has, pos.device) for g, has in zip(graphs, periodic)])
-    edge_index, edge_shift = radius_graph(pos, cutoff, batch, cell, pbc, max_neighbours)
+    edge_index, edge_shift, length2 = radius_edges(pos, cutoff, batch, cell, pbc, max_neighbours, False)
     per_graph = torch.bincount(batch[edge_index[1]], minlength=len(graphs)).tolist()  # edges sorted by target
     shift = edge_shift if cell is not None else None
-    return ManyEdges(graphs, pos, batch, edge_index, shift, periodic, counts, per_graph)
+    return ManyEdges(graphs, pos, batch, edge_index, shift, length2, periodic, counts, per_graph)
 
 
 def add_edges_many(graphs: Sequence[Data], cutoff: float, max_neighbours: int | None = None) -> list[Data]:
