@@ -1,7 +1,8 @@
 """Converting a file ASE reads into a prepared container: time per 1,000 structures, cache hit time.
 
 Writes ``--structures`` EMT Cu-Au cells (32 atoms, ``REF_*`` labels) to an extxyz file, then
-times, each in a fresh process so that nothing is warm but Warp's kernel cache on disk:
+times, each in a fresh process so that nothing is warm but Warp's kernel cache on disk (and
+after ``sync``, so that no child waits on the writes of the one before):
 
 * ``ase.io.read`` of the whole file (the floor: parsing alone),
 * with ``--mace-python``, mace-torch's own preparation of the same file in that Python:
@@ -84,6 +85,7 @@ print(json.dumps({"seconds": seconds, "n": len(graphs), "edges": sum(int(g.edge_
 
 
 def _mace(python: str, path: Path, cutoff: float) -> dict:
+    os.sync()
     env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # e3nn 0.4 loads its constants with pickle
     out = subprocess.run(
         [python, "-c", MACE_CHILD, str(path), str(cutoff)], capture_output=True, text=True, check=False, env=env
@@ -94,6 +96,7 @@ def _mace(python: str, path: Path, cutoff: float) -> dict:
 
 
 def _child(*args: str) -> dict:
+    os.sync()  # the files earlier children wrote go to disk now, not during this child's timing
     out = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])

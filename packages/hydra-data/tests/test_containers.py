@@ -25,6 +25,7 @@ from hydragnn.data.containers import (
     write_dataset,
 )
 from hydragnn.data.containers import pickle_container as pc
+from hydragnn.data.containers.packed_chunk import PackedChunk, Rows
 
 try:
     import adios2  # noqa: F401
@@ -402,8 +403,8 @@ def test_pt_missing_truncated_and_newer(tmp_path, samples, monkeypatch):
         ds[5]
     assert_same(samples[0], ds[0])
     manifest = json.loads((path / "manifest.json").read_text())
-    (path / "manifest.json").write_text(json.dumps({**manifest, "version": 3}))
-    with pytest.raises(ContainerError, match="pt container format version 3 is newer"):
+    (path / "manifest.json").write_text(json.dumps({**manifest, "version": 4}))
+    with pytest.raises(ContainerError, match="pt container format version 4 is newer"):
         open_dataset(path)
     files = manifest["files"]
     (path / "manifest.json").write_text(json.dumps({**manifest, "files": {**files, "starts": [0, 4, 2]}}))
@@ -435,6 +436,51 @@ def test_pt_chunks_keep_every_sample_exact(tmp_path, samples, monkeypatch):
     first = ds[0]
     first.pos.add_(1.0)
     assert_same(mixed[0], ds[0])
+
+
+def test_pt_integers_stored_narrow_and_rows_tables_read_back_exact(tmp_path):
+    """Version 3: integer data in the narrowest integer dtype holding it (read back in its own
+    dtype, values beyond int32 kept), a ``Rows`` field as table and index; a damaged table index
+    is a ContainerError, not a crash."""
+    big = torch.tensor([[-(2**40)], [7]])
+    samples = [
+        Data(small=torch.arange(5).reshape(5, 1), big=big, i32=torch.tensor([300, -3], dtype=torch.int32)),
+        Data(small=torch.arange(3).reshape(3, 1) + 120, big=big + 1, i32=torch.tensor([1, 2], dtype=torch.int32)),
+    ]
+    table, index = torch.randn(4, 3, dtype=torch.float64), torch.tensor([3, 0, 0, 2, 1])
+    shapes = torch.tensor([[2, 3], [3, 3]])
+    chunk = PackedChunk(2, {"shift": (Rows(table, index), shapes), "z": (torch.arange(5) * 40, shapes[:, :1])})
+    path = write(tmp_path, [*samples, chunk], "pt")
+    stored = torch.load(path / "chunk_000000.pt", weights_only=True)["fields"]
+    assert stored["small"]["data"].dtype == torch.int8 and stored["i32"]["data"].dtype == torch.int16
+    assert stored["big"]["data"].dtype == torch.int64 and "dtype" not in stored["big"]
+    ds = open_dataset(path)
+    for i, sample in enumerate(samples):
+        assert_same(sample, ds[i])
+    assert torch.equal(ds[2].shift, table[index[:2]]) and torch.equal(ds[3].shift, table[index[2:]])
+    assert ds[3].z.dtype == torch.int64 and torch.equal(ds[3].z, torch.tensor([80, 120, 160]))
+    chunk_file = path / "chunk_000001.pt"
+    obj = torch.load(chunk_file, weights_only=True)
+    obj["fields"]["shift"]["index"][0] = 9  # past the table's 4 rows
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    chunk_file.write_bytes(buf.getvalue())
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"]["sizes"][1], manifest["files"]["crc32"][1] = len(buf.getvalue()), zlib.crc32(buf.getvalue())
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ContainerError, match="field 'shift' is not a packed field of 2 samples"):
+        open_dataset(path)[2]
+
+
+def test_pt_version_2_directories_still_read(tmp_path, samples, monkeypatch):
+    monkeypatch.setattr(pt_directory.PtDirectoryDataset, "VERSION", 2)
+    monkeypatch.setattr(pt_directory, "_narrowed", lambda data: {"data": data})
+    path = write(tmp_path, samples, "pt", schema=SCHEMA)
+    monkeypatch.undo()
+    assert torch.load(path / "chunk_000000.pt", weights_only=True)["hydragnn_pt"] == 2
+    ds = open_dataset(path)
+    for i in range(len(samples)):
+        assert_same(samples[i], ds[i])
 
 
 def test_pt_version_1_directories_still_read(tmp_path, samples):

@@ -13,6 +13,7 @@ from ase.calculators.singlepoint import SinglePointCalculator
 import hydragnn.data.io.conversion_samples as conversion_samples
 from hydragnn.data import ContainerError
 from hydragnn.data.containers import PackedChunk, open_dataset, write_dataset
+from hydragnn.data.containers.packed_chunk import Rows
 from hydragnn.data.emt import generate_cuau_atoms, isolated_atom_frames, write_extxyz
 from hydragnn.data.io.ase_source import AseSource
 from hydragnn.data.io.conversion import convert_source
@@ -80,6 +81,9 @@ def test_cells_with_stress_packed_in_chunks(tmp_path, monkeypatch, fmt):
     packed = _convert(path, tmp_path / "packed", fmt, stress_key="REF_stress")
     if fmt == "pt":
         assert len(list(packed.dataset.path.glob("chunk_*.pt"))) == 3  # 3 + 3 + 1 frames, one file each
+        stored = torch.load(packed.dataset.path / "chunk_000000.pt", weights_only=True)["fields"]
+        assert stored["edge_index"]["data"].dtype == torch.int8  # local indices of 32 atoms
+        assert stored["edge_shift"]["table"].shape == (3 * 27, 3)  # each cell's 27 image offsets
     monkeypatch.setattr(conversion_samples, "pack_frames", lambda *a: None)
     _assert_same(packed.dataset, _convert(path, tmp_path / "each", fmt, stress_key="REF_stress").dataset)
     assert packed.dataset[6].graph_output.shape == (1, 7) and packed.dataset[6].y.shape == (1 + 32 * 3 + 6, 1)
@@ -88,8 +92,13 @@ def test_cells_with_stress_packed_in_chunks(tmp_path, monkeypatch, fmt):
 @pytest.mark.parametrize("fmt", ["pickle", "adios"])
 def test_other_formats_store_a_packed_chunk_s_samples(tmp_path, fmt):
     shapes = torch.tensor([[2, 3], [1, 3], [4, 3]])
-    chunk = PackedChunk(3, {"pos": (torch.arange(21.0), shapes), "z": (torch.arange(7), shapes[:, :1])})
+    table = torch.randn(2, 3, dtype=torch.float64)
+    rows = Rows(table, torch.tensor([1, 0, 0, 1, 1, 1, 0]))
+    chunk = PackedChunk(
+        3, {"pos": (torch.arange(21.0), shapes), "z": (torch.arange(7), shapes[:, :1]), "shift": (rows, shapes)}
+    )
     out = open_dataset(write_dataset(tmp_path / "ds", [chunk], fmt))
+    assert torch.equal(out[2].shift, table[[1, 1, 1, 0]])
     assert len(out) == 3 and [tuple(out[i].pos.shape) for i in range(3)] == [(2, 3), (1, 3), (4, 3)]
     assert torch.equal(out[2].pos.flatten(), torch.arange(9.0, 21.0)) and torch.equal(out[1].z, torch.tensor([2]))
 

@@ -1,23 +1,27 @@
 """Directory of PyTorch ``.pt`` files, loaded with ``weights_only=True``: samples in chunks.
 
-On-disk layout (format version 2, what :meth:`PtDirectoryDataset.write` writes)::
+On-disk layout (format version 3, what :meth:`PtDirectoryDataset.write` writes)::
 
     <dir>/manifest.json         the JSON header of :mod:`.base` plus
                                 "files": {"digits": d, "starts": [first sample of each chunk...],
                                           "sizes": [bytes...], "crc32": [...]}
-    <dir>/chunk_000000.pt ...   torch.save({"hydragnn_pt": 2, "n": samples in the chunk,
+    <dir>/chunk_000000.pt ...   torch.save({"hydragnn_pt": 3, "n": samples in the chunk,
                                             "fields": {key: packed}})
 
 A chunk holds up to :data:`CHUNK_SAMPLES` consecutive samples (fewer when they pass
 :data:`CHUNK_BYTES`). A field every sample of the chunk has as a tensor of one dtype and rank is
 packed as ``{"data": 1-D concatenation, "shapes": int64 [n, rank]}``; any other as ``{"values":
-[per-sample tensor, JSON text or None (absent)]}``. One file per chunk instead of per sample: a
-``torch.save`` and a file cost ~2 ms each, more than preparing a small sample. A read loads and
-checks the chunk once (the last one is kept decoded, so reading in order costs one load per
-chunk) and returns the sample's own copies of its tensors. A
-:class:`~.packed_chunk.PackedChunk` given to :meth:`PtDirectoryDataset.write` (up to
+[per-sample tensor, JSON text or None (absent)]}``. Since version 3 integer data is stored in
+the narrowest integer dtype that holds it, with ``"dtype"`` naming its own (edge indices of small
+graphs: one byte instead of eight), and a field given as :class:`~.packed_chunk.Rows` as
+``{"table": [T, w], "index": [R], "shapes"}`` (a periodic cell's edge offsets: 27 rows per cell
+and an index per edge instead of three float64 per edge); a read restores the exact tensors. One
+file per chunk instead of per sample: a ``torch.save`` and a file cost ~2 ms each, more than
+preparing a small sample. A read loads and checks the chunk once (the last one is kept decoded,
+so reading in order costs one load per chunk) and returns the sample's own copies of its
+tensors. A :class:`~.packed_chunk.PackedChunk` given to :meth:`PtDirectoryDataset.write` (up to
 :data:`CHUNK_SAMPLES` samples and :data:`CHUNK_BYTES`) is already this layout and becomes one
-chunk file as it is.
+chunk file as it is. Version 2 chunks (no narrowing, no tables) are still read.
 
 Version 1 directories (one ``000000.pt`` file per sample: ``{"hydragnn_pt": 1, "fields": {...}}``,
 ``"files": {"digits", "sizes", "crc32"}`` per sample) are still read. Each file is checked against
@@ -52,8 +56,8 @@ from torch_geometric.data.storage import GlobalStorage
 from ..errors import ContainerError
 from ..io.safe_load import load_tensors
 from .base import ContainerDataset, check_version, parse_header_bytes
-from .codec import build_data, compact, loads_json, sample_fields
-from .packed_chunk import PackedChunk, each_sample
+from .codec import DTYPES, build_data, compact, dtype_name, loads_json, sample_fields
+from .packed_chunk import PackedChunk, Rows, each_sample
 
 MANIFEST = "manifest.json"
 CHUNK_SAMPLES = 256
@@ -89,7 +93,7 @@ class PtDirectoryDataset(ContainerDataset):
     """
 
     FORMAT = "pt"
-    VERSION = 2
+    VERSION = 3
 
     @classmethod
     def detect(cls, path: Path) -> bool:
@@ -289,13 +293,32 @@ class PtDirectoryDataset(ContainerDataset):
             raise ContainerError(f"{where}: not a readable .pt sample: {exc}") from None
 
 
+_NARROW = (torch.int8, torch.int16, torch.int32)
+
+
+def _narrowed(data: torch.Tensor) -> dict[str, Any]:
+    """A field's 1-D data as stored: integers in the narrowest integer dtype that holds them, with
+    ``"dtype"`` naming theirs (edge indices of small graphs take a byte instead of eight)."""
+    if data.dtype in (torch.int16, torch.int32, torch.int64) and data.numel():
+        low, high = (int(v) for v in torch.aminmax(data))
+        for narrow in _NARROW:
+            info = torch.iinfo(narrow)
+            if narrow.itemsize < data.element_size() and info.min <= low and high <= info.max:
+                return {"data": data.to(narrow), "dtype": dtype_name(data.dtype)}
+    return {"data": data}
+
+
 def _packed_fields(chunk: PackedChunk, where: str) -> dict[str, Any]:
-    """The chunk file's ``fields`` of a packed chunk (each field's data compact, as a sample's)."""
-    return {
-        "fields": {
-            key: {"data": compact(data, key, where), "shapes": shapes} for key, (data, shapes) in chunk.fields.items()
-        }
-    }
+    """The chunk file's ``fields`` of a packed chunk (each field's data compact, as a sample's;
+    :class:`~.packed_chunk.Rows` as their table and narrowed index)."""
+    fields: dict[str, Any] = {}
+    for key, (data, shapes) in chunk.fields.items():
+        if isinstance(data, Rows):
+            index = _narrowed(compact(data.index, key, where))["data"]
+            fields[key] = {"table": compact(data.table, key, where), "index": index, "shapes": shapes}
+        else:
+            fields[key] = {**_narrowed(compact(data, key, where)), "shapes": shapes}
+    return {"fields": fields}
 
 
 def _pack(chunk: list[dict[str, torch.Tensor | str]]) -> dict[str, Any]:
@@ -315,7 +338,7 @@ def _pack(chunk: list[dict[str, torch.Tensor | str]]) -> dict[str, Any]:
             shapes = torch.tensor([list(t.shape) for t in tensors], dtype=torch.int64).reshape(
                 len(tensors), first.dim()
             )
-            out[key] = {"data": torch.cat([t.reshape(-1) for t in tensors]), "shapes": shapes}
+            out[key] = {**_narrowed(torch.cat([t.reshape(-1) for t in tensors])), "shapes": shapes}
         else:
             out[key] = {"values": values}
     return {"fields": out, **({"orders": orders} if any(o is not None for o in orders) else {})}
@@ -341,7 +364,7 @@ class _Field:
             self.values: list[Any] | None = values
             return
         self.values = None
-        data, shapes = packed.get("data"), packed.get("shapes")
+        data, shapes = _decoded(packed, bad), packed.get("shapes")
         if not (
             isinstance(data, torch.Tensor)
             and data.dim() == 1
@@ -367,6 +390,37 @@ class _Field:
             return value.clone() if isinstance(value, torch.Tensor) else value
         start, end = self.bounds[j]
         return self.data[start:end].view(self.shapes[j]).clone()
+
+
+def _decoded(packed: dict[Any, Any], bad: ContainerError) -> Any:
+    """A packed field's 1-D data: ``data`` as stored, widened to ``dtype`` when named, or
+    ``table[index]`` (version 3); ``bad`` for anything else, out-of-range indices included."""
+    if "table" in packed:
+        table, index = packed.get("table"), packed.get("index")
+        if not (
+            isinstance(table, torch.Tensor)
+            and table.dim() == 2
+            and isinstance(index, torch.Tensor)
+            and index.dim() == 1
+            and index.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)
+            and (not index.numel() or (int(index.min()) >= 0 and int(index.max()) < table.shape[0]))
+        ):
+            raise bad
+        return table.index_select(0, index.long()).reshape(-1)
+    data, name = packed.get("data"), packed.get("dtype")
+    if name is None:
+        return data
+    dtype = DTYPES.get(name) if isinstance(name, str) else None
+    if (
+        dtype is None
+        or dtype.is_floating_point
+        or dtype.is_complex
+        or dtype == torch.bool
+        or not isinstance(data, torch.Tensor)
+        or data.dtype not in _NARROW
+    ):
+        raise bad
+    return data.to(dtype)
 
 
 def _unpack(fields: dict[Any, Any], orders: Any, count: int, where: str) -> tuple[list[_Field], list[Any] | None]:

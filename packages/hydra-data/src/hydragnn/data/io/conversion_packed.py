@@ -20,8 +20,9 @@ import numpy as np
 import torch
 
 from ..containers.codec import build_data
-from ..containers.packed_chunk import PackedChunk
+from ..containers.packed_chunk import PackedChunk, Rows
 from ..errors import DataError
+from ..neighbors.brute_force import Edges, cartesian_shift
 from ..neighbors.search import radius_edges
 from ..prepare import derived_tensors
 from ..schema import RESERVED_NAMES, Schema, Variable
@@ -66,7 +67,7 @@ def pack_frames(
     derived = derived_tensors(
         {v.name: cols[v.name] for v in (*schema.inputs, *schema.outputs)}, schema, {"node": atoms, "graph": ones}
     )
-    fields: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    fields: dict[str, tuple[torch.Tensor | Rows, torch.Tensor]] = {}
     for key, t in {**cols, **derived}.items():
         rows = atoms if key in node_level else ones
         if key == "y":
@@ -82,10 +83,31 @@ def pack_frames(
     flat[at + per_sample[owner]] = local[1]
     fields["edge_index"] = (flat, torch.stack([torch.full((count,), 2), per_sample], dim=1))
     if cell is not None:
-        fields["edge_shift"] = (edges.edge_shift.reshape(-1), _shapes(per_sample, (3,)))
+        fields["edge_shift"] = (_offset_rows(edges, owner, cell), _shapes(per_sample, (3,)))
     shortest = torch.full((count,), torch.inf, dtype=edges.length2.dtype)
     shortest = shortest.scatter_reduce(0, owner, edges.length2, "amin").sqrt()
     return PackedChunk(count, fields), shortest
+
+
+def _offset_rows(edges: Edges, owner: torch.Tensor, cell: torch.Tensor) -> Rows | torch.Tensor:
+    """The edges' Cartesian offsets as rows of a table of every sample's image offsets
+    (:func:`~hydragnn.data.neighbors.brute_force.cartesian_shift` of each image, so bit for bit the
+    edges' own) indexed per edge; the plain ``[E * 3]`` values when the table would not be smaller."""
+    shift = edges.shift_int
+    plain = edges.edge_shift.reshape(-1)
+    if not shift.numel():
+        return plain
+    reach = int(shift.abs().max())
+    side = 2 * reach + 1
+    images = side**3
+    if cell.shape[0] * images >= shift.shape[0]:
+        return plain
+    axis = torch.arange(-reach, reach + 1)
+    grid = torch.stack(torch.meshgrid(axis, axis, axis, indexing="ij"), dim=-1).reshape(-1, 3)
+    table = cartesian_shift(grid.repeat(cell.shape[0], 1), cell.repeat_interleave(images, 0))
+    local = ((shift[:, 0] + reach) * side + shift[:, 1] + reach) * side + shift[:, 2] + reach
+    rows = Rows(table, owner * images + local)
+    return rows if torch.equal(rows.values(), plain) else plain
 
 
 def _shapes(rows: torch.Tensor, rest: Sequence[int]) -> torch.Tensor:

@@ -48,12 +48,14 @@ class Candidates(NamedTuple):
 
 class Edges(NamedTuple):
     """A radius graph: ``edge_index [2, E]`` (source, target), ``edge_shift [E, 3]`` Cartesian
-    image offsets (zeros without a cell) and ``length2 [E]``, the squared edge lengths in the
-    dtype of ``pos`` (detached; zero for self loops)."""
+    image offsets (zeros without a cell), ``length2 [E]``, the squared edge lengths in the dtype
+    of ``pos`` (detached; zero for self loops), and ``shift_int [E, 3]`` int64, the integer image
+    offsets (``edge_shift`` is :func:`cartesian_shift` of them)."""
 
     edge_index: torch.Tensor
     edge_shift: torch.Tensor
     length2: torch.Tensor
+    shift_int: torch.Tensor
 
 
 def cartesian_shift(shift_int: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
@@ -193,10 +195,10 @@ def finalize_edges(inputs: GraphInputs, candidates: Candidates, max_neighbours: 
             shift = torch.cat([shift, torch.zeros(n, 3, dtype=shift.dtype, device=device)])[order]
     edge_index = torch.stack([src, dst])
     if inputs.cell is None:
-        return Edges(edge_index, torch.zeros(src.numel(), 3, dtype=inputs.pos.dtype, device=device), d2)
+        return Edges(edge_index, torch.zeros(src.numel(), 3, dtype=inputs.pos.dtype, device=device), d2, shift_int)
     if inputs.cell.requires_grad:  # recompute through the cell so that stress can flow
-        return Edges(edge_index, cartesian_shift(shift_int, _edge_cells(inputs, dst, inputs.cell)), d2)
-    return Edges(edge_index, cast(torch.Tensor, shift), d2)  # with a cell, edge_geometry gives the shifts
+        return Edges(edge_index, cartesian_shift(shift_int, _edge_cells(inputs, dst, inputs.cell)), d2, shift_int)
+    return Edges(edge_index, cast(torch.Tensor, shift), d2, shift_int)  # with a cell, edge_geometry gives the shifts
 
 
 def image_ranges(inputs: GraphInputs, full: torch.Tensor) -> torch.Tensor:

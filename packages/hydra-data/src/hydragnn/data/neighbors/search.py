@@ -358,7 +358,7 @@ def search_many(graphs: Sequence[Data], cutoff: float, max_neighbours: int | Non
         zeros = torch.zeros(3, 3, dtype=pos.dtype, device=pos.device)
         cell = torch.stack([g.cell.reshape(3, 3).to(pos.dtype) if has else zeros for g, has in zip(graphs, periodic)])
         pbc = torch.stack([_pbc_of(g, has, pos.device) for g, has in zip(graphs, periodic)])
-    edge_index, edge_shift, length2 = radius_edges(pos, cutoff, batch, cell, pbc, max_neighbours, False)
+    edge_index, edge_shift, length2, _ = radius_edges(pos, cutoff, batch, cell, pbc, max_neighbours, False)
     per_graph = torch.bincount(batch[edge_index[1]], minlength=len(graphs)).tolist()  # edges sorted by target
     shift = edge_shift if cell is not None else None
     return ManyEdges(graphs, pos, batch, edge_index, shift, length2, periodic, counts, per_graph)
