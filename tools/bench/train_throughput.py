@@ -18,6 +18,13 @@ prepared and reported per graph), and peak memory (VmHWM). With ``--threads`` ab
 the forward, the forces and the double backward compile as one step), graphs/s against eager
 ``after`` in the same process, and the seconds of its first step.
 
+``--mace-python``: the MLIP workload's cells (written as an extxyz file) also train in
+mace-torch, in that Python (``python -m venv mace && mace/bin/pip install torch==2.13.0
+mace-torch``): its MACE of our MACE's shape (2 interactions, 32 channels, node features up to
+l = 1, spherical harmonics up to l = 2, correlation 3, 8 Bessel functions, radius 4 Å, float32),
+its data loader, ``WeightedEnergyForcesLoss`` and AdamW, batch 8, the same threads; graphs/s
+next to HydraGNN's MACE in the same run (run it with ``--encoders MACE`` or all encoders).
+
 ``--ddp``: one process vs 2-process DDP (torchrun, gloo) on the MLIP workload, graphs/s and
 peak memory per rank (``OMP_NUM_THREADS=1`` per rank).
 
@@ -25,6 +32,7 @@ Usage::
 
     python tools/bench/train_throughput.py [--workloads unit,mlip] [--encoders SchNet,PNA] [--steps 22]
     python tools/bench/train_throughput.py --workloads unit --compile
+    python tools/bench/train_throughput.py --workloads mlip --encoders MACE --compile --mace-python mace/bin/python
     python tools/bench/train_throughput.py --ddp [--encoders SchNet,PNA] [--steps 10] [--batch 4]
 """
 
@@ -50,6 +58,75 @@ ENCODERS = {
     "MACE": {},  # the defaults: max_ell 2, correlation 3
 }
 """Encoder -> Architecture overrides on top of :func:`architecture`."""
+
+
+MACE_TRAIN_CHILD = r"""
+import json, statistics, sys, time
+import numpy as np, torch
+from e3nn import o3
+from mace import modules
+from mace.data import AtomicData
+from mace.data.utils import KeySpecification, load_from_xyz
+from mace.modules.loss import WeightedEnergyForcesLoss
+from mace.tools import AtomicNumberTable
+from mace.tools.torch_geometric.dataloader import DataLoader
+path, threads, steps, repeats, warmup, batch, cutoff = sys.argv[1:8]
+threads, steps, repeats, warmup, batch, cutoff = int(threads), int(steps), int(repeats), int(warmup), int(batch), float(cutoff)
+torch.set_num_threads(threads)
+torch.set_default_dtype(torch.float32)
+torch.manual_seed(0)
+_, configs = load_from_xyz(path, KeySpecification.from_defaults())
+graphs = [AtomicData.from_config(c, z_table=AtomicNumberTable([29, 79]), cutoff=cutoff) for c in configs]
+neighbours = sum(int(g.edge_index.shape[1]) for g in graphs) / sum(int(g.positions.shape[0]) for g in graphs)
+block = modules.interaction_classes["RealAgnosticResidualInteractionBlock"]
+model = modules.MACE(
+    r_max=cutoff, num_bessel=8, num_polynomial_cutoff=5, max_ell=2, interaction_cls=block, interaction_cls_first=block,
+    num_interactions=2, num_elements=2, hidden_irreps=o3.Irreps("32x0e + 32x1o"), MLP_irreps=o3.Irreps("16x0e"),
+    gate=torch.nn.functional.silu, atomic_energies=np.zeros(2), avg_num_neighbors=neighbours, atomic_numbers=[29, 79],
+    correlation=3, radial_type="bessel",
+)
+loss_fn = WeightedEnergyForcesLoss(energy_weight=3.0, forces_weight=1.0)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+loader = DataLoader(graphs, batch_size=batch, shuffle=True, drop_last=True)
+batches = iter(loader)
+def step():
+    global batches
+    try:
+        b = next(batches)
+    except StopIteration:
+        batches = iter(loader)
+        b = next(batches)
+    optimizer.zero_grad(set_to_none=True)
+    out = model(b.to_dict(), training=True, compute_force=True)
+    loss_fn(pred=out, ref=b).backward()
+    optimizer.step()
+    return int(b.num_graphs)
+for _ in range(warmup):
+    step()
+rates = []
+for _ in range(repeats):
+    t = time.perf_counter()
+    n = sum(step() for _ in range(steps))
+    rates.append(n / (time.perf_counter() - t))
+print(json.dumps({"graphs_per_s": statistics.median(rates), "params": sum(p.numel() for p in model.parameters())}))
+"""
+
+
+def mace_torch(args: argparse.Namespace, structures: int) -> dict | None:
+    """mace-torch's training rate on the MLIP workload's cells (``--mace-python``), or ``None``."""
+    from hydragnn.data.emt import generate_cuau_atoms, write_extxyz
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_extxyz(Path(tmp) / "cuau.xyz", generate_cuau_atoms(structures, seed=0))
+        cmd = [args.mace_python, "-c", MACE_TRAIN_CHILD, str(path), str(args.threads), str(args.steps)]
+        cmd += [str(args.repeats), str(args.warmup), "8", "4.0"]
+        env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # e3nn 0.4 loads its constants with pickle
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        print(f"mace-torch: failed\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1])
 
 
 def architecture(encoder: str, hidden: int) -> dict:
@@ -340,6 +417,19 @@ def profile_main(args: argparse.Namespace) -> None:
                     f"| {encoder} | {gps['after']:.0f} | {gps['after 1 thread']:.0f} | "
                     f"{gps['after 1 thread'] / gps['after']:.2f} |"
                 )
+        ours = dict(rows).get("MACE")
+        if args.mace_python and workload == "mlip" and ours is not None:
+            mace = mace_torch(args, args.structures or 64)
+            if mace is not None:
+                gps, theirs = ours["graphs_per_s"], mace["graphs_per_s"]
+                print(
+                    f"\nSide by side with mace-torch (same cells, shape, batch and threads; params: ours {ours['params']}, theirs {mace['params']}):"
+                )
+                print("| HydraGNN MACE | graphs/s | / mace-torch |")
+                print("|---|---|---|")
+                print(f"| mace-torch | {theirs:.1f} | 1.00 |")
+                for variant in [v for v in ("before", "after", "compiled") if v in gps]:
+                    print(f"| {variant} | {gps[variant]:.1f} | {gps[variant] / theirs:.2f} |")
         compiled = [(e, r) for e, r in rows if r is not None and "compiled" in r["graphs_per_s"]]
         if compiled:
             print("\n| encoder | after (eager) graphs/s | compiled graphs/s | compiled/eager | first compiled step s |")
@@ -365,6 +455,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--compile", action="store_true", help="also Training.compile (after + compiled)")
+    parser.add_argument("--mace-python", help="a Python with mace-torch: its MACE trains on the MLIP cells too")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workload", help=argparse.SUPPRESS)

@@ -243,3 +243,17 @@ def test_configure_threads_is_the_explicit_call_and_it_sets_the_wait_policy_firs
     assert data.configure_threads is configure_threads
     got = _probe("none")
     assert got["policy"] == "PASSIVE" and "OpenMP passive (set by hydragnn)" in got["notice"]
+
+
+def test_compiled_kernels_run_on_one_thread_only_under_passive_waiting_with_threads(monkeypatch):
+    import torch
+
+    from hydragnn.data.threads import compiled_kernel_threads
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert compiled_kernel_threads({"OMP_WAIT_POLICY": "PASSIVE"}) == 1
+    assert compiled_kernel_threads({"OMP_WAIT_POLICY": "passive"}) == 1
+    assert compiled_kernel_threads({"OMP_WAIT_POLICY": "ACTIVE"}) is None
+    assert compiled_kernel_threads({}) is None  # OpenMP spins a while: Inductor's own default
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert compiled_kernel_threads({"OMP_WAIT_POLICY": "PASSIVE"}) is None

@@ -54,3 +54,18 @@ def test_a_failing_compile_falls_back_to_eager_with_one_warning(model64):
         warnings.simplefilter("error")
         calc(pos, z)
     torch._dynamo.reset()
+
+
+def test_generated_cpu_kernels_take_one_thread_under_passive_waiting_unless_told(model64, monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    calc = HydraCalculator(model64)  # eager: the options are only read by compile_model calculators
+    calc._compile_options = {}
+    assert calc._compile_kwargs() == {"options": {"cpp.threads": 1}}
+    calc._compile_options = {"options": {"cpp.threads": 2, "max_autotune": False}}
+    assert calc._compile_kwargs() == {"options": {"cpp.threads": 2, "max_autotune": False}}
+    calc._compile_options = {"mode": "reduce-overhead"}  # torch.compile takes mode or options, not both
+    assert calc._compile_kwargs() == {"mode": "reduce-overhead"}
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    calc._compile_options = {}
+    assert calc._compile_kwargs() == {}

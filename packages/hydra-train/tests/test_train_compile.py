@@ -95,3 +95,21 @@ def test_set_derivatives_names_the_choices():
 
     with pytest.raises(ModelError, match=r"derivatives: expected one of \['autograd', 'func'\], found 'jax'"):
         set_derivatives(build("mlip"), "jax")
+
+
+def test_compiled_cpu_kernels_take_one_thread_under_passive_waiting(monkeypatch):
+    """Under passive OpenMP waiting with two intra-op threads the generated CPU kernels run on one
+    (``hydragnn.data.threads.compiled_kernel_threads``); the model still compiles as given."""
+    from hydragnn.train.strategies import Strategy, build_optimizer_factory
+
+    calls = []
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: calls.append(kw) or model)
+    strategy = Strategy()
+    strategy.setup(build(), build_optimizer_factory({"type": "Adam", "learning_rate": 1e-3}))
+    strategy.compile()
+    assert calls == [{"dynamic": True, "options": {"cpp.threads": 1}}]
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    strategy.compile()
+    assert calls[-1] == {"dynamic": True}

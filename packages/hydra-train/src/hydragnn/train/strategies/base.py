@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hydragnn.data.threads import compiled_kernel_threads
+
 from ..config_sections import STRATEGY_SPECS, StrategySpec, declare_strategy
 from ..errors import ConfigError
 from .flat import FlatStep
@@ -167,7 +169,8 @@ class Strategy:
         them by ``torch.func.grad`` (:func:`hydragnn.models.model.set_derivatives`): the
         derivative is then part of the compiled forward and the loss's backward is an ordinary
         one, where the default ``autograd.grad(create_graph=True)`` would need a compiled backward
-        differentiated again, which torch does not support.
+        differentiated again, which torch does not support. On CPU under passive OpenMP waiting the
+        generated kernels run on one thread (:func:`hydragnn.data.threads.compiled_kernel_threads`).
 
         Raises:
             ConfigError: under such a strategy.
@@ -178,7 +181,14 @@ class Strategy:
         from hydragnn.models.model import set_derivatives
 
         set_derivatives(self.unwrap(), "func")
-        self.model = cast(nn.Module, torch.compile(self.model, dynamic=True))  # a module compiles to a module
+        model = self.model
+        assert model is not None, "setup() first"
+        threads = compiled_kernel_threads() if self.device.type == "cpu" else None
+        if threads is None:
+            compiled = torch.compile(model, dynamic=True)
+        else:
+            compiled = torch.compile(model, dynamic=True, options={"cpp.threads": threads})
+        self.model = cast(nn.Module, compiled)  # a module compiles to a module
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
