@@ -97,7 +97,8 @@ def _offset_rows(edges: Edges, owner: torch.Tensor, cell: torch.Tensor) -> Rows 
     plain = edges.edge_shift.reshape(-1)
     if not shift.numel():
         return plain
-    reach = int(shift.abs().max())
+    low, high = (int(v) for v in torch.aminmax(shift))
+    reach = max(-low, high)
     side = 2 * reach + 1
     images = side**3
     if cell.shape[0] * images >= shift.shape[0]:

@@ -129,6 +129,7 @@ def canonical_order(src: torch.Tensor, dst: torch.Tensor, shift_int: torch.Tenso
     """
     if src.numel() == 0:
         return torch.zeros(0, dtype=torch.long, device=src.device)
+    shift_int = shift_int.long()
     half = int(shift_int.abs().max())
     base = 2 * half + 1
     s = shift_int + half
@@ -161,7 +162,7 @@ def finalize_edges(inputs: GraphInputs, candidates: Candidates, max_neighbours: 
         squared lengths.
     """
     n, device = inputs.pos.shape[0], inputs.pos.device
-    src, dst, shift_int = candidates.src.long(), candidates.dst.long(), candidates.shift_int.long()
+    src, dst, shift_int = candidates.src.long(), candidates.dst.long(), candidates.shift_int  # any integer dtype
     parts, d2 = edge_geometry(inputs, src, dst, shift_int, candidates.parts)
     keep = d2 < inputs.cutoff * inputs.cutoff
     same = (src == dst).nonzero().squeeze(1)  # a zero-offset self pair is no edge
@@ -182,7 +183,7 @@ def finalize_edges(inputs: GraphInputs, candidates: Candidates, max_neighbours: 
         chosen[by_distance[rank < max_neighbours]] = True
         order = order[chosen[order]]
     final = kept if candidates.ordered and max_neighbours is None else kept[order]
-    src, dst, shift_int, d2 = src[final], dst[final], shift_int[final], d2[final]
+    src, dst, shift_int, d2 = src[final], dst[final], shift_int[final].long(), d2[final]
     shift = None if parts is None else torch.stack([p[final] for p in parts], dim=1)
     if self_loops and n:
         atoms = torch.arange(n, device=device)
@@ -289,7 +290,8 @@ def brute_force_candidates(inputs: GraphInputs) -> Candidates:
     cell = None if inputs.cell is None else inputs.cell.detach()
     blocks: list[Candidates] = []
     for (count, rng), firsts in groups.items():
-        axes = [torch.arange(-r, r + 1, device=device) for r in rng]
+        small = max(rng) < 127  # image offsets as int8: a quarter of the candidates' bytes
+        axes = [torch.arange(-r, r + 1, device=device, dtype=torch.int8 if small else torch.long) for r in rng]
         images = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
         per_centre = count * images.shape[0]
         graphs = max(1, _GROUP_PAIRS // (count * per_centre))
@@ -327,7 +329,6 @@ def _near_block(
     terms' size, many float32 epsilons: the exact test is :func:`finalize_edges`'s."""
     local = torch.arange(count, device=first.device)
     src_atoms = first.unsqueeze(1) + local  # [G, n]
-    dst_atoms = src_atoms[:, c0 : c0 + centres]  # [G, c]
     rel = inputs.pos.detach()[src_atoms]
     rel = (rel - rel[:, :1]).to(torch.float32)  # [G, n, 3]
     x = rel[:, c0 : c0 + centres]  # [G, c, 3]
@@ -360,4 +361,5 @@ def _near_block(
     if parts is not None:
         at = g * n_images + image
         parts = [p.index_select(0, at) for p in parts]
-    return Candidates(src_atoms[g, jm // n_images], dst_atoms[g, i], images[image], parts)
+    start = first.index_select(0, g)
+    return Candidates(start + jm // n_images, start + (c0 + i), images.index_select(0, image), parts)
