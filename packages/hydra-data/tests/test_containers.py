@@ -21,6 +21,7 @@ from hydragnn.data.containers import (
     PickleDataset,
     PtDirectoryDataset,
     open_dataset,
+    pt_chunk,
     pt_directory,
     write_dataset,
 )
@@ -474,7 +475,7 @@ def test_pt_integers_stored_narrow_and_rows_tables_read_back_exact(tmp_path):
 
 def test_pt_version_2_directories_still_read(tmp_path, samples, monkeypatch):
     monkeypatch.setattr(pt_directory.PtDirectoryDataset, "VERSION", 2)
-    monkeypatch.setattr(pt_directory, "_narrowed", lambda data: {"data": data})
+    monkeypatch.setattr(pt_chunk, "narrowed", lambda data: {"data": data})
     path = write(tmp_path, samples, "pt", schema=SCHEMA)
     monkeypatch.undo()
     assert torch.load(path / "chunk_000000.pt", weights_only=True)["hydragnn_pt"] == 2

@@ -9,19 +9,12 @@ On-disk layout (format version 3, what :meth:`PtDirectoryDataset.write` writes):
                                             "fields": {key: packed}})
 
 A chunk holds up to :data:`CHUNK_SAMPLES` consecutive samples (fewer when they pass
-:data:`CHUNK_BYTES`). A field every sample of the chunk has as a tensor of one dtype and rank is
-packed as ``{"data": 1-D concatenation, "shapes": int64 [n, rank]}``; any other as ``{"values":
-[per-sample tensor, JSON text or None (absent)]}``. Since version 3 integer data is stored in
-the narrowest integer dtype that holds it, with ``"dtype"`` naming its own (edge indices of small
-graphs: one byte instead of eight), and a field given as :class:`~.packed_chunk.Rows` as
-``{"table": [T, w], "index": [R], "shapes"}`` (a periodic cell's edge offsets: 27 rows per cell
-and an index per edge instead of three float64 per edge); a read restores the exact tensors. One
-file per chunk instead of per sample: a ``torch.save`` and a file cost ~2 ms each, more than
-preparing a small sample. A read loads and checks the chunk once (the last one is kept decoded,
-so reading in order costs one load per chunk) and returns the sample's own copies of its
-tensors. A :class:`~.packed_chunk.PackedChunk` given to :meth:`PtDirectoryDataset.write` (up to
-:data:`CHUNK_SAMPLES` samples and :data:`CHUNK_BYTES`) is already this layout and becomes one
-chunk file as it is. Version 2 chunks (no narrowing, no tables) are still read.
+:data:`CHUNK_BYTES`), its fields packed as :mod:`.pt_chunk` describes. One file per chunk
+instead of per sample: a ``torch.save`` and a file cost ~2 ms each, more than preparing a small
+sample. A read loads and checks the chunk once (the last one is kept decoded, so reading in
+order costs one load per chunk) and returns the sample's own copies of its tensors. A
+:class:`~.packed_chunk.PackedChunk` given to :meth:`PtDirectoryDataset.write` (up to
+:data:`CHUNK_SAMPLES` samples and :data:`CHUNK_BYTES`) becomes one chunk file as it is.
 
 Version 1 directories (one ``000000.pt`` file per sample: ``{"hydragnn_pt": 1, "fields": {...}}``,
 ``"files": {"digits", "sizes", "crc32"}`` per sample) are still read. Each file is checked against
@@ -37,16 +30,14 @@ from __future__ import annotations
 
 import bisect
 import io
-import itertools
 import json
-import math
 import os
 import re
 import stat
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch_geometric.data import Data
@@ -56,8 +47,9 @@ from torch_geometric.data.storage import GlobalStorage
 from ..errors import ContainerError
 from ..io.safe_load import load_tensors
 from .base import ContainerDataset, check_version, parse_header_bytes
-from .codec import DTYPES, build_data, compact, dtype_name, loads_json, sample_fields
-from .packed_chunk import PackedChunk, Rows, each_sample
+from .codec import build_data, loads_json, sample_fields
+from .packed_chunk import PackedChunk, each_sample
+from .pt_chunk import ChunkField, pack_chunk, pack_samples, unpack_chunk
 
 MANIFEST = "manifest.json"
 CHUNK_SAMPLES = 256
@@ -127,10 +119,10 @@ class PtDirectoryDataset(ContainerDataset):
         for item in samples:
             if isinstance(item, PackedChunk) and item.count <= CHUNK_SAMPLES and item.nbytes <= CHUNK_BYTES:
                 if chunk:
-                    flush(_pack(chunk), len(chunk))
+                    flush(pack_samples(chunk), len(chunk))
                     chunk, chunk_bytes = [], 0
                 n += item.count
-                flush(_packed_fields(item, f"{path}: samples {n - item.count}-{n - 1}"), item.count)
+                flush(pack_chunk(item, f"{path}: samples {n - item.count}-{n - 1}"), item.count)
                 continue
             for sample in each_sample([item]):
                 fields = dict(sample_fields(sample, f"{path}: sample {n}"))
@@ -140,10 +132,10 @@ class PtDirectoryDataset(ContainerDataset):
                 )
                 n += 1
                 if len(chunk) == CHUNK_SAMPLES or chunk_bytes >= CHUNK_BYTES:
-                    flush(_pack(chunk), len(chunk))
+                    flush(pack_samples(chunk), len(chunk))
                     chunk, chunk_bytes = [], 0
         if chunk:
-            flush(_pack(chunk), len(chunk))
+            flush(pack_samples(chunk), len(chunk))
         manifest = {
             **header,
             "n_samples": n,
@@ -161,7 +153,7 @@ class PtDirectoryDataset(ContainerDataset):
             raise ContainerError(f"{where}: a .pt dataset is a directory, found a file")
         manifest_path = self.path / MANIFEST
         self._foreign: list[str] | None = None
-        self._chunk: tuple[int, tuple[list[_Field], list[Any] | None]] | None = None  # the last chunk read, decoded
+        self._chunk: tuple[int, tuple[list[ChunkField], list[Any] | None]] | None = None  # the last chunk read, decoded
         if not manifest_path.is_file():
             names = sorted(
                 (e.name for e in os.scandir(self.path) if e.name.endswith(".pt") and e.is_file()), key=_natural_key
@@ -251,7 +243,7 @@ class PtDirectoryDataset(ContainerDataset):
             check_version(obj.get("hydragnn_pt"), self.VERSION, "pt chunk", where)
             if obj.get("n") != count:
                 raise ContainerError(f"{where}: holds {obj.get('n')!r} samples, the manifest says {count}")
-            self._chunk = (k, _unpack(obj["fields"], obj.get("orders"), count, where))
+            self._chunk = (k, unpack_chunk(obj["fields"], obj.get("orders"), count, where))
         j = index - self._starts[k]
         where = f"{self.file_of(index)}: sample {index}"
         packed, orders = self._chunk[1]
@@ -291,150 +283,3 @@ class PtDirectoryDataset(ContainerDataset):
             return load_tensors(raw, safe_globals)
         except ValueError as exc:
             raise ContainerError(f"{where}: not a readable .pt sample: {exc}") from None
-
-
-_NARROW = (torch.int8, torch.int16, torch.int32)
-
-
-def _narrowed(data: torch.Tensor) -> dict[str, Any]:
-    """A field's 1-D data as stored: integers in the narrowest integer dtype that holds them, with
-    ``"dtype"`` naming theirs (edge indices of small graphs take a byte instead of eight)."""
-    if data.dtype in (torch.int16, torch.int32, torch.int64) and data.numel():
-        low, high = (int(v) for v in torch.aminmax(data))
-        for narrow in _NARROW:
-            info = torch.iinfo(narrow)
-            if narrow.itemsize < data.element_size() and info.min <= low and high <= info.max:
-                return {"data": data.to(narrow), "dtype": dtype_name(data.dtype)}
-    return {"data": data}
-
-
-def _packed_fields(chunk: PackedChunk, where: str) -> dict[str, Any]:
-    """The chunk file's ``fields`` of a packed chunk (each field's data compact, as a sample's;
-    :class:`~.packed_chunk.Rows` as their table and narrowed index)."""
-    fields: dict[str, Any] = {}
-    for key, (data, shapes) in chunk.fields.items():
-        if isinstance(data, Rows):
-            index = _narrowed(compact(data.index, key, where))["data"]
-            fields[key] = {"table": compact(data.table, key, where), "index": index, "shapes": shapes}
-        else:
-            fields[key] = {**_narrowed(compact(data, key, where)), "shapes": shapes}
-    return {"fields": fields}
-
-
-def _pack(chunk: list[dict[str, torch.Tensor | str]]) -> dict[str, Any]:
-    """``{"fields": packed fields, "orders": per-sample key order}`` of a chunk's samples (see
-    the module docstring); ``orders`` only when a sample's attribute order is not the order of
-    first appearance, so that a read gives the attributes in the order written."""
-    keys = list(dict.fromkeys(k for fields in chunk for k in fields))
-    orders = [list(fields) if list(fields) != [k for k in keys if k in fields] else None for fields in chunk]
-    out: dict[str, dict[str, Any]] = {}
-    for key in keys:
-        values = [fields.get(key) for fields in chunk]
-        first = values[0]
-        if isinstance(first, torch.Tensor) and all(
-            isinstance(v, torch.Tensor) and v.dtype == first.dtype and v.dim() == first.dim() for v in values
-        ):
-            tensors = cast(list[torch.Tensor], values)
-            shapes = torch.tensor([list(t.shape) for t in tensors], dtype=torch.int64).reshape(
-                len(tensors), first.dim()
-            )
-            out[key] = {**_narrowed(torch.cat([t.reshape(-1) for t in tensors])), "shapes": shapes}
-        else:
-            out[key] = {"values": values}
-    return {"fields": out, **({"orders": orders} if any(o is not None for o in orders) else {})}
-
-
-class _Field:
-    """One packed field of a decoded chunk: sample ``j``'s value by :meth:`get` (a fresh tensor,
-    JSON text, or ``None`` when the sample has no such field)."""
-
-    def __init__(self, key: str, packed: Any, count: int, where: str) -> None:
-        self.key = key
-        bad = ContainerError(f"{where}: field {key!r} is not a packed field of {count} samples")
-        if not isinstance(packed, dict):
-            raise bad
-        if "values" in packed:
-            values = packed["values"]
-            if (
-                not isinstance(values, list)
-                or len(values) != count
-                or not all(v is None or isinstance(v, (torch.Tensor, str)) for v in values)
-            ):
-                raise bad
-            self.values: list[Any] | None = values
-            return
-        self.values = None
-        data, shapes = _decoded(packed, bad), packed.get("shapes")
-        if not (
-            isinstance(data, torch.Tensor)
-            and data.dim() == 1
-            and isinstance(shapes, torch.Tensor)
-            and shapes.dtype == torch.int64
-            and shapes.dim() == 2
-            and shapes.shape[0] == count
-            and bool((shapes >= 0).all())
-        ):
-            raise bad
-        self.shapes = [tuple(row) for row in shapes.tolist()]
-        ends = list(itertools.accumulate(math.prod(shape) for shape in self.shapes))  # Python ints: no overflow
-        if (ends[-1] if ends else 0) != data.numel():
-            raise ContainerError(
-                f"{where}: field {key!r} holds {data.numel()} values, its shapes {ends[-1] if ends else 0}"
-            )
-        self.data = data
-        self.bounds = list(zip([0, *ends[:-1]], ends))
-
-    def get(self, j: int) -> Any:
-        if self.values is not None:
-            value = self.values[j]
-            return value.clone() if isinstance(value, torch.Tensor) else value
-        start, end = self.bounds[j]
-        return self.data[start:end].view(self.shapes[j]).clone()
-
-
-def _decoded(packed: dict[Any, Any], bad: ContainerError) -> Any:
-    """A packed field's 1-D data: ``data`` as stored, widened to ``dtype`` when named, or
-    ``table[index]`` (version 3); ``bad`` for anything else, out-of-range indices included."""
-    if "table" in packed:
-        table, index = packed.get("table"), packed.get("index")
-        if not (
-            isinstance(table, torch.Tensor)
-            and table.dim() == 2
-            and isinstance(index, torch.Tensor)
-            and index.dim() == 1
-            and index.dtype in (torch.int8, torch.int16, torch.int32, torch.int64)
-            and (not index.numel() or (int(index.min()) >= 0 and int(index.max()) < table.shape[0]))
-        ):
-            raise bad
-        return table.index_select(0, index.long()).reshape(-1)
-    data, name = packed.get("data"), packed.get("dtype")
-    if name is None:
-        return data
-    dtype = DTYPES.get(name) if isinstance(name, str) else None
-    if (
-        dtype is None
-        or dtype.is_floating_point
-        or dtype.is_complex
-        or dtype == torch.bool
-        or not isinstance(data, torch.Tensor)
-        or data.dtype not in _NARROW
-    ):
-        raise bad
-    return data.to(dtype)
-
-
-def _unpack(fields: dict[Any, Any], orders: Any, count: int, where: str) -> tuple[list[_Field], list[Any] | None]:
-    """A chunk's packed fields decoded, and its per-sample key orders (checked against them)."""
-    if not all(isinstance(k, str) for k in fields):
-        raise ContainerError(f"{where}: attribute names must be strings")
-    packed = [_Field(key, value, count, where) for key, value in fields.items()]
-    if orders is not None:
-        if not isinstance(orders, list) or len(orders) != count:
-            raise ContainerError(f"{where}: 'orders' is not a list of {count} key orders")
-        for j, order in enumerate(orders):
-            present = {f.key for f in packed if (f.values[j] is not None if f.values is not None else True)}
-            if order is not None and (
-                not isinstance(order, list) or set(order) != present or len(order) != len(present)
-            ):
-                raise ContainerError(f"{where}: sample {j}'s key order does not name its attributes")
-    return packed, orders
