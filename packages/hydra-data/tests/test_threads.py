@@ -257,3 +257,17 @@ def test_compiled_kernels_run_on_one_thread_only_under_passive_waiting_with_thre
     assert compiled_kernel_threads({}) is None  # OpenMP spins a while: Inductor's own default
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     assert compiled_kernel_threads({"OMP_WAIT_POLICY": "PASSIVE"}) is None
+
+
+def test_compile_kwargs_add_one_kernel_thread_on_cpu_unless_given(monkeypatch):
+    import torch
+
+    from hydragnn.data.threads import compile_kwargs
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    assert compile_kwargs("cpu") == {"options": {"cpp.threads": 1}}
+    assert compile_kwargs("cuda") == {}
+    assert compile_kwargs("cpu", {"options": {"cpp.threads": 2}}) == {"options": {"cpp.threads": 2}}
+    assert compile_kwargs("cpu", {"mode": "max-autotune"}) == {"mode": "max-autotune"}
+    assert compile_kwargs("cpu", {"backend": "eager"}) == {"backend": "eager", "options": {"cpp.threads": 1}}

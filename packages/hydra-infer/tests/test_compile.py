@@ -57,15 +57,14 @@ def test_a_failing_compile_falls_back_to_eager_with_one_warning(model64):
 
 
 def test_generated_cpu_kernels_take_one_thread_under_passive_waiting_unless_told(model64, monkeypatch):
+    """compile_model compiles with hydra-data's ``compile_kwargs``: Inductor's ``cpp.threads`` 1
+    under passive OpenMP waiting with two threads, unless ``compile_options`` says otherwise."""
+    calls = []
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    calc = HydraCalculator(model64)  # eager: the options are only read by compile_model calculators
-    calc._compile_options = {}
-    assert calc._compile_kwargs() == {"options": {"cpp.threads": 1}}
-    calc._compile_options = {"options": {"cpp.threads": 2, "max_autotune": False}}
-    assert calc._compile_kwargs() == {"options": {"cpp.threads": 2, "max_autotune": False}}
-    calc._compile_options = {"mode": "reduce-overhead"}  # torch.compile takes mode or options, not both
-    assert calc._compile_kwargs() == {"mode": "reduce-overhead"}
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    calc._compile_options = {}
-    assert calc._compile_kwargs() == {}
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append(kw) or fn)
+    for given in ({}, {"options": {"cpp.threads": 2, "max_autotune": False}}, {"mode": "reduce-overhead"}):
+        HydraCalculator(model64, compile_model=True, compile_options=given)
+    assert calls[0] == calls[1] == {"dynamic": True, "options": {"cpp.threads": 1}}  # the forward and energy-only
+    assert calls[2]["options"] == {"cpp.threads": 2, "max_autotune": False}
+    assert calls[4] == {"dynamic": True, "mode": "reduce-overhead"}  # torch takes a mode or options, not both

@@ -33,9 +33,11 @@ import functools
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
+from typing import Any
 
 __all__ = [
     "choose_threads",
+    "compile_kwargs",
     "compiled_kernel_threads",
     "configure_threads",
     "keep_at_top",
@@ -201,6 +203,17 @@ def compiled_kernel_threads(environ: Mapping[str, str] = os.environ) -> int | No
     if torch is None or environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
         return None
     return 1 if torch.get_num_threads() > 1 else None
+
+
+def compile_kwargs(device_type: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``torch.compile`` keyword arguments: ``given``, with Inductor's ``cpp.threads`` from
+    :func:`compiled_kernel_threads` on CPU unless ``given`` names ``mode`` (torch takes a mode or
+    options, not both) or its own ``options["cpp.threads"]``."""
+    kwargs = dict(given or {})
+    threads = compiled_kernel_threads() if device_type == "cpu" else None
+    if threads is not None and "mode" not in kwargs:
+        kwargs["options"] = {"cpp.threads": threads, **(kwargs.get("options") or {})}
+    return kwargs
 
 
 def wait_policy(environ: Mapping[str, str] = os.environ) -> str:

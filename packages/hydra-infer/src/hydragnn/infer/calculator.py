@@ -32,7 +32,7 @@ from typing import Any, cast
 import torch
 from torch_geometric.data import Batch
 
-from hydragnn.data.threads import compiled_kernel_threads, configure_threads
+from hydragnn.data.threads import compile_kwargs, configure_threads
 from hydragnn.models import HydraModel, load_artifact
 
 from .batching import call_batch
@@ -194,20 +194,10 @@ class HydraCalculator:
         forward of the stock model (compiled calls never run the inference kernels)."""
         self._forward = self.eager_model
         if self.compile_model:
-            stock, options = self.model, self._compile_kwargs()
+            stock, options = self.model, compile_kwargs(self.device.type, self._compile_options)
             self._forward = torch.compile(stock, dynamic=True, **options)
             self._named_tensors = [*stock.named_parameters(), *stock.named_buffers()]
             self._compiled_energy = torch.compile(energy_only(stock), dynamic=True, **options)
-
-    def _compile_kwargs(self) -> dict[str, Any]:
-        """``compile_options``, with the generated CPU kernels on one thread under passive OpenMP
-        waiting (:func:`hydragnn.data.threads.compiled_kernel_threads`; a SchNet E+F call of 256
-        atoms on two threads 21 -> 16 ms) unless ``mode`` or ``options["cpp.threads"]`` says otherwise."""
-        kwargs = dict(self._compile_options)
-        threads = compiled_kernel_threads() if self.device.type == "cpu" else None
-        if threads is not None and "mode" not in kwargs:
-            kwargs["options"] = {"cpp.threads": threads, **(kwargs.get("options") or {})}
-        return kwargs
 
     def _warn_overridden_options(self) -> None:
         """One warning at construction for every option another one overrides (see the README's precedence)."""

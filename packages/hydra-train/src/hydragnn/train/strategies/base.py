@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hydragnn.data.threads import compiled_kernel_threads
+from hydragnn.data.threads import compile_kwargs
 
 from ..config_sections import STRATEGY_SPECS, StrategySpec, declare_strategy
 from ..errors import ConfigError
@@ -183,11 +183,7 @@ class Strategy:
         set_derivatives(self.unwrap(), "func")
         model = self.model
         assert model is not None, "setup() first"
-        threads = compiled_kernel_threads() if self.device.type == "cpu" else None
-        if threads is None:
-            compiled = torch.compile(model, dynamic=True)
-        else:
-            compiled = torch.compile(model, dynamic=True, options={"cpp.threads": threads})
+        compiled = torch.compile(model, dynamic=True, **compile_kwargs(self.device.type))
         self.model = cast(nn.Module, compiled)  # a module compiles to a module
 
     def backward(self, loss: torch.Tensor) -> None:
