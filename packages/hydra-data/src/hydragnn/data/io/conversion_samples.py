@@ -6,8 +6,9 @@ Frames are taken :data:`EDGE_CHUNK` at a time and packed column by column, each 
 with the same attributes into one :class:`~hydragnn.data.containers.PackedChunk` with one
 neighbour search (:mod:`.conversion_packed`); a run that cannot be packed is prepared frame by
 frame and searched with :func:`~hydragnn.data.neighbors.search.search_many`, and a structure the
-search refuses is named by its file and frame. Atoms closer than :data:`COINCIDENT_ANGSTROM` (the shortest edge of each
-structure, from one pass over the chunk's edges) are reported once per file.
+search refuses is named by its file and frame. Atoms closer than :data:`COINCIDENT_ANGSTROM`
+(the shortest edge of each structure, from the search's squared lengths) are reported once per
+file.
 """
 
 from __future__ import annotations
