@@ -14,7 +14,8 @@ from ase.stress import voigt_6_to_full_3x3_stress
 
 from hydragnn.data import ContainerError, Schema, SchemaError
 from hydragnn.data.emt import CUAU_VARIABLES, generate_cuau_atoms, isolated_atom_frames, write_extxyz
-from hydragnn.data.io.ase_source import AseSource, iter_frames, labelled_sample, resolve_outputs
+from hydragnn.data.io.ase_labels import labelled_sample, resolve_outputs
+from hydragnn.data.io.ase_source import AseSource, iter_frames
 
 
 @pytest.fixture(scope="module")

@@ -241,7 +241,7 @@ def _frames(source: Any, structures: Any, skipped: list[int]) -> Iterator[tuple[
 
 def _plan(calc: HydraCalculator, source: Any, atoms: Atoms, where: str) -> list[_Head]:
     """The heads to score: those whose label the first frame carries, or whose key was given."""
-    from hydragnn.data.io.ase_source import FrameLabels
+    from hydragnn.data.io.ase_labels import FrameLabels
 
     info = calc.info
     roles = {
@@ -274,7 +274,7 @@ def _score(
     """Predict ``batch`` in one calculator call, add its errors to ``stats``; returns its atoms."""
     import torch
 
-    from hydragnn.data.io.ase_source import labelled_sample
+    from hydragnn.data.io.ase_labels import labelled_sample
 
     outputs = [(h.var, h.key) for h in heads]
     labels = [labelled_sample(atoms, outputs, where) for atoms, where in batch]  # SchemaError names the frame

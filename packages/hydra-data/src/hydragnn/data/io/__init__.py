@@ -3,7 +3,8 @@ downloads, archives, safe ``torch.load`` and atomic writes.
 
 - :mod:`.ase_io`: ASE ``Atoms`` <-> raw samples;
 - :mod:`.ase_source`: :class:`~.ase_source.AseSource`, the frames of any file ASE reads, with
-  :mod:`.xyz_scan` checking an (ext)xyz file's declared frame sizes first;
+  :mod:`.xyz_scan` checking an (ext)xyz file's declared frame sizes first and :mod:`.ase_labels`
+  reading each frame's labels (the outputs they fill, checked arrays);
 - :mod:`.conversion`: :func:`~.conversion.convert_source`, a file converted once into a prepared
   container, the cache entries kept by :mod:`.conversion_cache`, the samples written by
   :mod:`.conversion_samples`;

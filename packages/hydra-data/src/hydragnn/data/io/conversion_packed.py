@@ -1,7 +1,7 @@
 """A chunk of converted frames built column by column: one ``PackedChunk`` instead of a ``Data``
 per frame (for :func:`~hydragnn.data.io.conversion_samples.write_samples`).
 
-The frames' arrays (:func:`~hydragnn.data.io.ase_source.frame_arrays`) are concatenated once per
+The frames' arrays (:func:`~hydragnn.data.io.ase_labels.frame_arrays`) are concatenated once per
 attribute; the derived tensors come from :func:`~hydragnn.data.prepare.derived_tensors` on the
 concatenation, the edges from one search (:func:`~hydragnn.data.neighbors.search.radius_edges`),
 and every field is laid out as the ``.pt`` chunk stores it. The samples are those the per-frame
@@ -25,22 +25,19 @@ from ..errors import DataError
 from ..neighbors.brute_force import Edges, cartesian_shift
 from ..neighbors.search import radius_edges
 from ..prepare import derived_tensors
-from ..schema import RESERVED_NAMES, Schema, Variable
+from ..schema import RESERVED_NAMES, Schema
 from ..validation import check_sample
+from .ase_labels import SCHEMA_INPUTS
 
 __all__ = ["pack_frames", "packable"]
 
-_INPUTS = (
-    Variable(name="atomic_number", level="node", dim=1),
-    Variable(name="pos", level="node", dim=3, role="position"),
-)
 _NODE_KEYS = {"atomic_number", "pos", "x", "node_output"}
 
 
 def packable(schema: Schema) -> bool:
     """Whether frames of ``schema`` can be packed: the conversion's own inputs (atomic numbers,
     positions) and node or graph outputs."""
-    return tuple(schema.inputs) == _INPUTS and all(v.level in ("node", "graph") for v in schema.outputs)
+    return tuple(schema.inputs) == SCHEMA_INPUTS and all(v.level in ("node", "graph") for v in schema.outputs)
 
 
 def pack_frames(

@@ -33,7 +33,8 @@ from ..neighbors.search import search_many
 from ..prepare import prepare
 from ..schema import Schema
 from .ase_io import arrays_sample
-from .ase_source import AseSource, Frame, FrameLabels, frame_arrays, iter_frames, resolve_outputs
+from .ase_labels import FrameLabels, frame_arrays, resolve_outputs
+from .ase_source import AseSource, Frame, iter_frames
 from .conversion_packed import pack_frames
 
 __all__ = ["COINCIDENT_ANGSTROM", "EDGE_CHUNK", "write_samples"]
