@@ -47,5 +47,5 @@ def test_own_data_example(tmp_path):
     result = json.loads(predicted.stdout.strip().splitlines()[-1])
     assert abs(result["mae"]["forces"]["mae"] - metrics["test"]["mae"]["forces"]["mae"]) < 1e-5
     served = _run(str(EXAMPLE / "serve.py"), "run/model.hydra", "--steps", "5", cwd=tmp_path)
-    assert "108-atom cell" in served.stdout and "NVE, 1 fs, 5 steps" in served.stdout
+    assert "108-atom Cu-Au cell" in served.stdout and "NVE, 1 fs, 5 steps" in served.stdout
     shutil.rmtree(tmp_path / ".hydragnn_cache")

@@ -233,6 +233,22 @@ def test_other_heads_and_fixed_charge(tmp_path):
     assert exported.metadata["fixed_inputs"] == {"charge": 1.0}
 
 
+@pytest.mark.parametrize("species", [[13, 28], [6]])
+def test_a_model_of_other_species_exports(tmp_path, species):
+    """A model trained without copper or gold (Ni-Al; carbon alone) exports and passes the check:
+    the check structures hold only the model's species, which the calculator accepts."""
+    from hydragnn.infer.export.api import check_structures
+    from hydragnn.infer.model_info import model_info
+
+    path = save_artifact(tiny_model(), tmp_path / "m.hydra", species=species)
+    model = HydraCalculator(path).model
+    for atoms in check_structures(model_info(model)):
+        assert set(atoms.numbers.tolist()) <= set(species)
+    report = export_model(path, tmp_path / "m.pt")
+    assert max(report.errors.values()) <= report.tolerance
+    assert ExportedModel(report.path).metadata["species"] == species
+
+
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [

@@ -33,7 +33,7 @@ def test_average_of_every_encoder_is_kept_by_name(mpnn_type):
     values come back after, and a checkpoint round trip keeps the average."""
     model = mlip(mpnn_type)
     decay = 0.75
-    average = WeightAverage(model, decay)
+    average = WeightAverage(model, decay, warmup=False)
     expected: dict[str, torch.Tensor] = {}
     generator = torch.Generator().manual_seed(1)
     for _ in range(3):
@@ -49,7 +49,9 @@ def test_average_of_every_encoder_is_kept_by_name(mpnn_type):
             torch.testing.assert_close(p, expected[name], msg=name)
     for name, p in model.named_parameters():
         assert torch.equal(p, live[name]), name
-    restored = WeightAverage(copy.deepcopy(model), decay)  # a deep copy: the order may differ, names do not
+    restored = WeightAverage(
+        copy.deepcopy(model), decay, warmup=False
+    )  # a deep copy: the order may differ, names do not
     restored.load_state_dict(average.state_dict())
     assert restored.updates == 3
     for name in expected:

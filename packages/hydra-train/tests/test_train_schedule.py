@@ -87,7 +87,7 @@ def test_clip_grad_norm_reaches_the_strategy_through_the_loop(tmp_path):
 
 def test_weight_average_math_and_swap():
     layer = torch.nn.Linear(2, 2)
-    average = WeightAverage(layer, decay=0.75)
+    average = WeightAverage(layer, decay=0.75, warmup=False)
     first = layer.weight.detach().clone()
     average.update(layer)
     with torch.no_grad():
@@ -99,6 +99,28 @@ def test_weight_average_math_and_swap():
     assert torch.equal(layer.weight.detach(), second) and average.updates == 2
 
 
+def test_weight_average_warms_up():
+    """With warm-up the n-th update folds in with decay min(decay, (1 + n) / (10 + n)): after 56
+    steps from zero towards ones the average holds far less of the start than 0.99 ** 55."""
+    layer = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        layer.weight.zero_()
+    warm, plain = WeightAverage(layer, 0.99), WeightAverage(layer, 0.99, warmup=False)
+    assert [warm.decay_at(n) for n in (0, 1, 8, 10_000)] == pytest.approx([0.1, 2 / 11, 0.5, 0.99])
+    expected = 0.0
+    for n in range(56):
+        if n == 1:
+            with torch.no_grad():
+                layer.weight.fill_(1.0)
+        warm.update(layer)
+        plain.update(layer)
+        if n:
+            expected += (1 - warm.decay_at(n)) * (1.0 - expected)
+    torch.testing.assert_close(warm.average["weight"], torch.full((2, 2), expected))
+    assert float(plain.average["weight"][0, 0]) == pytest.approx(1 - 0.99**55)  # 42 % of the way
+    assert expected > 0.9
+
+
 def test_ema_weights_are_validated_kept_and_checkpointed(tmp_path):
     model, _, summary = _run(tmp_path, epochs=1, EMA={"enabled": True, "decay": 0.9})
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
@@ -107,10 +129,27 @@ def test_ema_weights_are_validated_kept_and_checkpointed(tmp_path):
     kept = model.state_dict()
     differs = [k for k in ema if not torch.equal(ema[k], live[k])]
     assert differs  # the average is not the live weights
+    chosen = ema if summary["kept_weights"] == "EMA weights" else live
+    assert summary["kept_weights"] in ("EMA weights", "raw weights")
     for k in ema:
         if dict(model.named_parameters()).get(k) is not None:
-            assert torch.equal(kept[k], ema[k]), k  # the model kept is the averaged one
+            assert torch.equal(kept[k], chosen[k]), k  # the model kept is the one the summary names
     assert summary["best_epoch"] == 0
+
+
+def test_last_raw_weights_win_over_a_lagging_average(tmp_path, capsys):
+    """An average that barely moved from the initial weights (decay 0.999, no warm-up) validates
+    worse than the weights two epochs of training reached: those are kept, and the log says so."""
+    ema = {"enabled": True, "decay": 0.999, "warmup": False}
+    model, _, summary = _run(tmp_path, epochs=3, verbosity=1, EMA=ema)
+    assert summary["kept_weights"] == "raw weights" and summary["best_epoch"] == 2
+    assert "raw weights" in capsys.readouterr().out
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    for k, v in ckpt["model"].items():
+        assert torch.equal(model.state_dict()[k], v), k  # the live weights of the last epoch
+    strategy = Strategy()
+    strategy.setup(model, lambda params: torch.optim.SGD(params, lr=0.0))
+    assert evaluate_losses(strategy, _loaders()[1])[0] == pytest.approx(summary["best_val_loss"])
 
 
 def test_second_stage_switches_lr_and_weights_and_resumes(tmp_path):
@@ -143,6 +182,39 @@ def test_second_stage_switches_lr_and_weights_and_resumes(tmp_path):
     assert again.task_weights["energy"] == 50.0 and resumed["second_stage_epoch"] == 2
     for key, value in model.state_dict().items():
         torch.testing.assert_close(again.state_dict()[key], value, rtol=0, atol=0)
+
+
+def test_second_stage_factors_keep_the_users_proportions(tmp_path, capsys):
+    """``energy_factor`` multiplies the first stage's energy weight; the other heads keep theirs;
+    the log names each change. A weight and a factor for one role are refused."""
+    start = build("mlip").task_weights
+    kw = {"SecondStage": {"enabled": True, "start": 0.5, "energy_factor": 10.0}}
+    model, _, summary = _run(tmp_path, epochs=2, verbosity=1, **kw)
+    assert model.task_weights["energy"] == pytest.approx(10 * start["energy"])
+    assert {k: v for k, v in model.task_weights.items() if k != "energy"} == {
+        k: v for k, v in start.items() if k != "energy"
+    }
+    out = capsys.readouterr().out
+    assert f"energy {start['energy']:g} -> {10 * start['energy']:g}" in out and "kept" in out
+    from hydragnn.train.config_sections import SecondStageConfig
+
+    with pytest.raises(ConfigError, match="SecondStage: give energy_weight .* or energy_factor"):
+        SecondStageConfig.from_dict({"energy_weight": 5.0, "energy_factor": 2.0}, "Training.SecondStage")
+
+
+def test_a_head_worse_after_the_second_stage_is_named():
+    from hydragnn.train.config_sections import SecondStageConfig
+    from hydragnn.train.schedule import SecondStage
+
+    stage = SecondStage(SecondStageConfig(enabled=True, start=0.5), num_epoch=4, max_time_s=None)
+    stage.epoch = 2
+    history = [
+        {"epoch": e, "val_errors": {"energy": {"mae": m}, "atomic_energy": {"mae": a}}}
+        for e, m, a in ((0, 0.5, 0.02), (1, 0.3, 0.0094), (2, 0.2, 0.05), (3, 0.1, 0.091))
+    ]
+    lines = stage.worse_heads(history, kept_epoch=3)
+    assert len(lines) == 1 and "'atomic_energy'" in lines[0] and "0.091" in lines[0] and "0.0094" in lines[0]
+    assert stage.worse_heads(history, kept_epoch=1) == []  # a first-stage epoch kept: nothing to compare
 
 
 def test_time_budget_stops_at_an_epoch_boundary_and_keeps_the_best(tmp_path, capsys):

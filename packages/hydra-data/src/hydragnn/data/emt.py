@@ -10,6 +10,8 @@ returns the same numbers bit for bit.
   sites, the Vegard lattice constant between EMT's Cu and Au, a random symmetric strain of a
   few percent and a Gaussian rattle of the positions.
 * :func:`generate_bulk` — the same recipe in cells of about 1,000 atoms, for scale tests.
+* :func:`generate_alloy_atoms` — the same recipe for any two of EMT's fcc metals
+  (:data:`EMT_METALS`), so tests and examples can use a chemistry other than Cu-Au.
 * :func:`write_extxyz` — structures written as a user's extxyz file would be (labels under
   ``REF_energy`` / ``REF_forces`` / ``REF_stress``, a ``config_type``), with EMT's free-atom
   energies as ``IsolatedAtom`` frames from :func:`isolated_atom_frames`.
@@ -34,6 +36,7 @@ from ase import Atoms
 from ase.build import bulk
 from ase.calculators.emt import EMT
 from ase.calculators.singlepoint import SinglePointCalculator
+from ase.data import atomic_numbers, reference_states
 from torch_geometric.data import Data
 
 from .errors import DataError
@@ -44,12 +47,15 @@ __all__ = [
     "A_CU",
     "COMPOSITIONS",
     "CUAU_VARIABLES",
+    "EMT_METALS",
     "bulk_repeat",
     "generate_bulk",
     "generate_bulk_atoms",
     "generate_cuau",
+    "generate_alloy_atoms",
     "generate_cuau_atoms",
     "isolated_atom_frames",
+    "lattice_constant",
     "write_extxyz",
 ]
 
@@ -59,6 +65,8 @@ A_AU = 4.056
 """EMT equilibrium fcc lattice constant of Au, Å."""
 COMPOSITIONS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Au fractions cycled through by the generators."""
+EMT_METALS: tuple[str, ...] = ("Al", "Ni", "Cu", "Pd", "Ag", "Pt", "Au")
+"""The fcc metals ASE's EMT has parameters for: what :func:`generate_alloy_atoms` mixes."""
 
 CUAU_VARIABLES: dict[str, list[dict[str, Any]]] = {
     "inputs": [
@@ -74,20 +82,36 @@ CUAU_VARIABLES: dict[str, list[dict[str, Any]]] = {
 """JSON ``Variables`` for the MLIP task on the reference sets (copy it before editing)."""
 
 
+def lattice_constant(symbol: str) -> float:
+    """The fcc lattice constant (Å) used for an element of :data:`EMT_METALS`: EMT's own for Cu and
+    Au (:data:`A_CU`, :data:`A_AU`), ASE's reference state for the others.
+
+    Raises:
+        DataError: an element EMT has no fcc parameters for.
+    """
+    if symbol not in EMT_METALS:
+        raise DataError(f"elements: expected symbols from {list(EMT_METALS)} (EMT's fcc metals), found {symbol!r}")
+    if symbol in ("Cu", "Au"):
+        return A_CU if symbol == "Cu" else A_AU
+    return float(reference_states[atomic_numbers[symbol]]["a"])
+
+
 def _structure(
     rng: np.random.Generator,
     repeat: tuple[int, int, int],
     au_fraction: float,
     max_strain: float,
     rattle: float,
+    elements: tuple[str, str] = ("Cu", "Au"),
 ) -> Atoms:
-    """One labelled alloy cell; every random number comes from ``rng`` in a fixed order."""
-    a = (1.0 - au_fraction) * A_CU + au_fraction * A_AU
+    """One labelled alloy cell of ``elements`` (host, guest; ``au_fraction`` of the sites are the
+    guest); every random number comes from ``rng`` in a fixed order."""
+    a = (1.0 - au_fraction) * lattice_constant(elements[0]) + au_fraction * lattice_constant(elements[1])
     atoms = bulk("Cu", "fcc", a=a, cubic=True).repeat(repeat)
     n = len(atoms)
     n_au = int(round(au_fraction * n))
-    numbers = np.full(n, 29, dtype=int)
-    numbers[rng.permutation(n)[:n_au]] = 79
+    numbers = np.full(n, atomic_numbers[elements[0]], dtype=int)
+    numbers[rng.permutation(n)[:n_au]] = atomic_numbers[elements[1]]
     atoms.numbers = numbers
     eps = rng.uniform(-max_strain, max_strain, size=(3, 3))
     eps = 0.5 * (eps + eps.T)
@@ -116,11 +140,14 @@ def _atoms_list(
     compositions: Sequence[float],
     max_strain: float,
     rattle: float,
+    elements: tuple[str, str] = ("Cu", "Au"),
 ) -> list[Atoms]:
     _check(n_structures, compositions, max_strain, rattle)
+    for symbol in elements:
+        lattice_constant(symbol)
     rng = np.random.default_rng(seed)
     return [
-        _structure(rng, repeat, float(compositions[i % len(compositions)]), max_strain, rattle)
+        _structure(rng, repeat, float(compositions[i % len(compositions)]), max_strain, rattle, elements)
         for i in range(n_structures)
     ]
 
@@ -237,6 +264,41 @@ def generate_bulk_atoms(
         DataError: on invalid arguments.
     """
     return _atoms_list(n_structures, seed, bulk_repeat(n_atoms), compositions, max_strain, rattle)
+
+
+def generate_alloy_atoms(
+    elements: Sequence[str],
+    n_structures: int = 4,
+    n_atoms: int = 32,
+    seed: int = 0,
+    *,
+    compositions: Sequence[float] = COMPOSITIONS,
+    max_strain: float = 0.03,
+    rattle: float = 0.05,
+) -> list[Atoms]:
+    """Binary fcc alloy cells of any two of :data:`EMT_METALS` (or one element alone), with EMT
+    results: the recipe of :func:`generate_cuau_atoms` for another chemistry (``("Cu", "Au")``
+    gives the same structures as :func:`generate_bulk_atoms`).
+
+    Args:
+        elements: ``(host, guest)`` symbols; ``compositions`` are guest fractions. One symbol
+            gives cells of that element alone.
+        n_structures: number of structures.
+        n_atoms: wanted atom count (:func:`bulk_repeat`; 32 gives 2x2x2 conventional cells).
+        seed: seed; equal seeds give identical structures.
+        compositions: guest fractions, used in turn.
+        max_strain: bound of the uniform symmetric strain components.
+        rattle: standard deviation of the position noise, Å.
+
+    Raises:
+        DataError: an element EMT has no fcc parameters for, or invalid arguments.
+    """
+    pair = tuple(elements)
+    if len(pair) not in (1, 2) or not all(isinstance(e, str) for e in pair):
+        raise DataError(f"elements: expected one or two element symbols, found {elements!r}")
+    if len(pair) == 1:
+        pair, compositions = (pair[0], pair[0]), (0.0,)
+    return _atoms_list(n_structures, seed, bulk_repeat(n_atoms), compositions, max_strain, rattle, (pair[0], pair[1]))
 
 
 def generate_bulk(

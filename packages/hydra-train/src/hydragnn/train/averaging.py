@@ -1,8 +1,11 @@
 """An exponential moving average of the weights (``Training.EMA``), kept beside the live model.
 
 The first update copies the parameters, every later one folds them in as
-``avg <- decay * avg + (1 - decay) * param`` (``torch._foreach_lerp_``, as torch's
-``get_ema_multi_avg_fn``). :meth:`WeightAverage.applied` swaps the averaged parameters into the
+``avg <- d * avg + (1 - d) * param`` (``torch._foreach_lerp_``, as torch's
+``get_ema_multi_avg_fn``), where ``d`` is ``decay``, or with ``warmup`` ``min(decay, (1 + n) /
+(10 + n))`` after ``n`` updates (torch-ema's ``use_num_updates`` and timm's warm-up): a run of a
+few dozen steps then validates and saves an average of its recent weights, not of its initial
+ones. The update count is in the checkpoint, so a resumed run continues the same schedule. :meth:`WeightAverage.applied` swaps the averaged parameters into the
 live module for evaluation or saving and puts the live ones back after; buffers always stay the
 live model's. The average needs the full parameters on every rank (strategies none, ddp,
 localsgd, deepspeed ZeRO 1-2), where every rank's average is the same.
@@ -41,12 +44,13 @@ class WeightAverage(Callback):
     Args:
         module: the plain model whose parameters are averaged (not a DDP wrapper).
         decay: the EMA decay in (0, 1).
+        warmup: lower the decay over the first updates (:meth:`decay_at`).
     """
 
     key = "ema"
 
-    def __init__(self, module: nn.Module, decay: float) -> None:
-        self.decay = decay
+    def __init__(self, module: nn.Module, decay: float, warmup: bool = True) -> None:
+        self.decay, self.warmup = decay, warmup
         self.names = [name for name, _ in module.named_parameters()]
         self.average: dict[str, torch.Tensor] = {}
         self._updates = 0
@@ -64,6 +68,10 @@ class WeightAverage(Callback):
                 self.average[name] = self.average[name].to(p.device)
         return live
 
+    def decay_at(self, updates: int) -> float:
+        """The decay applied by the update after ``updates`` earlier ones."""
+        return min(self.decay, (1.0 + updates) / (10.0 + updates)) if self.warmup else self.decay
+
     @torch.no_grad()
     def update(self, module: nn.Module) -> None:
         """Fold the current parameters of ``module`` into the average (after an optimizer step)."""
@@ -72,7 +80,7 @@ class WeightAverage(Callback):
             self.average = {name: p.clone() for name, p in zip(self.names, live, strict=True)}
         else:
             averaged = [self.average[name] for name in self.names]
-            torch._foreach_lerp_(averaged, live, 1.0 - self.decay)  # pyright: ignore[reportPrivateImportUsage]  # a torch kernel outside torch.__all__
+            torch._foreach_lerp_(averaged, live, 1.0 - self.decay_at(self._updates))  # pyright: ignore[reportPrivateImportUsage]  # a torch kernel outside torch.__all__
         self._updates += 1
 
     @property

@@ -280,11 +280,15 @@ def check_parallelism(par: ParallelismConfig, lsgd: LocalSGDConfig, optimizer: O
 # ------------------------------------------------------------------------- EMA / SecondStage
 @dataclass(frozen=True)
 class EMAConfig:
-    """``Training.EMA``: enabled [false], decay [0.99]: an exponential moving average of the
-    weights, updated after every optimizer step, is what validation, test and the saved model use."""
+    """``Training.EMA``: enabled [false], decay [0.99], warmup [true]: an exponential moving
+    average of the weights, updated after every optimizer step, is what validation, test and the
+    saved model use. With ``warmup`` the decay after ``n`` updates is ``min(decay, (1 + n) / (10 +
+    n))`` (torch-ema's and timm's rule), so the average of a short run follows its weights instead
+    of holding on to the initial ones (at 0.99 without it, 56 steps still keep 57 % of them)."""
 
     enabled: bool = False
     decay: float = field(default=0.99, metadata={"gt": 0, "lt": 1})
+    warmup: bool = True
 
     @classmethod
     def from_dict(cls, values: Any, where: str) -> EMAConfig:
@@ -296,8 +300,10 @@ class SecondStageConfig:
     """``Training.SecondStage`` (MACE's "stage two" / SWA switch): enabled [false], start [0.75]
     (fraction of ``num_epoch``, or of ``max_time_s`` when that is reached first), then the
     learning rate becomes learning_rate [kept] and stays constant, and the MLIP loss weights
-    energy_weight / forces_weight / stress_weight [kept] replace the first stage's. The best
-    model is chosen among second-stage epochs."""
+    change: energy_factor / forces_factor / stress_factor [1] multiply the first stage's weights
+    (the user's weights stay in proportion), energy_weight / forces_weight / stress_weight
+    [kept] replace them (one of the two per role). The best model is chosen among second-stage
+    epochs."""
 
     enabled: bool = False
     start: float = field(default=0.75, metadata={"gt": 0, "lt": 1, "noun": "a fraction"})
@@ -305,13 +311,29 @@ class SecondStageConfig:
     energy_weight: float | None = field(default=None, metadata=_NON_NEGATIVE)
     forces_weight: float | None = field(default=None, metadata=_NON_NEGATIVE)
     stress_weight: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    energy_factor: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    forces_factor: float | None = field(default=None, metadata=_NON_NEGATIVE)
+    stress_factor: float | None = field(default=None, metadata=_NON_NEGATIVE)
 
     @classmethod
     def from_dict(cls, values: Any, where: str) -> SecondStageConfig:
-        return cp.parse_dataclass(cls, values, where, ConfigError)
+        parsed = cp.parse_dataclass(cls, values, where, ConfigError)
+        both = [r for r in ("energy", "forces", "stress") if r in parsed.weights and r in parsed.factors]
+        if both:
+            raise ConfigError(
+                f"{where}: give {both[0]}_weight (replaces the first stage's) or {both[0]}_factor (multiplies "
+                "it), not both"
+            )
+        return parsed
 
     @property
     def weights(self) -> dict[str, float]:
         """``{role: weight}`` of the weights this stage sets."""
         roles = {"energy": self.energy_weight, "forces": self.forces_weight, "stress": self.stress_weight}
         return {role: w for role, w in roles.items() if w is not None}
+
+    @property
+    def factors(self) -> dict[str, float]:
+        """``{role: factor}`` of the weights this stage multiplies."""
+        roles = {"energy": self.energy_factor, "forces": self.forces_factor, "stress": self.stress_factor}
+        return {role: f for role, f in roles.items() if f is not None}

@@ -1,4 +1,5 @@
-"""Did the potential learn energies? The validation energy error against a composition-only fit.
+"""Did the potential learn? The validation energy error against a composition-only fit, the force
+error against predicting zero.
 
 A per-element least-squares fit of the training energies (one energy per element, nothing
 about structure) predicts every validation energy to within some error: the composition
@@ -7,6 +8,11 @@ energies beyond the atom counts; with forces weighted far above energies this ha
 (the loss falls, the forces improve, the energy error sits at the baseline). The trainer
 computes the baseline once the data is loaded and, after training, says so when the first
 stage or the final model did not beat it, naming the keys that change it.
+
+Forces alike: predicting zero force on every atom scores the mean absolute force component of
+the validation set. A model whose force error is not well below it (:data:`FORCE_RATIO`) has
+learned next to nothing about forces; a short first run with an average of the weights that
+still held the initial ones did this silently.
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ from typing import Any, cast
 from hydragnn.data import DataError
 from hydragnn.data.atomic_references import fit_average
 
-__all__ = ["composition_baseline", "energy_warnings"]
+__all__ = ["FORCE_RATIO", "composition_baseline", "energy_warnings", "force_warnings", "zero_force_baseline"]
+
+FORCE_RATIO = 0.8
+"""A force error at or above this fraction of the zero-force error is reported as not learned."""
 
 
 def composition_baseline(train: Sequence[Any], val: Sequence[Any] | None, energy: str) -> float | None:
@@ -79,3 +88,36 @@ def energy_warnings(
             "Training.SecondStage or train longer (num_epoch / max_time_s)"
         )
     return out
+
+
+def zero_force_baseline(val: Sequence[Any] | None, forces: str) -> float | None:
+    """MAE in eV/Å per component of predicting zero forces on ``val`` (the mean ``|F|`` component);
+    ``None`` without a validation split, with a sample lacking ``forces``, or with no atoms."""
+    if not val:
+        return None
+    total, count = 0.0, 0
+    for sample in val:
+        value = getattr(sample, forces, None)
+        if value is None:
+            return None
+        total += float(value.abs().sum())
+        count += value.numel()
+    return total / count if count else None
+
+
+def force_warnings(
+    history: Sequence[Mapping[str, Any]], best_epoch: int, baseline: float | None, name: str = "forces"
+) -> list[str]:
+    """A warning when the kept model's validation force MAE (eV/Å) is at or above
+    :data:`FORCE_RATIO` of ``baseline`` (the zero-force MAE)."""
+    if not baseline or not history:
+        return []
+    by_epoch = {int(r["epoch"]): r for r in history}
+    best = _energy_mae(by_epoch[best_epoch], name) if best_epoch in by_epoch else None
+    if best is None or best < FORCE_RATIO * baseline:
+        return []
+    return [
+        f"the model's validation force error ({best:.4g} eV/Å, epoch {best_epoch}) is {best / baseline:.0%} of what "
+        f"predicting zero forces gives ({baseline:.4g} eV/Å): its forces are barely learned. Train longer "
+        "(num_epoch / max_time_s) or on more structures"
+    ]

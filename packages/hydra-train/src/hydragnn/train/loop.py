@@ -101,7 +101,7 @@ def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, prog
     if cfg.scheduler.warmup_steps:
         callbacks.append(Warmup(cfg.scheduler.warmup_steps))
     if cfg.ema.enabled:
-        callbacks.append(WeightAverage(module, cfg.ema.decay))
+        callbacks.append(WeightAverage(module, cfg.ema.decay, cfg.ema.warmup))
     measure = strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile
     callbacks.append(ThreadTuner(cfg.intra_op_threads, measure=measure, log=lambda line: progress.log(1, line)))
     callbacks.append(SecondStage(cfg.second_stage, cfg.num_epoch, cfg.max_time_s))
@@ -247,7 +247,7 @@ class TrainingLoop:
                     if self.stop_reason is not None:
                         self.log(self._stop_message)
                         break
-            summary = self._restore_best()
+            summary = self._restore_best(val_loader)
             if test_loader is not None:
                 self._test(test_loader, summary)
             return summary
@@ -345,7 +345,23 @@ class TrainingLoop:
             atomic_save(state, self.ckpt_path)
         self.strategy.barrier()
 
-    def _restore_best(self) -> dict[str, Any]:
+    def _last_weights_if_better(self, val_loader) -> tuple[dict[str, torch.Tensor], float] | None:
+        """The live weights and their validation loss when they beat the best averaged state.
+
+        With an average (``EMA``) every epoch is validated, and the best one kept, with the
+        averaged weights; a short run's average can still lag behind what the optimizer reached.
+        The last live weights are validated once more and win when their loss is lower (every
+        rank sees the same averaged loss, so every rank decides alike). ``None`` without an
+        average, a validation set, or a better loss.
+        """
+        if not self.cfg.ema.enabled or val_loader is None or not self.history or self.best_state is None:
+            return None
+        loss = evaluate_losses(self.strategy, val_loader)[0]
+        if not loss < self.best_loss:
+            return None
+        return _clone_state(self.strategy.model_state_dict()), loss
+
+    def _restore_best(self, val_loader=None) -> dict[str, Any]:
         """Load the best state into the model; the summary without the test entries."""
         if self.best_epoch < 0 and self.history:
             raise TrainingAborted(
@@ -353,10 +369,21 @@ class TrainingLoop:
                 f"{self.history[-1]['val_loss']}); {self.skipped_batches} batch(es) were skipped for a non-finite "
                 "loss. No artifact was written"
             )
-        if self.best_state is not None:
+        kept = "EMA weights" if self.cfg.ema.enabled else "weights"
+        last = self._last_weights_if_better(val_loader)
+        if last is not None:
+            state, loss = last
+            self.log(
+                f"the last epoch's raw weights (val loss {loss:.6g}) beat the best EMA weights (epoch "
+                f"{self.best_epoch}, val loss {self.best_loss:.6g}): they are kept instead (the average lagged "
+                "behind; train longer or lower Training.EMA.decay)"
+            )
+            self.best_state, self.best_loss, self.best_epoch = state, loss, self.history[-1]["epoch"]
+            kept = "raw weights"
             self.strategy.load_model_state_dict(self.best_state)
-            what = "EMA weights" if self.cfg.ema.enabled else "weights"
-            self.log(f"best epoch {self.best_epoch} (val loss {self.best_loss:.6g}); its {what} are restored")
+        elif self.best_state is not None:
+            self.strategy.load_model_state_dict(self.best_state)
+            self.log(f"best epoch {self.best_epoch} (val loss {self.best_loss:.6g}); its {kept} are restored")
         if self.skipped_batches:
             self.log(f"{self.skipped_batches} batch(es) skipped for a non-finite loss")
         reason = self.stop_reason or "num_epoch"
@@ -369,6 +396,7 @@ class TrainingLoop:
             "skipped_batches": self.skipped_batches,
             "train_batches": self.train_batches,
             "train_time_s": self.train_time_s(),
+            "kept_weights": kept,
             "history": self.history,
             "test": None,
         }
@@ -436,11 +464,13 @@ def train_validate_test(
             built-in ones and those of ``Training.callbacks``.
 
     Returns:
-        ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "stop_reason",
+        ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "stop_reason", "kept_weights",
         "second_stage_epoch", "skipped_batches", "train_batches", "projection_redraws",
         "train_time_s", "history": [per-epoch dicts], "test": {"loss", "heads", "mae"}}``
         and the callbacks' ``summary()`` entries (``stop_reason``: ``"num_epoch"``,
-        ``"early_stopping"``, ``"max_time_s"`` or a callback's; ``train_batches`` and
+        ``"early_stopping"``, ``"max_time_s"`` or a callback's; ``kept_weights``: ``"weights"``,
+        ``"EMA weights"``, or ``"raw weights"`` when the last epoch's live weights validated better
+        than the best average (``best_epoch`` / ``best_val_loss`` are then theirs); ``train_batches`` and
         ``train_time_s``: training batches and seconds of training loop over the whole run,
         resumed segments included; ``projection_redraws``: performer redraws in this call;
         ``test.mae``: per head ``mae``, ``rmse``, ``unit``).

@@ -6,8 +6,9 @@ nothing and the energies are never refined. An MLIP config therefore starts from
 measured best on the EMT Cu-Au and GFN2-xTB organic-molecule benchmarks
 (``docs/notes/mlip_fit.md``, ``docs/notes/organic_benchmark.md``): AdamW at 5e-3 with 100 warmup
 steps, ReduceLROnPlateau (factor 0.7, patience 4), gradient clipping at 10, an EMA of the weights
-(0.99), energy / forces loss weights 100 / 100, and a second stage over the last 20 % of the
-epochs (or of ``max_time_s``) at 5e-4 with energy / forces weights 1000 / 100, and a committee
+(0.99, warmed up), energy / forces loss weights 100 / 100, and a second stage over the last 20 %
+of the epochs (or of ``max_time_s``) at 5e-4 with the energy weight multiplied by 10 (1000 / 100
+at the default weights; the weights a config gives keep their proportions), and a committee
 sized by the time budget (``Architecture.committee: "auto"``, :mod:`.committee_size`): up to three
 members when the budget gives each enough epochs (small data sets: they transfer better to unseen
 molecules), else one model.
@@ -37,8 +38,7 @@ MLIP_TRAINING: dict[str, Any] = {
         "enabled": True,
         "start": 0.8,
         "learning_rate": 0.0005,
-        "energy_weight": 1000.0,
-        "forces_weight": 100.0,
+        "energy_factor": 10.0,
     },
 }
 """``Training`` keys an MLIP run takes when its config leaves them out."""

@@ -32,7 +32,7 @@ from .checkpoint import load_checkpoint
 from .committee_size import choose_members, stored_members, time_train_step
 from .config import RunConfig, load_config, with_members
 from .data import load_run_data
-from .energy_check import composition_baseline, energy_warnings
+from .energy_check import composition_baseline, energy_warnings, force_warnings, zero_force_baseline
 from .errors import CheckpointError, TrainError
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
 from .finetune import initialise_from, load_base
@@ -287,14 +287,21 @@ class _Run:
         return choice.members
 
     def _energy_warnings(self, data, model_config: ModelConfig, summary: dict[str, Any]) -> float | None:
-        """Warn when the energy error sat at the composition baseline; returns that baseline."""
+        """Warn when the energy error sat at the composition baseline, or the force error near
+        that of zero forces; returns the energy baseline."""
         if not model_config.mlip.enabled or data.heads:
             return None
         name = model_config.mlip.energy_name
         baseline = composition_baseline(data.train, data.val, name)
-        for line in energy_warnings(
+        lines = energy_warnings(
             summary["history"], summary["best_epoch"], summary["second_stage_epoch"], baseline, name
-        ):
+        )
+        forces = model_config.mlip.forces_name
+        if forces is not None:
+            lines += force_warnings(
+                summary["history"], summary["best_epoch"], zero_force_baseline(data.val, forces), forces
+            )
+        for line in lines:
             self.log(f"warning: {line}")
         return baseline
 

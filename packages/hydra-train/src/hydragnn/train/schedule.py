@@ -122,27 +122,37 @@ class SecondStage(Callback):
         by_time = self.max_time_s is not None and elapsed_s >= self.config.start * self.max_time_s
         return epoch >= self.first_epoch or by_time
 
-    def apply(self, optimizer: torch.optim.Optimizer, model: Any) -> dict[str, float]:
+    def apply(self, optimizer: torch.optim.Optimizer, model: Any) -> dict[str, tuple[float, float]]:
         """Set the learning rate and the loss weights (``model.task_weights`` of the MLIP roles).
 
         Returns:
-            ``{output name: new weight}``.
+            ``{output name: (first-stage weight, new weight)}``.
         """
         if self.config.learning_rate is not None:
             for group in optimizer.param_groups:
                 group["lr"] = self.config.learning_rate
         return self.reweigh(model)
 
-    def reweigh(self, model: Any) -> dict[str, float]:
-        """Only the loss weights (what a resumed second stage re-applies; the lr is in the optimizer)."""
+    def reweigh(self, model: Any) -> dict[str, tuple[float, float]]:
+        """Only the loss weights (what a resumed second stage re-applies to the first stage's
+        weights of a freshly built model; the lr is in the optimizer): a ``*_weight`` replaces the
+        role's weight, a ``*_factor`` multiplies it."""
         special = getattr(model, "special", {}) or {}
         changed = {}
-        for role, weight in self.config.weights.items():
+        for role, weight in [*self.config.weights.items(), *self.config.factors.items()]:
             name = special.get(role)
-            if name is not None:
-                model.task_weights[name] = weight
-                changed[name] = weight
+            if name is None or name not in model.task_weights:
+                continue
+            old = float(model.task_weights[name])
+            new = float(weight) if role in self.config.weights else old * float(weight)
+            model.task_weights[name] = new
+            changed[name] = (old, new)
         return changed
+
+    @staticmethod
+    def _describe(changed: Mapping[str, tuple[float, float]]) -> str:
+        parts = [f"{name} {old:g} -> {new:g}" for name, (old, new) in changed.items() if old != new]
+        return "loss weights " + (", ".join(parts) if parts else "unchanged")
 
     def on_fit_start(self, loop: TrainingLoop) -> None:
         if self.started:  # resumed inside the second stage
@@ -158,13 +168,39 @@ class SecondStage(Callback):
         changed = self.apply(loop.optimizer, loop.module)
         self.epoch, loop.step_scheduler = epoch, False
         loop.best_loss, loop.since_best = math.inf, 0
+        others = sorted(set(loop.module.task_weights) - set(changed)) if hasattr(loop.module, "task_weights") else []
         loop.log(
             f"second stage from epoch {epoch}: learning rate {loop.optimizer.param_groups[0]['lr']:.3g} (constant), "
-            f"loss weights {changed or 'unchanged'}; the best model is now chosen among second-stage epochs"
+            f"{self._describe(changed)}{f' ({others} kept)' if others else ''}; the best model is now chosen among "
+            "second-stage epochs"
         )
 
     def on_epoch_end(self, loop: TrainingLoop, record: dict[str, Any]) -> None:
         record["second_stage"] = self.started
+
+    def on_fit_end(self, loop: TrainingLoop) -> None:
+        for line in self.worse_heads(loop.history, loop.best_epoch):
+            loop.log(f"warning: {line}")
+
+    def worse_heads(self, history: list[dict[str, Any]], kept_epoch: int) -> list[str]:
+        """Heads whose validation MAE at the kept epoch is above that of the last first-stage epoch."""
+        if self.epoch is None:
+            return []
+        by_epoch = {int(r["epoch"]): r for r in history}
+        before, after = by_epoch.get(self.epoch - 1), by_epoch.get(kept_epoch)
+        if before is None or after is None or kept_epoch < self.epoch:
+            return []
+        lines = []
+        for name, err in (after.get("val_errors") or {}).items():
+            first = (before.get("val_errors") or {}).get(name)
+            if first is None or not float(err["mae"]) > float(first["mae"]):
+                continue
+            lines.append(
+                f"head {name!r} ends worse than before the second stage: validation MAE {float(err['mae']):.4g} at "
+                f"epoch {kept_epoch}, {float(first['mae']):.4g} at epoch {self.epoch - 1} (the second stage's loss "
+                "weights favour other heads: lower its *_factor / *_weight, or disable Training.SecondStage)"
+            )
+        return lines
 
     def summary(self) -> dict[str, int | None]:
         return {"second_stage_epoch": self.epoch}

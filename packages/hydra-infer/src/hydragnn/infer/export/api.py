@@ -130,6 +130,7 @@ def export_model(
         raise ExportError("cannot export this model:\n  - " + "\n  - ".join(problems))
     spec = FORMATS[fmt]
     meta = _metadata(model, info, fmt, fixed, head, model_or_artifact)
+    references = check_references(model, info, fixed)  # before the trace: a refusal costs no compile
     if fmt == "metatomic":
         from .metatomic import metatomic_torch
 
@@ -163,7 +164,7 @@ def export_model(
         seconds["write"] = time.perf_counter() - start
         start = time.perf_counter()
         tolerance = TOLERANCE[model.geometry_dtype]
-        errors = check_file(tmp, fmt, model, info, graph_attr_values=fixed, tolerance=tolerance)
+        errors = check_file(tmp, fmt, model, info, references=references, tolerance=tolerance)
         seconds["check"] = time.perf_counter() - start
         os.replace(tmp, path)
     finally:
@@ -246,7 +247,11 @@ def _metadata(
 
 
 def check_structures(info: ModelInfo) -> list[Any]:
-    """A 7-atom molecule and a 12-atom triclinic periodic cell (the trace used a 32-atom cubic one)."""
+    """A 7-atom molecule and a 12-atom triclinic periodic cell (the trace used a 32-atom cubic one).
+
+    Every atom is one of :func:`.graph.check_species` (the model's training species when it lists
+    them), so a model trained on any chemistry can be checked.
+    """
     from ase import Atoms
     from ase.build import bulk
 
@@ -257,8 +262,8 @@ def check_structures(info: ModelInfo) -> list[Any]:
         positions=rng.normal(scale=1.2, size=(7, 3)) + np.array([0.0, 0.0, 0.0]),
     )
     periodic = bulk("Cu", "fcc", a=3.6) * (2, 2, 3)  # the primitive fcc cell: triclinic
-    periodic.numbers[::3] = second
-    periodic.numbers[1::3] = first
+    periodic.numbers[:] = first
+    periodic.numbers[::3] = second  # every atom one of the model's species, whatever they are
     periodic.rattle(0.08, seed=3)
     return [molecule, periodic]
 
@@ -310,25 +315,41 @@ def _exported(path: Path, fmt: str, atoms: Any, info: ModelInfo, device: str) ->
     return out
 
 
+def check_references(
+    model: HydraModel, info: ModelInfo, fixed: Mapping[str, float]
+) -> list[tuple[Any, dict[str, np.ndarray]]]:
+    """:func:`check_structures` with the calculator's outputs for each, computed before any file is written.
+
+    Raises:
+        ExportError: the calculator refuses a check structure (the message says why).
+    """
+    pairs = []
+    for atoms in check_structures(info):
+        try:
+            pairs.append((atoms, _reference(model, info, atoms, fixed)))
+        except InferenceError as exc:
+            raise ExportError(f"export check: the calculator refuses the check structure ({exc})") from None
+    return pairs
+
+
 def check_file(
     path: Path,
     fmt: str,
     model: HydraModel,
     info: ModelInfo,
     *,
-    graph_attr_values: Mapping[str, float],
+    references: list[tuple[Any, dict[str, np.ndarray]]],
     tolerance: float,
 ) -> dict[str, float]:
-    """Largest differences between the file and the calculator over :func:`check_structures`.
+    """Largest differences between the file and the calculator's ``references`` (:func:`check_references`).
 
     Raises:
         ExportError: an output missing from the file, or differing by more than ``tolerance``
             (relative to the output's largest magnitude, at least 1).
     """
     worst: dict[str, float] = {}
-    for atoms in check_structures(info):
+    for atoms, ref in references:
         kind = "periodic cell" if atoms.pbc.any() else "molecule"
-        ref = _reference(model, info, atoms, graph_attr_values)
         try:
             got = _exported(path, fmt, atoms, info, next(model.parameters()).device.type)
         except Exception as exc:  # the file's runtime raises its own types; the message says what
