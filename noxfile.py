@@ -224,6 +224,10 @@ def build(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """The main job, end to end on this machine."""
+    session.log(
+        "installing the four layers and what they need (torch, PyTorch Geometric, e3nn, ASE, ADIOS2, Warp): "
+        "a minute or two on a fresh machine, seconds when .nox/demo exists"
+    )
     _install_editable(session, list(PACKAGES), extras=DEMO_EXTRAS)
     out = os.environ.get("HYDRAGNN_DEMO_DIR", str(ROOT / "demo_output"))
     session.run("python", str(ROOT / "tools" / "demo.py"), "--out", out, *session.posargs)

@@ -172,7 +172,18 @@ def main(argv: list[str] | None = None) -> int:
     summary["mlip"] = {"wall_s": round(wall, 1), "best_epoch": metrics["best_epoch"], "test_mae": mae, "paths": paths}
     summary["md"] = _md_from_artifact(paths["artifact"], args.seed)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(NEXT.format(artifact=paths["artifact"]), flush=True)
     return 0
+
+
+NEXT = """
+Next, with your own data (. .nox/demo/bin/activate puts these commands on the PATH):
+  python examples/own_data/make_data.py                                # or your extxyz, labels under your keys
+  hydragnn-train examples/own_data/train.json --run-dir runs/own_data  # the file names and keys are in the config
+  hydragnn-evaluate runs/own_data/model.hydra examples/own_data/test.xyz
+  hydragnn-export runs/own_data/model.hydra model.pt2                  # for LAMMPS, i-PI, metatomic engines
+  python examples/own_data/serve.py runs/own_data/model.hydra          # ASE molecular dynamics
+This demo's model: {artifact}. Every config key: packages/hydra-train/README.md (on the site: nox -s docs)."""
 
 
 def _md_from_artifact(artifact: str, seed: int, steps: int = 100) -> dict:

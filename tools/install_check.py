@@ -196,13 +196,31 @@ def user_line(venv: Venv, line: str, dist_dir: pathlib.Path, constraints: list[s
     venv.pip(*constraints, *words)
 
 
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+"""The index of torch's CPU builds, which the install block's first line must name."""
+
+
+def cpu_torch_line(lines: list[str], readme: pathlib.Path) -> list[str]:
+    """The block's lines after its first, which must install torch's CPU build (without it a
+    CPU machine gets the CUDA build, 6.2 GB, through the layers' ``torch`` requirement)."""
+    first = shlex.split(lines[0])
+    if requirements_of(lines[0]) != ["torch"] or CPU_INDEX not in first:
+        raise InstallCheckError(
+            f"{readme}: the install block must start with the CPU torch line (pip install torch --index-url "
+            f"{CPU_INDEX}); found {lines[0]!r}"
+        )
+    return lines[1:]
+
+
 def run(dist_dir: pathlib.Path, venv_dir: pathlib.Path, readme: pathlib.Path, constraints: list[str]) -> None:
-    lines = readme_lines(readme)
+    lines = cpu_torch_line(readme_lines(readme), readme)
     firsts = [requirements_of(line)[0] for line in lines]
     if firsts[:2] != ["hydra-infer", "hydra-train"]:
         raise InstallCheckError(f"{readme}: expected the inference line, then the training line; found {firsts}")
     venv = Venv(venv_dir)
-    venv.pip(*constraints, "torch")  # the README: CPU users install torch first
+    # the block's CPU torch line; its index is not reachable from CI, whose constraints pin the CPU
+    # wheel on disk: the same build
+    venv.pip(*constraints, "torch")
     find = ["--find-links", str(dist_dir)]
     for dist in ("hydra-data", "hydra-models"):
         venv.pip(*constraints, *find, dist)

@@ -8,7 +8,8 @@ docstring, this rewrites, in its text only (the sources are not touched):
   span: a role's target is often relative or a lazy name that no page defines, so no link);
 * a paragraph ending in ``::`` (a reST literal block follows, indented) -> ending in ``:``; a
   line that is only ``Example::`` keeps its colon escaped so that it is not read as a section;
-* a reST simple table (``====  ====`` borders) -> a fenced text block, as it was laid out;
+* a reST simple table (``====  ====`` borders) -> a fenced text block, as it was laid out, its
+  inline literals without their backquotes (padded, so the columns stay aligned);
 * ``a, b, c: description`` in an ``Args:`` section (one entry for several parameters, which
   griffe would take for one parameter named ``a, b, c``) -> one entry per parameter.
 
@@ -28,6 +29,7 @@ import griffe
 
 _ROLE = re.compile(r":(?:py:)?(?:func|class|meth|mod|data|attr|exc|obj|const|ref|doc):`([^`]+)`")
 _BORDER = re.compile(r"^\s*=+(?:\s+=+)+\s*$")
+_INLINE = re.compile(r"``([^`]+)``")  # inline literal; in a table's text block, the text padded to its width
 _LONE_TITLE = re.compile(r"^(\s*)([\w][\s\w-]*)::\s*$")
 _ARGS = re.compile(r"^(\s*)(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments|Other Parameters):\s*$")
 _SECTION = re.compile(r"^(\s*)(Attributes|Args|Arguments|Parameters|Keys):\s*$")
@@ -74,7 +76,8 @@ def _tables(lines: list[str]) -> list[str]:
             if ends:
                 end = ends[0]
                 indent = lines[i][: len(lines[i]) - len(lines[i].lstrip())]
-                out += [f"{indent}```text", *lines[i : end + 1], f"{indent}```"]
+                table = [_INLINE.sub(lambda m: m.group(1) + "    ", row) for row in lines[i : end + 1]]
+                out += [f"{indent}```text", *table, f"{indent}```"]
                 i = end + 1
                 continue
         out.append(lines[i])

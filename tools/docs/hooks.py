@@ -13,7 +13,8 @@ DeepSpeed or nvalchemi is needed to build the docs):
    defines each), and from those of the public subpackages in ``SUBPACKAGES``. Each package's
    docstring is rendered, then every defining module with the public names it contributes; a
    name defined in another layer (or already shown) is a link to where it is documented.
-3. ``index.md``: README.md, its links made relative to ``docs/``.
+3. ``index.md``: README.md, its links made relative to ``docs/``; ``layers/<dist>.md``: each
+   layer's README (hydra-train's holds the reference of every config key).
 """
 
 from __future__ import annotations
@@ -250,8 +251,22 @@ def home_page(root: pathlib.Path = ROOT) -> str:
     return re.sub(r"\]\(docs/", "](", readme)
 
 
+LAYER_READMES = ("hydra-data", "hydra-models", "hydra-train", "hydra-infer")
+"""Distributions whose README is a page of the site (``layers/<dist>.md``): hydra-train's is the
+reference of every config key."""
+
+
+def layer_page(dist: str, root: pathlib.Path = ROOT) -> str:
+    """``packages/<dist>/README.md`` as ``layers/<dist>.md``: its links to ``../../docs/x.md``
+    become ``../x.md`` (the page sits one folder below ``docs/``)."""
+    text = (root / "packages" / dist / "README.md").read_text(encoding="utf-8")
+    return re.sub(r"\]\(\.\./\.\./docs/", "](../", text)
+
+
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     files.append(File.generated(config, "index.md", content=home_page()))
+    for dist in LAYER_READMES:
+        files.append(File.generated(config, f"layers/{dist}.md", content=layer_page(dist)))
     for page in PAGES:
         files.append(File.generated(config, f"api/{page}.md", content=render_page(page)))
     return files

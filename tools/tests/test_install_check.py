@@ -14,7 +14,7 @@ spec.loader.exec_module(install_check)
 
 
 def test_readme_lines_are_the_users_pip_lines():
-    lines = install_check.readme_lines(ROOT / "README.md")
+    lines = install_check.cpu_torch_line(install_check.readme_lines(ROOT / "README.md"), ROOT / "README.md")
     firsts = [install_check.requirements_of(line)[0] for line in lines]
     assert firsts[:2] == ["hydra-infer", "hydra-train"]
     assert all("--find-links dist" in line for line in lines)
@@ -28,6 +28,18 @@ def test_readme_lines_are_the_users_pip_lines():
 def test_requirements_of_skips_options_and_extras():
     line = 'pip install --find-links dist -c constraints.txt "hydra-train[deepspeed]>=0.2" hydra-infer'
     assert install_check.requirements_of(line) == ["hydra-train", "hydra-infer"]
+
+
+def test_the_block_starts_with_the_cpu_torch_line(tmp_path):
+    """A CPU machine copying the block gets torch's CPU build before any layer asks for torch."""
+    first = install_check.readme_lines(ROOT / "README.md")[0]
+    assert install_check.requirements_of(first) == ["torch"] and install_check.CPU_INDEX in first
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        f"{install_check.BEGIN}\n```bash\npip install --find-links dist hydra-infer\n```\n{install_check.END}\n"
+    )
+    with pytest.raises(install_check.InstallCheckError, match="CPU torch line"):
+        install_check.cpu_torch_line(install_check.readme_lines(readme), readme)
 
 
 def test_missing_block_is_an_error(tmp_path):

@@ -84,6 +84,22 @@ def test_invalid_config_is_a_clean_error(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+def test_a_missing_data_file_is_reported_before_torch_loads(tmp_path):
+    cfg = config()
+    cfg["Dataset"] = {"name": "mine", "train_file": "train.xyz", "test_file": "test.xyz"}
+    (tmp_path / "test.xyz").write_text("")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code = (
+        "import sys; from hydragnn.train.cli import train_main; rc = train_main(); "
+        "print('torch loaded' if 'torch' in sys.modules else 'torch not loaded'); sys.exit(rc)"
+    )
+    out = _run(code, str(path))
+    assert out.returncode == 2 and "torch not loaded" in out.stdout
+    assert f"no such file: Dataset.train_file: {tmp_path / 'train.xyz'}" in out.stderr
+    assert "test_file" not in out.stderr and "Traceback" not in out.stderr
+
+
 def test_train_under_torchrun_ddp(tmp_path):
     """The CLI pipeline itself on 2 processes (gloo): the strategy is a config choice, not code."""
     import os

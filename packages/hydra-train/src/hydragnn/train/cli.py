@@ -70,6 +70,10 @@ def train_main(argv: list[str] | None = None) -> int:
     except (TrainError, DataError, ModelError) as exc:
         print(f"hydragnn-train: error: {exc}", file=sys.stderr)
         return 2
+    missing = config.dataset.missing_files()
+    if missing:  # before torch loads: seconds sooner than the data loading would say it
+        print(f"hydragnn-train: error: no such file: {'; '.join(missing)}", file=sys.stderr)
+        return 2
     from .pipeline import run_training
 
     try:

@@ -172,6 +172,17 @@ class DatasetConfig:
         out = {"train": self.train_file, "valid": self.valid_file, "test": self.test_file}
         return {k: v for k, v in out.items() if v is not None}
 
+    def missing_files(self, where: str = "Dataset") -> list[str]:
+        """``"<where>.<key>: <path>"`` for every ``train_file`` / ``valid_file`` / ``test_file`` /
+        ``path`` (of each source too) that does not exist: what the command line checks before
+        loading torch."""
+        if self.sources:
+            return [m for i, src in enumerate(self.sources) for m in src.missing_files(f"{where}.sources[{i}]")]
+        given = {f"{kind}_file": path for kind, path in self.files.items()}
+        if self.path is not None:
+            given["path"] = self.path
+        return [f"{where}.{key}: {path}" for key, path in given.items() if not Path(path).exists()]
+
     @classmethod
     def from_dict(cls, values: Any, where: str = "Dataset", base: Path | None = None) -> DatasetConfig:
         """Parse a ``Dataset`` section; relative paths are resolved against ``base`` (default: cwd).

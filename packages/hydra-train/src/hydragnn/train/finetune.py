@@ -172,6 +172,7 @@ def initialise_from(
     artifact = (getattr(base, "manifest", None) or {}).get("path")
     log(
         f"initialised from the artifact: {len(copied)} tensors copied, {len(fresh)} fresh"
+        + (f" ({_names(fresh)})" if fresh else "")
         + (f"; trunk frozen ({trainable} of {total} parameters train)" if config.freeze_encoder else "")
         + (f"; new species {[chemical_symbols[z] for z in new]}" if new else "")
     )
@@ -182,3 +183,9 @@ def initialise_from(
         "trainable_parameters": trainable,
         "new_species": new,
     }
+
+
+def _names(keys: list[str], shown: int = 6) -> str:
+    """The first ``shown`` tensor names, and how many more."""
+    more = len(keys) - shown
+    return ", ".join(keys[:shown]) + (f" and {more} more" if more > 0 else "")

@@ -206,7 +206,7 @@ class _Run:
         if cfg.schema is None:
             self.cfg = cfg = dataclasses.replace(cfg, schema=data.schema)
         self.log(
-            f"dataset {cfg.dataset.name}: {len(data.train)} train, {len(data.val or ())} val, "
+            f"data set {cfg.dataset.name!r}: {len(data.train)} train, {len(data.val or ())} val, "
             f"{len(data.test or ())} test samples ready in {time.perf_counter() - t0:.1f} s"
         )
         if cfg.mlip_defaults:
