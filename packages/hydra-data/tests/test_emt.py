@@ -13,8 +13,11 @@ from ase.calculators.emt import EMT
 
 from hydragnn.data.emt import (
     CUAU_VARIABLES,
+    EMT_METALS,
     bulk_repeat,
+    generate_alloy_atoms,
     generate_bulk,
+    generate_bulk_atoms,
     generate_cuau,
     generate_cuau_atoms,
 )
@@ -144,3 +147,24 @@ def test_invalid_arguments():
     with pytest.raises(DataError):
         bulk_repeat(2)
     assert generate_cuau(0) == []
+
+
+def test_alloys_of_other_metals():
+    """Any two of EMT's fcc metals in the Cu-Au recipe: their species only, EMT's labels, the
+    guest fraction asked for; Cu-Au itself gives generate_bulk_atoms' structures bit for bit."""
+    cells = generate_alloy_atoms(("Ni", "Al"), 5, 16, seed=3)
+    assert [sorted(set(a.numbers.tolist())) for a in cells] == [[28], [13, 28], [13, 28], [13, 28], [13]]
+    assert [int((a.numbers == 13).sum()) for a in cells] == [0, 4, 8, 12, 16]
+    for atoms in cells[:2]:
+        reference = atoms.copy()
+        reference.calc = EMT()
+        assert atoms.get_potential_energy() == pytest.approx(reference.get_potential_energy(), abs=1e-10)
+    ours, theirs = generate_alloy_atoms(("Cu", "Au"), 3, 32, seed=5), generate_bulk_atoms(3, 32, seed=5)
+    for a, b in zip(ours, theirs, strict=True):
+        assert np.array_equal(a.positions, b.positions) and np.array_equal(a.numbers, b.numbers)
+    assert {int(z) for z in generate_alloy_atoms(["Pt"], 2, 8)[1].numbers} == {78}
+    assert set(EMT_METALS) >= {"Al", "Ni", "Pd", "Ag", "Pt"}
+    with pytest.raises(DataError, match="EMT's fcc metals.*'Fe'"):
+        generate_alloy_atoms(("Fe", "Al"), 1, 8)
+    with pytest.raises(DataError, match="one or two element symbols"):
+        generate_alloy_atoms(("Ni", "Al", "Cu"), 1, 8)

@@ -10,7 +10,12 @@ import torch
 from torch_geometric.data import Data
 from train_helpers import config
 
-from hydragnn.train.energy_check import composition_baseline, energy_warnings
+from hydragnn.train.energy_check import (
+    composition_baseline,
+    energy_warnings,
+    force_warnings,
+    zero_force_baseline,
+)
 from hydragnn.train.pipeline import run_training
 
 
@@ -69,3 +74,28 @@ def test_a_run_that_never_weighs_energy_warns_and_records_the_baseline(tmp_path,
     best = metrics["history"][metrics["best_epoch"]]["val_errors"]["energy"]["mae"]
     assert best >= baseline
     assert "no better than composition alone" in capsys.readouterr().out
+
+
+def test_zero_force_baseline_and_its_warning():
+    """The zero-force MAE is the mean |F| component of the validation set; a kept model at or
+    above 80 % of it is named, one below is not."""
+    val = [Data(forces=torch.tensor([[1.0, -2.0, 0.0]])), Data(forces=torch.tensor([[3.0, 0.0, 0.0], [0, 0, 0]]))]
+    assert zero_force_baseline(val, "forces") == pytest.approx(6.0 / 9.0)
+    assert zero_force_baseline(val, "other") is None and zero_force_baseline([], "forces") is None
+    history = [
+        {"epoch": 0, "val_errors": {"forces": {"mae": 0.6}}},
+        {"epoch": 1, "val_errors": {"forces": {"mae": 0.2}}},
+    ]
+    (line,) = force_warnings(history, best_epoch=0, baseline=0.7)
+    assert "86% of what predicting zero forces gives" in line and "epoch 0" in line
+    assert force_warnings(history, best_epoch=1, baseline=0.7) == []
+
+
+def test_a_run_whose_forces_did_not_move_warns(tmp_path, capsys):
+    """A learning rate too small to change anything: the kept model's forces are the initial
+    model's, no better than zero, and the run says so."""
+    cfg = config("mlip", n=16, epochs=1)
+    cfg["NeuralNetwork"]["Training"]["Optimizer"]["learning_rate"] = 1e-12
+    cfg["Verbosity"]["level"] = 1
+    run_training(cfg, tmp_path)
+    assert "its forces are barely learned" in capsys.readouterr().out

@@ -52,9 +52,14 @@ def test_architecture_comes_from_the_artifact_and_heads_are_kept_or_replaced(bas
     for heads in ("keep", "replace"):
         torch.manual_seed(7)
         model = build_model(run.model_config, trained.schema)
+        lines: list[str] = []
         record = initialise_from(
-            model, load_base(artifact, trained.schema, FineTuneConfig(), [29]), FineTuneConfig(heads=heads)
+            model,
+            load_base(artifact, trained.schema, FineTuneConfig(), [29]),
+            FineTuneConfig(heads=heads),
+            log=lines.append,
         )
+        assert f"{len(record['fresh'])} fresh ({record['fresh'][0]}" in lines[-1]  # the log names them
         base_state, state = trained.state_dict(), model.state_dict()
         for key, value in state.items():
             same = torch.equal(value, base_state[key])

@@ -247,15 +247,9 @@ def generate_bulk_atoms(
     max_strain: float = 0.03,
     rattle: float = 0.05,
 ) -> list[Atoms]:
-    """Large Cu–Au cells (about ``n_atoms`` atoms) as ``Atoms`` with EMT results.
-
-    Args:
-        n_structures: number of structures.
-        n_atoms: wanted atom count; the cell is :func:`bulk_repeat` conventional cells.
-        seed: seed; equal seeds give identical structures.
-        compositions: Au fractions, used in turn.
-        max_strain: bound of the uniform symmetric strain components.
-        rattle: standard deviation of the position noise, Å.
+    """Large Cu–Au cells (about ``n_atoms`` atoms) as ``Atoms`` with EMT results: the
+    :func:`generate_alloy_atoms` of ``("Cu", "Au")`` (its arguments; ``compositions`` are Au
+    fractions).
 
     Returns:
         Periodic ``Atoms`` with a ``SinglePointCalculator`` (energy, energies, forces, stress).
@@ -263,7 +257,9 @@ def generate_bulk_atoms(
     Raises:
         DataError: on invalid arguments.
     """
-    return _atoms_list(n_structures, seed, bulk_repeat(n_atoms), compositions, max_strain, rattle)
+    return generate_alloy_atoms(
+        ("Cu", "Au"), n_structures, n_atoms, seed, compositions=compositions, max_strain=max_strain, rattle=rattle
+    )
 
 
 def generate_alloy_atoms(
@@ -277,8 +273,7 @@ def generate_alloy_atoms(
     rattle: float = 0.05,
 ) -> list[Atoms]:
     """Binary fcc alloy cells of any two of :data:`EMT_METALS` (or one element alone), with EMT
-    results: the recipe of :func:`generate_cuau_atoms` for another chemistry (``("Cu", "Au")``
-    gives the same structures as :func:`generate_bulk_atoms`).
+    results: the recipe of :func:`generate_cuau_atoms` for another chemistry.
 
     Args:
         elements: ``(host, guest)`` symbols; ``compositions`` are guest fractions. One symbol
@@ -289,6 +284,9 @@ def generate_alloy_atoms(
         compositions: guest fractions, used in turn.
         max_strain: bound of the uniform symmetric strain components.
         rattle: standard deviation of the position noise, Å.
+
+    Returns:
+        Periodic ``Atoms`` with a ``SinglePointCalculator`` (energy, energies, forces, stress).
 
     Raises:
         DataError: an element EMT has no fcc parameters for, or invalid arguments.

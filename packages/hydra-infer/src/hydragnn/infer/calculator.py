@@ -24,16 +24,14 @@ The regular path (eager, compiled, kernels) takes its edges from :class:`~.neigh
 from __future__ import annotations
 
 import os
-import sys
-import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 from torch_geometric.data import Batch
 
-from hydragnn.data.threads import compile_kwargs, configure_threads
+from hydragnn.data.threads import compile_kwargs
 from hydragnn.models import HydraModel, load_artifact
 
 from .batching import call_batch
@@ -54,33 +52,7 @@ from .modes import (
 )
 from .neighbors import NeighborCache, check_skin, md_skin
 from .outputs import convert
-
-_THREADS: list[str] = []
-
-
-SPINNING = (
-    "hydragnn.infer: OpenMP's threads spin while they wait (torch loaded before "
-    "hydragnn.data.configure_threads() could set OMP_WAIT_POLICY=PASSIVE): with another busy process on the "
-    "cores, each call slows 2-3x (108-atom MD: 68 steps/s against 160 on one thread). Set OMP_NUM_THREADS=1 "
-    "(structures of a few hundred atoms) or OMP_WAIT_POLICY=PASSIVE before starting Python, or call "
-    "hydragnn.data.configure_threads() first in your script"
-)
-"""The warning of :func:`_threads_notice` when OpenMP spins on more than one thread nobody chose."""
-
-
-def _threads_notice(environ: Mapping[str, str] = os.environ) -> str:
-    """:func:`configure_threads` applied once per process (explicitly: importing
-    ``hydragnn.infer`` changes nothing), its one-line notice printed to stderr; and, once, a
-    :class:`HydraInferWarning` (:data:`SPINNING`) when OpenMP's busy waiting is in force on more than one
-    intra-op thread and neither ``OMP_WAIT_POLICY`` nor ``OMP_NUM_THREADS`` was chosen (torch was
-    loaded before the policy could be set: a script of one's own)."""
-    if not _THREADS:
-        _THREADS.append(configure_threads())
-        print(f"hydragnn.infer: {_THREADS[0]}", file=sys.stderr)
-        chosen = "OMP_WAIT_POLICY" in environ or "OMP_NUM_THREADS" in environ
-        if not chosen and torch.get_num_threads() > 1:
-            warnings.warn(SPINNING, HydraInferWarning, stacklevel=3)
-    return _THREADS[0]
+from .process_threads import threads_notice
 
 
 class HydraCalculator:
@@ -135,7 +107,7 @@ class HydraCalculator:
         skin: float = 0.0,
     ) -> None:
         self._neighbors = NeighborCache(check_skin(skin))
-        self.threads = _threads_notice()
+        self.threads = threads_notice()
         model: ServedModel
         if isinstance(model_or_artifact_path, (str, os.PathLike)):
             model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")

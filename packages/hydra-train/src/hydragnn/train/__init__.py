@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the lazy names, for type checkers
     from .checkpoint import load_existing_model, save_model
     from .config import RunConfig, TrainingConfig, load_config
     from .evaluate import test
-    from .loop import train_validate_test
+    from .seed_api import train_validate_test
 
 _LAZY = {
     "Callback": ".callbacks",
@@ -37,7 +37,7 @@ _LAZY = {
     "TrainingConfig": ".config",
     "load_config": ".config",
     "test": ".evaluate",
-    "train_validate_test": ".loop",
+    "train_validate_test": ".seed_api",
 }
 
 __all__ = [

@@ -5,9 +5,10 @@ The first update copies the parameters, every later one folds them in as
 ``get_ema_multi_avg_fn``), where ``d`` is ``decay``, or with ``warmup`` ``min(decay, (1 + n) /
 (10 + n))`` after ``n`` updates (torch-ema's ``use_num_updates`` and timm's warm-up): a run of a
 few dozen steps then validates and saves an average of its recent weights, not of its initial
-ones. The update count is in the checkpoint, so a resumed run continues the same schedule. :meth:`WeightAverage.applied` swaps the averaged parameters into the
-live module for evaluation or saving and puts the live ones back after; buffers always stay the
-live model's. The average needs the full parameters on every rank (strategies none, ddp,
+ones. The update count is in the checkpoint, so a resumed run continues the same schedule.
+:meth:`WeightAverage.applied` swaps the averaged parameters into the live module for evaluation
+or saving and puts the live ones back after; buffers always stay the live model's. When training
+ends, the last live weights are kept instead of the best average if they validate better. The average needs the full parameters on every rank (strategies none, ddp,
 localsgd, deepspeed ZeRO 1-2), where every rank's average is the same.
 
 Parameters are matched by name, never by position: torch's ``AveragedModel`` keeps a deep copy
@@ -111,6 +112,26 @@ class WeightAverage(Callback):
 
     def evaluating(self, loop: TrainingLoop) -> contextlib.AbstractContextManager[None]:
         return self.applied(loop.module)
+
+    def on_fit_start(self, loop: TrainingLoop) -> None:
+        loop.best_kind = "EMA weights"
+
+    def on_training_end(self, loop: TrainingLoop) -> None:
+        """Every epoch was validated, and the best kept, with the averaged weights; a short run's
+        average can still lag behind what the optimizer reached. The last live weights are
+        validated once more and kept when their loss is lower (every rank sees the same averaged
+        loss, so every rank decides alike)."""
+        if not loop.history or loop.best_state is None:
+            return
+        loss = loop.validation_loss()
+        if loss is None or not loss < loop.best_loss:
+            return
+        loop.log(
+            f"the last epoch's raw weights (val loss {loss:.6g}) beat the best EMA weights (epoch "
+            f"{loop.best_epoch}, val loss {loop.best_loss:.6g}): they are kept instead (the average lagged "
+            "behind; train longer or lower Training.EMA.decay)"
+        )
+        loop.keep_state(loop.live_state(), loss, int(loop.history[-1]["epoch"]), "raw weights")
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Tensors only (loads with ``weights_only=True``), keyed as ``AveragedModel`` keys them."""

@@ -1,6 +1,6 @@
 """Callbacks: the training loop's extension points.
 
-:func:`~hydragnn.train.loop.train_validate_test` runs forward, loss, backward, step, validation,
+:func:`~hydragnn.train.seed_api.train_validate_test` runs forward, loss, backward, step, validation,
 best-model tracking and checkpoints; everything else that acts during a run is a
 :class:`Callback`: learning-rate warmup, performer redraws, the weight average (EMA), the second
 stage, the time budget, intra-op thread tuning, early stopping, TensorBoard scalars, and the
@@ -62,8 +62,9 @@ class Callback:
 
     ``loop`` is the running :class:`~hydragnn.train.loop.TrainingLoop`: its ``cfg``,
     ``strategy``, ``module`` (the plain model), ``optimizer``, ``epoch``, ``history``,
-    ``best_loss`` / ``best_epoch`` / ``since_best``, ``log(line)``, ``train_time_s()`` and
-    ``request_stop(reason, message)``.
+    ``best_loss`` / ``best_epoch`` / ``since_best``, ``log(line)``, ``train_time_s()``,
+    ``request_stop(reason, message)``, and for :meth:`on_training_end` ``validation_loss()``,
+    ``live_state()`` and ``keep_state(state, loss, epoch, kind)``.
     """
 
     key: ClassVar[str] = ""
@@ -95,6 +96,10 @@ class Callback:
     def on_epoch_end(self, loop: TrainingLoop, record: dict[str, Any]) -> None:
         """After validation. ``record`` (epoch, losses, errors, lr, seconds...) goes to the history
         after every callback has seen it; ``loop.request_stop`` ends training after this epoch."""
+
+    def on_training_end(self, loop: TrainingLoop) -> None:
+        """After the last epoch, before the best state is restored and tested: a callback may
+        offer another state with ``loop.keep_state`` (validated by ``loop.validation_loss()``)."""
 
     def on_fit_end(self, loop: TrainingLoop) -> None:
         """When training ends, normally or by an exception."""

@@ -54,7 +54,8 @@ def composition_baseline(train: Sequence[Any], val: Sequence[Any] | None, energy
     return sum(errors) / len(errors)
 
 
-def _energy_mae(record: Mapping[str, Any], name: str) -> float | None:
+def _val_mae(record: Mapping[str, Any], name: str) -> float | None:
+    """The validation MAE of output ``name`` in an epoch record, or ``None``."""
     err = (record.get("val_errors") or {}).get(name)
     return None if err is None else float(err["mae"])
 
@@ -73,14 +74,14 @@ def energy_warnings(
     by_epoch = {int(r["epoch"]): r for r in history}
     out = []
     last_first = by_epoch.get(second_stage_epoch - 1) if second_stage_epoch else None
-    first = _energy_mae(last_first, name) if last_first is not None else None
+    first = _val_mae(last_first, name) if last_first is not None else None
     if first is not None and first >= baseline:
         out.append(
             f"the first stage ended (epoch {cast(int, second_stage_epoch) - 1}) with a validation energy error of {first:.4g} "
             f"eV/atom, no better than composition alone ({baseline:.4g} eV/atom): it did not learn energies. Raise "
             "Architecture.energy_weight (the energy term is then too weak against the forces)"
         )
-    best = _energy_mae(by_epoch[best_epoch], name) if best_epoch in by_epoch else None
+    best = _val_mae(by_epoch[best_epoch], name) if best_epoch in by_epoch else None
     if best is not None and best >= baseline:
         out.append(
             f"the model's validation energy error ({best:.4g} eV/atom, epoch {best_epoch}) is no better than composition "
@@ -113,7 +114,7 @@ def force_warnings(
     if not baseline or not history:
         return []
     by_epoch = {int(r["epoch"]): r for r in history}
-    best = _energy_mae(by_epoch[best_epoch], name) if best_epoch in by_epoch else None
+    best = _val_mae(by_epoch[best_epoch], name) if best_epoch in by_epoch else None
     if best is None or best < FORCE_RATIO * baseline:
         return []
     return [

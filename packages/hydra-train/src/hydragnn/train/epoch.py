@@ -1,5 +1,5 @@
 """One training pass over a loader: forward, loss, the non-finite-loss policy, step, running
-metrics, progress (the loop of :func:`hydragnn.train.loop.train_validate_test` runs it per epoch,
+metrics, progress (the loop of :func:`hydragnn.train.seed_api.train_validate_test` runs it per epoch,
 with its callbacks' ``before_forward``, ``before_step`` and ``after_step`` around each batch).
 
 One host read per batch, before the backward: the batch's losses (total and per head, one small

@@ -1,67 +1,47 @@
-"""The training loop: ``train_validate_test`` (the seed API) and :class:`TrainingLoop`.
+"""The training loop, :class:`TrainingLoop`: what every run does.
 
-The loop itself does what every run does: per epoch, ``set_epoch`` on the training loader, one
-pass of training steps through the strategy (a non-finite loss stops with
-:class:`TrainingAborted` naming the epoch and batch, or skips the batch under
-``nan_policy: "skip"``), validation losses and errors per head in physical units (averaged
-across ranks), the scheduler step (``ReduceLROnPlateau`` on the validation loss), the best model
-by validation loss (kept in memory and in the checkpoint), and an atomic checkpoint every
-``Checkpoint.every`` epochs after ``Checkpoint.warmup``. ``resume=True`` continues from the
-checkpoint in ``run_dir`` and ends with the same parameters as an uninterrupted run. At the end
-the best state is restored and reported, and the test set evaluated.
+Per epoch, ``set_epoch`` on the training loader, one pass of training steps through the strategy
+(a non-finite loss stops with :class:`TrainingAborted` naming the epoch and batch, or skips the
+batch under ``nan_policy: "skip"``), validation losses and errors per head in physical units
+(averaged across ranks), the scheduler step (``ReduceLROnPlateau`` on the validation loss), the
+best model by validation loss (kept in memory and in the checkpoint), and an atomic checkpoint
+every ``Checkpoint.every`` epochs after ``Checkpoint.warmup``. ``resume`` continues from the
+checkpoint and ends with the same parameters as an uninterrupted run. At the end the callbacks
+may offer another state (``on_training_end``), the best state is restored and reported, and the
+test set evaluated.
 
-Everything else is a :class:`~hydragnn.train.callbacks.Callback`, built from the ``Training``
-section in this order: performer redraws, warmup, the weight average (``EMA``), intra-op thread
-tuning, the second stage, early stopping, the time budget (``max_time_s``), TensorBoard scalars;
-then the user's (``Training.callbacks`` and the ``callbacks`` argument). The checkpoint keeps
-``{"callbacks": {key: state}}``.
+Everything else is a :class:`~hydragnn.train.callbacks.Callback`
+(:func:`hydragnn.train.seed_api.builtin_callbacks` builds those the ``Training`` section asks
+for); the loop never branches on which callbacks run. The checkpoint keeps ``{"callbacks": {key:
+state}}``. :func:`~hydragnn.train.seed_api.train_validate_test` (the seed API) drives it.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import torch
-from torch import nn
 
 from hydragnn.data.loaders import set_epoch
 from hydragnn.models.metrics import format_errors
 
-from .averaging import WeightAverage
-from .callbacks import Callback, EarlyStopping, TensorBoardScalars, build_callbacks, check_unique, nested
+from .callbacks import Callback, check_unique, nested
 from .checkpoint import atomic_save, get_rng_state, load_checkpoint, set_rng_state
-from .config import TrainingConfig, parse_training
-from .config_training import TRAINING
+from .config import TrainingConfig
 from .epoch import train_epoch as _train_epoch  # a module global: profilers and harnesses wrap it
 from .errors import CheckpointError, TrainingAborted
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
 from .progress import Progress, fmt_errors, fmt_losses
 from .run_folder import check_fingerprint
-from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
 from .strategies.base import Strategy
-from .strategies.optim import adopt_fast_step
-from .threads import ThreadTuner
 
-__all__ = ["CHECKPOINT_NAME", "TrainingLoop", "builtin_callbacks", "train_validate_test"]
+__all__ = ["CHECKPOINT_NAME", "TrainingLoop"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
-
-
-def _training_config(nn_config: Any) -> TrainingConfig:
-    """``config["NeuralNetwork"]`` (dict), a ``Training`` dict, a TrainingConfig or a RunConfig."""
-    if isinstance(nn_config, TrainingConfig):
-        return nn_config
-    training = getattr(nn_config, "training", None)
-    if isinstance(training, TrainingConfig):
-        return training
-    if isinstance(nn_config, Mapping) and "Training" in nn_config:
-        return parse_training(nn_config["Training"])
-    return parse_training(nn_config)
 
 
 def _lr(optimizer: torch.optim.Optimizer) -> float:
@@ -77,41 +57,8 @@ def _scheduler_step(scheduler: Any, val_loss: float) -> None:
         scheduler.step()
 
 
-def _adopt(strategy: Strategy | None, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Strategy:
-    """A set-up strategy: the single-process one adopting ``optimizer`` when none is given (with
-    the fused / foreach step when its user left that choice to torch: :func:`adopt_fast_step`)."""
-    if strategy is None:
-        strategy = Strategy()
-    if strategy.optimizer is None:
-        if optimizer is None:
-            raise TrainingAborted("train_validate_test: give an optimizer or a strategy that is set up")
-        adopt_fast_step(optimizer)
-        strategy.setup(model, lambda _params: optimizer)
-    return strategy
-
-
 def _clone_state(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in state.items()}
-
-
-def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, progress: Progress) -> list[Callback]:
-    """The callbacks the ``Training`` section asks for, in the order they run."""
-    module = strategy.unwrap()
-    callbacks: list[Callback] = [ProjectionRedraw(cfg.global_attn_redraw_interval, cfg.seed)]
-    if cfg.scheduler.warmup_steps:
-        callbacks.append(Warmup(cfg.scheduler.warmup_steps))
-    if cfg.ema.enabled:
-        callbacks.append(WeightAverage(module, cfg.ema.decay, cfg.ema.warmup))
-    measure = strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile
-    callbacks.append(ThreadTuner(cfg.intra_op_threads, measure=measure, log=lambda line: progress.log(1, line)))
-    callbacks.append(SecondStage(cfg.second_stage, cfg.num_epoch, cfg.max_time_s))
-    if cfg.early_stopping.enabled:
-        callbacks.append(EarlyStopping(cfg.early_stopping.patience))
-    if cfg.max_time_s is not None:
-        callbacks.append(TimeBudget(cfg.max_time_s, cfg.num_epoch))
-    if writer is not None:
-        callbacks.append(TensorBoardScalars(writer))
-    return callbacks
 
 
 def _legacy_states(ckpt: Mapping[str, Any]) -> dict[str, Any]:
@@ -158,6 +105,8 @@ class TrainingLoop:
         self.skipped_batches, self.seen_batches, self.train_batches = 0, 0, 0
         self.step_scheduler, self.resumed = True, False
         self.stop_reason: str | None = None
+        self.best_kind = "weights"
+        self._val_loader: Any = None
         self._stop_message = ""
         self._used_s, self._t0 = 0.0, time.perf_counter()
 
@@ -169,6 +118,20 @@ class TrainingLoop:
     def train_time_s(self) -> float:
         """Seconds of training over the whole run so far, resumed segments included (this rank's clock)."""
         return self._used_s + time.perf_counter() - self._t0
+
+    def validation_loss(self) -> float | None:
+        """The validation loss of the model as it is now (averaged across ranks); ``None``
+        without a validation set or outside :meth:`run`."""
+        return None if self._val_loader is None else evaluate_losses(self.strategy, self._val_loader)[0]
+
+    def keep_state(self, state: dict[str, torch.Tensor], loss: float, epoch: int, kind: str) -> None:
+        """Make ``state`` (validated at ``loss``, from ``epoch``) the one restored and saved; ``kind``
+        names it in the log and in the summary's ``kept_weights``."""
+        self.best_state, self.best_loss, self.best_epoch, self.best_kind = state, loss, epoch, kind
+
+    def live_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the model's parameters and buffers as they are now (on the CPU)."""
+        return _clone_state(self.strategy.model_state_dict())
 
     def request_stop(self, reason: str, message: str) -> None:
         """End training after the current epoch (before the first, from ``on_fit_start``); the
@@ -247,7 +210,10 @@ class TrainingLoop:
                     if self.stop_reason is not None:
                         self.log(self._stop_message)
                         break
-            summary = self._restore_best(val_loader)
+            self._val_loader = val_loader
+            for cb in self.callbacks:
+                cb.on_training_end(self)
+            summary = self._restore_best()
             if test_loader is not None:
                 self._test(test_loader, summary)
             return summary
@@ -345,23 +311,7 @@ class TrainingLoop:
             atomic_save(state, self.ckpt_path)
         self.strategy.barrier()
 
-    def _last_weights_if_better(self, val_loader) -> tuple[dict[str, torch.Tensor], float] | None:
-        """The live weights and their validation loss when they beat the best averaged state.
-
-        With an average (``EMA``) every epoch is validated, and the best one kept, with the
-        averaged weights; a short run's average can still lag behind what the optimizer reached.
-        The last live weights are validated once more and win when their loss is lower (every
-        rank sees the same averaged loss, so every rank decides alike). ``None`` without an
-        average, a validation set, or a better loss.
-        """
-        if not self.cfg.ema.enabled or val_loader is None or not self.history or self.best_state is None:
-            return None
-        loss = evaluate_losses(self.strategy, val_loader)[0]
-        if not loss < self.best_loss:
-            return None
-        return _clone_state(self.strategy.model_state_dict()), loss
-
-    def _restore_best(self, val_loader=None) -> dict[str, Any]:
+    def _restore_best(self) -> dict[str, Any]:
         """Load the best state into the model; the summary without the test entries."""
         if self.best_epoch < 0 and self.history:
             raise TrainingAborted(
@@ -369,21 +319,9 @@ class TrainingLoop:
                 f"{self.history[-1]['val_loss']}); {self.skipped_batches} batch(es) were skipped for a non-finite "
                 "loss. No artifact was written"
             )
-        kept = "EMA weights" if self.cfg.ema.enabled else "weights"
-        last = self._last_weights_if_better(val_loader)
-        if last is not None:
-            state, loss = last
-            self.log(
-                f"the last epoch's raw weights (val loss {loss:.6g}) beat the best EMA weights (epoch "
-                f"{self.best_epoch}, val loss {self.best_loss:.6g}): they are kept instead (the average lagged "
-                "behind; train longer or lower Training.EMA.decay)"
-            )
-            self.best_state, self.best_loss, self.best_epoch = state, loss, self.history[-1]["epoch"]
-            kept = "raw weights"
+        if self.best_state is not None:
             self.strategy.load_model_state_dict(self.best_state)
-        elif self.best_state is not None:
-            self.strategy.load_model_state_dict(self.best_state)
-            self.log(f"best epoch {self.best_epoch} (val loss {self.best_loss:.6g}); its {kept} are restored")
+            self.log(f"best epoch {self.best_epoch} (val loss {self.best_loss:.6g}); its {self.best_kind} are restored")
         if self.skipped_batches:
             self.log(f"{self.skipped_batches} batch(es) skipped for a non-finite loss")
         reason = self.stop_reason or "num_epoch"
@@ -396,7 +334,7 @@ class TrainingLoop:
             "skipped_batches": self.skipped_batches,
             "train_batches": self.train_batches,
             "train_time_s": self.train_time_s(),
-            "kept_weights": kept,
+            "kept_weights": self.best_kind,
             "history": self.history,
             "test": None,
         }
@@ -417,83 +355,3 @@ class TrainingLoop:
         self.log(f"test loss {loss:.6g}; errors per head (energies per atom, vectors per component):")
         for line in format_errors(summary["test"]["mae"]):
             self.log(line)
-
-
-def train_validate_test(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer | None,
-    train_loader: Any,
-    val_loader: Any,
-    test_loader: Any,
-    writer: Any,
-    scheduler: Any,
-    nn_config: Any,
-    log_name: str,
-    verbosity: int = 2,
-    *,
-    strategy: Strategy | None = None,
-    run_dir: str | os.PathLike | None = None,
-    resume: bool = False,
-    fingerprint: Mapping[str, Any] | None = None,
-    callbacks: Sequence[Callback] = (),
-) -> dict[str, Any]:
-    """Train with validation, keep the best model by validation loss, then test it.
-
-    Args:
-        model: the :class:`~hydragnn.models.HydraModel`.
-        optimizer: its optimizer (adopted by the single-process strategy; one whose ``foreach``
-            and ``fused`` were left unset runs torch's fused or foreach step, see
-            :func:`~hydragnn.train.strategies.optim.adopt_fast_step`), or ``None`` when
-            ``strategy`` is already set up.
-        train_loader, val_loader, test_loader: loaders from ``create_dataloaders``
-            (``val_loader`` may be ``None``: the training loss then selects the best epoch;
-            ``test_loader`` may be ``None``).
-        writer: a TensorBoard ``SummaryWriter`` or ``None``.
-        scheduler: an LR scheduler on ``optimizer`` or ``None``.
-        nn_config: ``config["NeuralNetwork"]`` (its ``Training`` section is read), or a
-            ``TrainingConfig``.
-        log_name: run name; the default run folder is ``./logs/<log_name>``.
-        verbosity: 0 to 4 (see :mod:`hydragnn.train.progress`).
-        strategy: a (set-up or not) strategy; default the single-process one.
-        run_dir: where checkpoints go (default ``./logs/<log_name>``).
-        resume: continue from ``<run_dir>/checkpoint.pt``.
-        fingerprint: what the checkpoint means (``{JSON path: value}``, see
-            :func:`hydragnn.train.run_folder.fingerprint`): stored in every checkpoint, and on
-            ``resume`` compared with the stored one (a difference is a ``CheckpointError``).
-        callbacks: the user's :class:`~hydragnn.train.callbacks.Callback` objects, run after the
-            built-in ones and those of ``Training.callbacks``.
-
-    Returns:
-        ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "stop_reason", "kept_weights",
-        "second_stage_epoch", "skipped_batches", "train_batches", "projection_redraws",
-        "train_time_s", "history": [per-epoch dicts], "test": {"loss", "heads", "mae"}}``
-        and the callbacks' ``summary()`` entries (``stop_reason``: ``"num_epoch"``,
-        ``"early_stopping"``, ``"max_time_s"`` or a callback's; ``kept_weights``: ``"weights"``,
-        ``"EMA weights"``, or ``"raw weights"`` when the last epoch's live weights validated better
-        than the best average (``best_epoch`` / ``best_val_loss`` are then theirs); ``train_batches`` and
-        ``train_time_s``: training batches and seconds of training loop over the whole run,
-        resumed segments included; ``projection_redraws``: performer redraws in this call;
-        ``test.mae``: per head ``mae``, ``rmse``, ``unit``).
-
-    Raises:
-        TrainingAborted: a non-finite loss under ``nan_policy: "error"``.
-        CheckpointError: ``resume`` without a readable checkpoint that fits the model.
-        ConfigError: a ``Training.callbacks`` entry that names no known callback or gives it
-            options it does not take.
-    """
-    cfg = _training_config(nn_config)
-    if strategy is not None and strategy.optimizer is None and cfg.clip_grad_norm is not None:
-        strategy.max_grad_norm = cfg.clip_grad_norm  # before setup: DeepSpeed reads it there
-    strategy = _adopt(strategy, model, optimizer)
-    if cfg.compile:
-        strategy.compile()
-    if strategy.max_grad_norm is None:
-        strategy.max_grad_norm = cfg.clip_grad_norm
-    progress = Progress(verbosity, strategy.is_main)
-    run_dir = Path(run_dir) if run_dir is not None else Path("logs") / log_name
-    user = build_callbacks(cfg.callbacks, f"{TRAINING}.callbacks") + list(callbacks)
-    every = builtin_callbacks(cfg, strategy, writer, progress) + user
-    loop = TrainingLoop(cfg, strategy, scheduler, progress, run_dir / CHECKPOINT_NAME, every, fingerprint)
-    if resume:
-        loop.resume()
-    return loop.run(train_loader, val_loader, test_loader, log_name)

@@ -36,12 +36,13 @@ from .energy_check import composition_baseline, energy_warnings, force_warnings,
 from .errors import CheckpointError, TrainError
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
 from .finetune import initialise_from, load_base
-from .loop import CHECKPOINT_NAME, train_validate_test
+from .loop import CHECKPOINT_NAME
 from .output_scaling import fill_output_scaling
 from .plots import parity_plots
 from .progress import LOG_NAME, Progress, run_log
 from .references import resolve_reference_energies, resolve_scale_shift
 from .run_folder import check_fingerprint, fingerprint, prepare_run_folder
+from .seed_api import train_validate_test
 from .strategies import build_optimizer_factory, make_strategy
 from .strategies.base import Strategy
 

@@ -1,0 +1,159 @@
+"""``train_validate_test``, the seed API: a model, an optimizer and loaders in, a trained model out.
+
+It takes the seed's argument list and any form of the ``Training`` section (a config's
+``NeuralNetwork`` dict, the section itself, a ``TrainingConfig`` or a ``RunConfig``), has the
+single-process strategy adopt the optimizer when no strategy is given, builds the callbacks the
+section asks for (:func:`builtin_callbacks`: performer redraws, warmup, the weight average
+(``EMA``), intra-op thread tuning, the second stage, early stopping, the time budget
+(``max_time_s``), TensorBoard scalars; then the user's, from ``Training.callbacks`` and the
+``callbacks`` argument), and runs a :class:`~hydragnn.train.loop.TrainingLoop`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .averaging import WeightAverage
+from .callbacks import Callback, EarlyStopping, TensorBoardScalars, build_callbacks
+from .config import TrainingConfig, parse_training
+from .config_training import TRAINING
+from .errors import TrainingAborted
+from .loop import CHECKPOINT_NAME, TrainingLoop
+from .progress import Progress
+from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
+from .strategies.base import Strategy
+from .strategies.optim import adopt_fast_step
+from .threads import ThreadTuner
+
+__all__ = ["builtin_callbacks", "train_validate_test"]
+
+
+def _training_config(nn_config: Any) -> TrainingConfig:
+    """``config["NeuralNetwork"]`` (dict), a ``Training`` dict, a TrainingConfig or a RunConfig."""
+    if isinstance(nn_config, TrainingConfig):
+        return nn_config
+    training = getattr(nn_config, "training", None)
+    if isinstance(training, TrainingConfig):
+        return training
+    if isinstance(nn_config, Mapping) and "Training" in nn_config:
+        return parse_training(nn_config["Training"])
+    return parse_training(nn_config)
+
+
+def _adopt(strategy: Strategy | None, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Strategy:
+    """A set-up strategy: the single-process one adopting ``optimizer`` when none is given (with
+    the fused / foreach step when its user left that choice to torch: :func:`adopt_fast_step`)."""
+    if strategy is None:
+        strategy = Strategy()
+    if strategy.optimizer is None:
+        if optimizer is None:
+            raise TrainingAborted("train_validate_test: give an optimizer or a strategy that is set up")
+        adopt_fast_step(optimizer)
+        strategy.setup(model, lambda _params: optimizer)
+    return strategy
+
+
+def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, progress: Progress) -> list[Callback]:
+    """The callbacks the ``Training`` section asks for, in the order they run."""
+    module = strategy.unwrap()
+    callbacks: list[Callback] = [ProjectionRedraw(cfg.global_attn_redraw_interval, cfg.seed)]
+    if cfg.scheduler.warmup_steps:
+        callbacks.append(Warmup(cfg.scheduler.warmup_steps))
+    if cfg.ema.enabled:
+        callbacks.append(WeightAverage(module, cfg.ema.decay, cfg.ema.warmup))
+    measure = strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile
+    callbacks.append(ThreadTuner(cfg.intra_op_threads, measure=measure, log=lambda line: progress.log(1, line)))
+    callbacks.append(SecondStage(cfg.second_stage, cfg.num_epoch, cfg.max_time_s))
+    if cfg.early_stopping.enabled:
+        callbacks.append(EarlyStopping(cfg.early_stopping.patience))
+    if cfg.max_time_s is not None:
+        callbacks.append(TimeBudget(cfg.max_time_s, cfg.num_epoch))
+    if writer is not None:
+        callbacks.append(TensorBoardScalars(writer))
+    return callbacks
+
+
+def train_validate_test(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    train_loader: Any,
+    val_loader: Any,
+    test_loader: Any,
+    writer: Any,
+    scheduler: Any,
+    nn_config: Any,
+    log_name: str,
+    verbosity: int = 2,
+    *,
+    strategy: Strategy | None = None,
+    run_dir: str | os.PathLike | None = None,
+    resume: bool = False,
+    fingerprint: Mapping[str, Any] | None = None,
+    callbacks: Sequence[Callback] = (),
+) -> dict[str, Any]:
+    """Train with validation, keep the best model by validation loss, then test it.
+
+    Args:
+        model: the :class:`~hydragnn.models.HydraModel`.
+        optimizer: its optimizer (adopted by the single-process strategy; one whose ``foreach``
+            and ``fused`` were left unset runs torch's fused or foreach step, see
+            :func:`~hydragnn.train.strategies.optim.adopt_fast_step`), or ``None`` when
+            ``strategy`` is already set up.
+        train_loader, val_loader, test_loader: loaders from ``create_dataloaders``
+            (``val_loader`` may be ``None``: the training loss then selects the best epoch;
+            ``test_loader`` may be ``None``).
+        writer: a TensorBoard ``SummaryWriter`` or ``None``.
+        scheduler: an LR scheduler on ``optimizer`` or ``None``.
+        nn_config: ``config["NeuralNetwork"]`` (its ``Training`` section is read), or a
+            ``TrainingConfig``.
+        log_name: run name; the default run folder is ``./logs/<log_name>``.
+        verbosity: 0 to 4 (see :mod:`hydragnn.train.progress`).
+        strategy: a (set-up or not) strategy; default the single-process one.
+        run_dir: where checkpoints go (default ``./logs/<log_name>``).
+        resume: continue from ``<run_dir>/checkpoint.pt``.
+        fingerprint: what the checkpoint means (``{JSON path: value}``, see
+            :func:`hydragnn.train.run_folder.fingerprint`): stored in every checkpoint, and on
+            ``resume`` compared with the stored one (a difference is a ``CheckpointError``).
+        callbacks: the user's :class:`~hydragnn.train.callbacks.Callback` objects, run after the
+            built-in ones and those of ``Training.callbacks``.
+
+    Returns:
+        ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "stop_reason", "kept_weights",
+        "second_stage_epoch", "skipped_batches", "train_batches", "projection_redraws",
+        "train_time_s", "history": [per-epoch dicts], "test": {"loss", "heads", "mae"}}``
+        and the callbacks' ``summary()`` entries (``stop_reason``: ``"num_epoch"``,
+        ``"early_stopping"``, ``"max_time_s"`` or a callback's; ``kept_weights``: ``"weights"``,
+        ``"EMA weights"``, or ``"raw weights"`` when the last epoch's live weights validated better
+        than the best average (``best_epoch`` / ``best_val_loss`` are then theirs); ``train_batches`` and
+        ``train_time_s``: training batches and seconds of training loop over the whole run,
+        resumed segments included; ``projection_redraws``: performer redraws in this call;
+        ``test.mae``: per head ``mae``, ``rmse``, ``unit``).
+
+    Raises:
+        TrainingAborted: a non-finite loss under ``nan_policy: "error"``.
+        CheckpointError: ``resume`` without a readable checkpoint that fits the model.
+        ConfigError: a ``Training.callbacks`` entry that names no known callback or gives it
+            options it does not take.
+    """
+    cfg = _training_config(nn_config)
+    if strategy is not None and strategy.optimizer is None and cfg.clip_grad_norm is not None:
+        strategy.max_grad_norm = cfg.clip_grad_norm  # before setup: DeepSpeed reads it there
+    strategy = _adopt(strategy, model, optimizer)
+    if cfg.compile:
+        strategy.compile()
+    if strategy.max_grad_norm is None:
+        strategy.max_grad_norm = cfg.clip_grad_norm
+    progress = Progress(verbosity, strategy.is_main)
+    run_dir = Path(run_dir) if run_dir is not None else Path("logs") / log_name
+    user = build_callbacks(cfg.callbacks, f"{TRAINING}.callbacks") + list(callbacks)
+    every = builtin_callbacks(cfg, strategy, writer, progress) + user
+    loop = TrainingLoop(cfg, strategy, scheduler, progress, run_dir / CHECKPOINT_NAME, every, fingerprint)
+    if resume:
+        loop.resume()
+    return loop.run(train_loader, val_loader, test_loader, log_name)
