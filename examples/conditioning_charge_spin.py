@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from hydragnn.data import open_dataset, write_dataset
     from hydragnn.models import load_artifact
-    from hydragnn.train.pipeline import prepare_samples, run_training
+    from hydragnn.train.data import prepare_samples
+    from hydragnn.train.pipeline import run_training
 
     torch.set_num_threads(1)  # tiny graphs: more intra-op threads only add overhead
     args.out.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,10 @@ import sys
 if sys.argv[1] == "hydragnn-first":
     from hydragnn.infer import HydraCalculator
     import metatensor.torch, metatomic.torch
+elif sys.argv[1] == "hydragnn-module-first":  # a module imported directly, not through a public name
+    import hydragnn.data.emt
+    import metatensor.torch, metatomic.torch
+    from hydragnn.infer import HydraCalculator
 else:
     import metatensor.torch, metatomic.torch
     from hydragnn.infer import HydraCalculator
@@ -31,7 +35,7 @@ print("ok", HydraCalculator.__name__)
 """
 
 
-@pytest.mark.parametrize("order", ["hydragnn-first", "metatomic-first"])
+@pytest.mark.parametrize("order", ["hydragnn-first", "hydragnn-module-first", "metatomic-first"])
 def test_hydragnn_and_metatomic_share_a_process(tmp_path, order):
     script = tmp_path / "order.py"  # TorchScript reads the source of what it scripts: a file, not -c
     script.write_text(SCRIPT)

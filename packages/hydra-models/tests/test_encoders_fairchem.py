@@ -12,7 +12,6 @@ measurements behind :data:`THRESHOLDS` and the settings tried are in
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 
 import pytest
@@ -31,6 +30,7 @@ from hydragnn.models.testing import (
     check_padding,
     check_permutation,
     finite_difference_forces_stress,
+    missing_extra,
     register_variant,
     small_arch,
 )
@@ -46,10 +46,8 @@ from hydragnn.models.testing.graphs import (
     voigt_to_matrix,
 )
 
-HAS_FAIRCHEM = importlib.util.find_spec("fairchem") is not None
-needs_fairchem = pytest.mark.skipif(
-    not HAS_FAIRCHEM, reason='needs fairchem-core: pip install "hydra-models[fairchem]"'
-)
+HAS_FAIRCHEM = missing_extra("UMA") is None
+needs_fairchem = pytest.mark.skipif(not HAS_FAIRCHEM, reason=str(missing_extra("UMA")))
 
 UMA_MOE = register_variant("UMA-MoE", mpnn_type="UMA", num_experts=2, use_composition_embedding=True)
 ALLSCAIP_SINC = register_variant("AllScAIP-sinc", mpnn_type="AllScAIP", use_sincx_mask=True)

@@ -16,6 +16,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.data.storage import N_KEYS

@@ -3,8 +3,8 @@
 A package lists ``public name -> module`` and gets a module ``__getattr__`` that imports the
 module on first use (and keeps the value as a package attribute, so the import runs once) and a
 ``__dir__`` that lists every public name. ``import hydragnn.<pkg>`` then costs only its own
-``__init__``: torch and PyTorch Geometric load when a name that needs them is first used (and
-TorchScript keeps its builtins then: :mod:`.pyg_compat`).
+``__init__``: torch and PyTorch Geometric load when a name that needs them is first used (PyG through
+:mod:`.pyg_import`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from .pyg_compat import keep_scripting_builtins
 
 
 def lazy_names(
@@ -35,7 +33,6 @@ def lazy_names(
         if not module.startswith((".", "hydragnn.")) and module != "hydragnn":
             module = "." + module
         value = getattr(importlib.import_module(module, package), name)
-        keep_scripting_builtins()  # the module may have loaded PyG: TorchScript keeps working
         namespace[name] = value
         return value
 

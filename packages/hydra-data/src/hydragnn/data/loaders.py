@@ -32,6 +32,8 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 from torch_geometric.loader import DataLoader

@@ -25,6 +25,8 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch_geometric.data import Batch
 

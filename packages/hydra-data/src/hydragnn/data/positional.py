@@ -19,6 +19,8 @@ atoms), stored as float32.
 
 from __future__ import annotations
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch_geometric.data import Data
 

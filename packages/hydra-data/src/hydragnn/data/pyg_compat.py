@@ -8,15 +8,29 @@ and metatomic-torch at import) raised a RuntimeError when HydraGNN was imported 
 scripting each wrapper is the aten op it wraps (its HashTensor branch is guarded by
 ``torch.jit.is_scripting()``), so :func:`keep_scripting_builtins` registers each wrapper as that
 builtin: TorchScript then compiles exactly what it compiled before PyG loaded, and eager calls
-still go through PyG's wrapper. The lazy public names of every ``hydragnn`` package call it after
-loading a module, which undoes only this side effect of PyG's import; nothing else changes.
+still go through PyG's wrapper. :mod:`hydragnn.data.pyg_import`, which every ``hydragnn`` module
+that uses PyG imports first, calls it after PyG's import; that undoes only this side effect of
+PyG's import, and nothing else changes.
+
+torch 2.14 deprecates TorchScript: ``torch.jit.script`` / ``save`` / ``load`` warn (a
+``FutureWarning``) on each first use, and PyG scripts a class at import, so every command printed
+a warning its user could do nothing about. HydraGNN uses TorchScript on purpose (PyG's import, the
+``torchscript`` export format that LAMMPS and metatomic load), and does so inside
+:func:`torchscript_quietly`, which hides that one warning for the duration of the block only: the
+process's warning filters are as they were afterwards, and a user's own TorchScript calls still warn.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import warnings
+from collections.abc import Iterator
 
-__all__ = ["keep_scripting_builtins"]
+__all__ = ["keep_scripting_builtins", "torchscript_quietly"]
+
+# torch>=2.14's messages: "`torch.jit.script` is deprecated. Please switch to ..." (also save, load)
+_DEPRECATED = r"`torch\.jit\.\w+` is (deprecated|not supported)"
 
 _WRAPPED = (("index_select", "aten::index_select"), ("select", "aten::select"))
 
@@ -39,3 +53,13 @@ def keep_scripting_builtins() -> list[str]:
         _builtins._register_builtin(current, op)
         done.append(name)
     return done
+
+
+@contextlib.contextmanager
+def torchscript_quietly() -> Iterator[None]:
+    """A block whose TorchScript calls (and PyG's import) do not print torch's deprecation of
+    TorchScript (a ``FutureWarning`` on torch >= 2.14); every other warning is shown as before,
+    and the warning filters are restored on exit."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_DEPRECATED, category=FutureWarning)
+        yield

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 from torch_geometric.data import Data
 
 __all__ = ["new_data"]

@@ -9,6 +9,8 @@ padding) both go through it, so a field the model reads is set the same way on e
 
 from __future__ import annotations
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch_geometric.data import Batch
 

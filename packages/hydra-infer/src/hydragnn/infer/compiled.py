@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch_geometric.data import Batch
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ase import Atoms
 
+from hydragnn.data.pyg_compat import torchscript_quietly
 from hydragnn.data.threads import prefer_passive_waiting
 
 from .errors import InferenceError
@@ -93,6 +94,7 @@ def _pair(text: str) -> tuple[str, str]:
     return head, label
 
 
+@torchscript_quietly()  # torch>=2.14's deprecation of what PyG and the export use on purpose
 def main(argv: list[str] | None = None) -> int:
     """``hydragnn-evaluate model.hydra data.extxyz [--energy-key K ...] [--json] [--output predictions.extxyz]``.
 

@@ -11,6 +11,8 @@ def positional_encodings(
     """``lap_pe``, ``rw_pe`` ``[N, pe_dim]`` of a batch, structure by structure (as hydra-data
     computes them for one prepared graph: the Laplacian of a batch is block-diagonal, and its
     eigenvectors would mix structures with equal spectra)."""
+    import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
     from torch_geometric.data import Data
 
     from hydragnn.data.positional import add_positional_encodings

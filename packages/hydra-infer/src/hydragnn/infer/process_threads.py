@@ -15,37 +15,24 @@ import sys
 import warnings
 from collections.abc import Mapping
 
-import torch
-
-from hydragnn.data.threads import configure_threads
+from hydragnn.data.threads import configure_threads, spinning_notice
 
 from .errors import HydraInferWarning
 
-__all__ = ["SPINNING", "threads_notice"]
+__all__ = ["threads_notice"]
 
 _THREADS: list[str] = []
 
 
-SPINNING = (
-    "hydragnn.infer: OpenMP's threads spin while they wait (torch loaded before "
-    "hydragnn.data.configure_threads() could set OMP_WAIT_POLICY=PASSIVE): with another busy process on the "
-    "cores, each call slows 2-3x (108-atom MD: 68 steps/s against 160 on one thread). Set OMP_NUM_THREADS=1 "
-    "(structures of a few hundred atoms) or OMP_WAIT_POLICY=PASSIVE before starting Python, or call "
-    "hydragnn.data.configure_threads() first in your script"
-)
-"""The warning of :func:`threads_notice` when OpenMP spins on more than one thread nobody chose."""
-
-
 def threads_notice(environ: Mapping[str, str] = os.environ) -> str:
     """:func:`configure_threads` applied once per process (explicitly: importing
-    ``hydragnn.infer`` changes nothing), its one-line notice printed to stderr; and, once, a
-    :class:`HydraInferWarning` (:data:`SPINNING`) when OpenMP's busy waiting is in force on more than one
-    intra-op thread and neither ``OMP_WAIT_POLICY`` nor ``OMP_NUM_THREADS`` was chosen (torch was
-    loaded before the policy could be set: a script of one's own)."""
+    ``hydragnn.infer`` changes nothing), its one-line notice printed to stderr; and a
+    :class:`HydraInferWarning` with :func:`~hydragnn.data.threads.spinning_notice`'s advice when
+    OpenMP busy-waits on more than one intra-op thread nobody chose (once per process, shared
+    with the conversion of a file)."""
     if not _THREADS:
         _THREADS.append(configure_threads())
         print(f"hydragnn.infer: {_THREADS[0]}", file=sys.stderr)
-        chosen = "OMP_WAIT_POLICY" in environ or "OMP_NUM_THREADS" in environ
-        if not chosen and torch.get_num_threads() > 1:
-            warnings.warn(SPINNING, HydraInferWarning, stacklevel=3)
+        if (advice := spinning_notice(environ)) is not None:
+            warnings.warn(f"hydragnn.infer: {advice}", HydraInferWarning, stacklevel=3)
     return _THREADS[0]

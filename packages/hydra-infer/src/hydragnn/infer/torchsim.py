@@ -13,12 +13,15 @@ from typing import Any
 
 import torch
 
+from hydragnn.data.pyg_compat import torchscript_quietly
+
 from .calculator import md_calculator
 from .errors import InferenceError
 
 try:
-    import torch_sim as ts
-    from torch_sim.models.interface import ModelInterface
+    with torchscript_quietly():  # torch-sim scripts functions at import (deprecated by torch >= 2.14)
+        import torch_sim as ts
+        from torch_sim.models.interface import ModelInterface
 except ImportError as exc:  # pragma: no cover - depends on the optional extra
     raise ImportError(
         "HydraTorchSimModel needs torch-sim: pip install 'hydra-infer[torchsim]' (torch-sim-atomistic)"

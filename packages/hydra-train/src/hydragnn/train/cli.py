@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from hydragnn.data.pyg_compat import torchscript_quietly
 from hydragnn.data.threads import prefer_passive_waiting
 
 from .errors import TrainError
@@ -23,6 +24,7 @@ def _version() -> str:
     return f"hydra-train {__version__}"
 
 
+@torchscript_quietly()  # torch>=2.14's deprecation of what PyG and the export use on purpose
 def train_main(argv: list[str] | None = None) -> int:
     """``hydragnn-train config.json [--run-dir DIR] [--resume | --overwrite] [--init-from model.hydra] [--verbosity N]``.
 
@@ -93,6 +95,7 @@ def train_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+@torchscript_quietly()  # torch>=2.14's deprecation of what PyG and the export use on purpose
 def predict_main(argv: list[str] | None = None) -> int:
     """``hydragnn-predict model.hydra dataset [--energy-key K ...] [--batch-size N] [--output predictions.pt] [--json]``."""
     prefer_passive_waiting()  # before anything loads torch (hydragnn.data.threads)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch_geometric.data import Data
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch_geometric.data import Data
 

@@ -39,6 +39,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch_geometric.data import Data
 from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr

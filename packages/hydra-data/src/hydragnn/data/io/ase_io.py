@@ -32,6 +32,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import numpy as np
 import torch
 from ase import Atoms

@@ -35,14 +35,16 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..containers import ContainerDataset, open_dataset
-from ..errors import ContainerError, DataError
+from ..errors import ContainerError, DataError, DataWarning
 from ..schema import Schema
+from ..threads import spinning_notice
 from .ase_source import AseSource
 from .conversion_cache import RECORD, VERIFY, atomic_json, changes, file_identity, open_entry, publish, records
 from .conversion_samples import COINCIDENT_ANGSTROM, write_samples
@@ -132,6 +134,8 @@ def convert_source(
     Warns:
         DuplicateKeyWarning: a key repeated in an extxyz comment line (once per file and key).
         CoincidentAtomsWarning: atoms closer than :data:`COINCIDENT_ANGSTROM` (once per file).
+        DataWarning: OpenMP busy-waits on threads nobody chose (torch loaded first in a script;
+            once per process: :func:`~hydragnn.data.threads.spinning_notice`).
     """
     t0 = time.perf_counter()
     _check_arguments(source.path, cutoff, container_format, verify)
@@ -159,6 +163,8 @@ def convert_source(
         _log_rebuild(log, path, entry, record, known, digest, fingerprint)
     if not _writable(cache):
         raise ContainerError(f"{cache}: the cache folder is not writable (set the cache folder to a writable place)")
+    if (advice := spinning_notice()) is not None:  # a script of one's own that loaded torch first
+        warnings.warn(f"hydragnn.data: converting {path.name}: {advice}", DataWarning, stacklevel=2)
     final_entry, final_data = entry, data_path
     # built in a folder of this call's own, published by one rename: a conversion running at the
     # same time (another run, another node on a shared file system) never sees a half-written entry

@@ -37,6 +37,8 @@ import os
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import PurePosixPath
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch_geometric.data import Data
 

@@ -30,7 +30,7 @@ from ..calculator import HydraCalculator
 from ..errors import InferenceError
 from ..model_info import ModelInfo, model_info
 from .formats import FORMATS, metadata, write_aoti, write_torchscript
-from .graph import ExportError, check_species, example_inputs, export_problems, potential_function, trace
+from .graph import ExportError, check_species, example_inputs, export_problems, fcc_lattice, potential_function, trace
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -261,7 +261,7 @@ def check_structures(info: ModelInfo) -> list[Any]:
         numbers=[first, second, first, first, second, first, second],
         positions=rng.normal(scale=1.2, size=(7, 3)) + np.array([0.0, 0.0, 0.0]),
     )
-    periodic = bulk("Cu", "fcc", a=3.6) * (2, 2, 3)  # the primitive fcc cell: triclinic
+    periodic = bulk("Cu", "fcc", a=fcc_lattice(info.cutoff)) * (2, 2, 3)  # the primitive fcc cell: triclinic
     periodic.numbers[:] = first
     periodic.numbers[::3] = second  # every atom one of the model's species, whatever they are
     periodic.rattle(0.08, seed=3)

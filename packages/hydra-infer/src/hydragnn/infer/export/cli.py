@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from hydragnn.data.pyg_compat import torchscript_quietly
 from hydragnn.data.threads import prefer_passive_waiting
 
 
@@ -20,6 +21,7 @@ def _version() -> str:
     return f"hydragnn-export (hydra-infer) {__version__}"
 
 
+@torchscript_quietly()  # torch>=2.14's deprecation of what PyG and the export use on purpose
 def main(argv: list[str] | None = None) -> int:
     prefer_passive_waiting()  # before anything loads torch (hydragnn.data.threads)
     parser = argparse.ArgumentParser(

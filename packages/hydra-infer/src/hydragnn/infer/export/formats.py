@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from hydragnn.data.pyg_compat import torchscript_quietly
+
 from .graph import INPUT_NAMES
 
 METADATA_KEY = "hydragnn"
@@ -49,11 +51,13 @@ def write_aoti(gm: torch.fx.GraphModule, example: tuple[torch.Tensor, ...], path
 
     atoms, edges = Dim("atoms", min=2), Dim("edges", min=2)
     dynamic = ({0: atoms}, {0: atoms}, None, None, {1: edges}, {0: edges})
-    program = torch.export.export(gm, example, dynamic_shapes=dynamic, strict=False)
     configs: dict[str, Any] = {"aot_inductor.metadata": {METADATA_KEY: json.dumps(meta)}}
     if example[0].device.type == "cpu":
         configs["cpp.simdlen"] = 1
-    torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+    with warnings.catch_warnings():  # torch 2.13 copies its own pytree specs with a deprecated check
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+        program = torch.export.export(gm, example, dynamic_shapes=dynamic, strict=False)
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
 
 
 def scriptable(gm: torch.fx.GraphModule) -> torch.jit.ScriptModule:
@@ -77,14 +81,17 @@ def scriptable(gm: torch.fx.GraphModule) -> torch.jit.ScriptModule:
         node.target = target
     gm.graph.lint()
     gm.recompile()
-    with warnings.catch_warnings():  # GraphModule's own attribute annotations, harmless to the script
+    with torchscript_quietly(), warnings.catch_warnings():
+        # GraphModule's own attribute annotations, harmless to the script
         warnings.filterwarnings("ignore", message="The TorchScript type system doesn't support instance-level")
         return torch.jit.script(gm)
 
 
 def write_torchscript(gm: torch.fx.GraphModule, path: Path, meta: dict[str, Any]) -> None:
     """The scripted graph (:func:`scriptable`) to ``path``, metadata as the extra file ``hydragnn.json``."""
-    torch.jit.save(scriptable(gm), str(path), _extra_files={f"{METADATA_KEY}.json": json.dumps(meta)})
+    script = scriptable(gm)
+    with torchscript_quietly():
+        torch.jit.save(script, str(path), _extra_files={f"{METADATA_KEY}.json": json.dumps(meta)})
 
 
 FORMATS: dict[str, dict[str, Any]] = {

@@ -21,6 +21,8 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from hydragnn.data.pyg_compat import torchscript_quietly
+
 from .formats import METADATA_KEY
 from .graph import ExportError
 
@@ -84,7 +86,8 @@ class ExportedModel:
             self.metadata = json.loads(self._fn.get_metadata()[METADATA_KEY])
         elif self.format == "torchscript":
             extra = {f"{METADATA_KEY}.json": ""}
-            self._fn = torch.jit.load(str(self.path), _extra_files=extra)
+            with torchscript_quietly():  # the format's own loader, deprecated by torch >= 2.14
+                self._fn = torch.jit.load(str(self.path), _extra_files=extra)
             self.metadata = json.loads(extra[f"{METADATA_KEY}.json"])
         else:
             raise ExportError(

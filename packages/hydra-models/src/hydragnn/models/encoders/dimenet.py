@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import math
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint

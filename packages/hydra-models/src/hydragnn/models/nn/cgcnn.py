@@ -9,6 +9,8 @@ sum over neighbours run in float32 (the linear maps stay in the model's dtype).
 
 from __future__ import annotations
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 from torch import Tensor
 from torch_geometric.utils import scatter
 

@@ -9,6 +9,8 @@ are added; the softmax runs in float32 when the model runs in bfloat16.
 
 from __future__ import annotations
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn

@@ -8,6 +8,8 @@ float32 when the model runs in bfloat16.
 
 from __future__ import annotations
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 from torch import Tensor, nn
 from torch_geometric.nn.conv import GINConv
 

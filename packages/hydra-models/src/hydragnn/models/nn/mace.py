@@ -10,6 +10,8 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, cast
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from e3nn import o3
 from e3nn.nn import FullyConnectedNet

@@ -4,6 +4,8 @@ the envelope-weighted degree (no ``nonzero()``: capture-safe)."""
 
 from __future__ import annotations
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn.conv import MFConv

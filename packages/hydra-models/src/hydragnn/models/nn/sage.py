@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 from torch import Tensor, nn
 from torch_geometric.nn.conv import SAGEConv
 

@@ -33,6 +33,7 @@ from .subjects import (
     Tolerances,
     build,
     is_equivariant,
+    missing_extra,
     register_variant,
     set_defaults,
     small_arch,
@@ -43,6 +44,7 @@ from .subnormal import SubnormalDetector
 __all__ = [
     "CUTOFF",
     "REGISTERED_ENCODERS",
+    "missing_extra",
     "SCALAR_OUTPUTS",
     "VARIANTS",
     "EncoderConformance",

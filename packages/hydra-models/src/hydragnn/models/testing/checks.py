@@ -9,6 +9,8 @@ from __future__ import annotations
 import pathlib
 from typing import cast
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
 from torch import nn
 from torch_geometric.data import Data

@@ -12,6 +12,8 @@ import functools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, cast
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import numpy as np
 import torch
 from ase import Atoms

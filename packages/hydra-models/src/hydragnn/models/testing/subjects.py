@@ -7,6 +7,7 @@ encoder classes.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,25 @@ REGISTERED_ENCODERS: tuple[str, ...] = tuple(sorted(n for n in ENCODERS if ENCOD
 """The core registry as ``hydragnn.models`` fills it when this module is first imported (test
 modules that import encoder modules directly do not change it). Encoders with an
 ``optional_dependency`` (UMA, AllScAIP: the ``fairchem`` extra) are tested from their own module."""
+EXTRA_MODULES = {"fairchem": "fairchem.core"}
+"""A ``hydra-models`` extra (an encoder's ``optional_dependency``) -> the module it provides."""
+
+
+def missing_extra(mpnn_type: str) -> str | None:
+    """Why ``mpnn_type`` cannot be built in this environment (its extra's module cannot be found:
+    not installed, or only an empty namespace left by an uninstall), or None when it can. Tests
+    over every encoder skip with this reason instead of failing where the extra is absent."""
+    extra: str | None = ENCODERS[mpnn_type].optional_dependency
+    if extra is None:
+        return None
+    module: str = EXTRA_MODULES.get(extra) or extra
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is missing
+        found = False
+    return None if found else f'{mpnn_type} needs {module}: pip install "hydra-models[{extra}]"'
+
+
 SCALAR_OUTPUTS = ("energy", "gap", "atomic_energy", "charge")
 
 VARIANTS: dict[str, dict] = {}
