@@ -55,6 +55,8 @@ def _frequency_list(config: AllScAIPConfig, head_dim: int) -> list[int]:
 class AllScAIPEncoder(Encoder):
     """AllScAIP (fairchem ``AllScAIPBackbone``) on HydraGNN's edges (invariant output, float32)."""
 
+    hops_beyond_layers = None  # all-pairs attention
+
     Config = AllScAIPConfig
     config: AllScAIPConfig
     sh_degree: torch.Tensor

@@ -113,6 +113,11 @@ class Encoder(nn.Module):
     needs_pos: ClassVar[bool] = True
     optional_dependency: ClassVar[str | None] = None
     """The ``hydra-models`` extra providing this encoder's backend (e.g. ``"fairchem"``), or None."""
+    hops_beyond_layers: ClassVar[int | None] = 0
+    """Neighbour shells an atom's embedding depends on beyond ``num_conv_layers`` (DimeNet's
+    embedding block reads one: 1), or ``None`` when no finite number bounds it (a backbone that
+    attends to every atom). :func:`hydragnn.models.locality.receptive_field` reads it; the
+    locality check (:func:`hydragnn.models.testing.check_locality`) proves it per encoder."""
     capture_safe: bool = True
     """False when ``forward`` synchronises with the host or has data-dependent shapes (e.g. a
     third-party backbone): hydra-infer then serves the model without CUDA-graph capture."""

@@ -118,6 +118,8 @@ class DimeNetEncoder(Encoder):
     """DimeNet++ stack: ``num_conv_layers`` interaction blocks and ``num_conv_layers + 1``
     output blocks summed into ``scalar [N, hidden_dim]``. Invariant (``vector`` is None)."""
 
+    hops_beyond_layers = 1  # the embedding block's messages already span one shell
+
     Config = DimeNetConfig
     config: DimeNetConfig
     equivariant = False

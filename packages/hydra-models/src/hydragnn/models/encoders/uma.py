@@ -80,6 +80,8 @@ def _uma_class(moe: bool) -> type[nn.Module]:
 class UMAEncoder(Encoder):
     """UMA (fairchem ``eSCNMDBackbone`` / ``eSCNMDMoeBackbone``) on HydraGNN's edges (equivariant)."""
 
+    hops_beyond_layers = None  # fairchem's backbone, not checked for locality
+
     Config = UMAConfig
     config: UMAConfig
     equivariant = True

@@ -24,6 +24,7 @@ from .checks import (
 )
 from .conformance import EncoderConformance
 from .host_sync import HostSyncDetector
+from .locality_check import check_locality, cut_out, decomposed_evaluation
 from .subjects import (
     CUTOFF,
     REGISTERED_ENCODERS,
@@ -54,6 +55,9 @@ __all__ = [
     "Tolerances",
     "build",
     "check_artifact_round_trip",
+    "check_locality",
+    "cut_out",
+    "decomposed_evaluation",
     "check_batch_equals_single",
     "check_capture_safe",
     "check_checkpointing",
