@@ -332,7 +332,7 @@ def test_potential_failure_stops_the_run_and_raises(model64, lmp_factory, tmp_pa
 
 
 @pytest.mark.skipif(shutil.which("mpiexec", path=str(Path(sys.executable).parent)) is None, reason="no mpiexec")
-def test_several_mpi_ranks_refused(tmp_path):
+def test_a_callable_is_refused_on_several_ranks(tmp_path):
     script = tmp_path / "two_ranks.py"
     script.write_text(
         "import sys\n"
@@ -352,4 +352,4 @@ def test_several_mpi_ranks_refused(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     for rank in (0, 1):
-        assert "this LAMMPS instance runs on 2 MPI ranks" in (tmp_path / f"rank{rank}.txt").read_text()
+        assert "a callable potential sees one rank's atoms only" in (tmp_path / f"rank{rank}.txt").read_text()

