@@ -36,6 +36,7 @@ _LAZY: dict[str, str] = {
     "ModelError": "errors",
     "compute_loss": "loss",
     "atomic_energies": "locality",
+    "local_energy": "locality",
     "locality_problems": "locality",
     "receptive_field": "locality",
     "Committee": "committee",

@@ -7,7 +7,9 @@ atom ``i``, its :func:`receptive_field`, is then evaluated exactly on every rank
 on local + ghost atoms without periodicity, the rank's energy is the sum over its local atoms,
 and the forces on ghost atoms go back to their owners. :func:`locality_problems` names what breaks
 that (attention over every atom, whole-graph positional encodings, per-structure inputs, a
-neighbour cap); :func:`atomic_energies` gives the ``e_i``.
+neighbour cap); :func:`atomic_energies` gives the ``e_i`` of a prepared batch, and
+:func:`local_energy` the energy of a rank's own atoms from what an engine's pair list holds
+(species, pairs, pair vectors), differentiable in the pair vectors: the pair forces of ML-IAP.
 
 The receptive field is ``hops * radius``: ``num_conv_layers`` shells of the encoder, plus the
 encoder's :attr:`~hydragnn.models.encoders.base.Encoder.hops_beyond_layers` and the energy head's
@@ -20,7 +22,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
+
 import torch
+from torch_geometric.data import Data
 
 from .errors import ModelError
 
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
     from .committee import Committee
     from .model import HydraModel
 
-__all__ = ["atomic_energies", "locality_problems", "receptive_field"]
+__all__ = ["atomic_energies", "local_energy", "locality_problems", "receptive_field"]
 
 
 def _members(model: HydraModel | Committee) -> list[HydraModel]:
@@ -115,3 +120,50 @@ def atomic_energies(model: HydraModel | Committee, batch: Any) -> torch.Tensor:
         )
         terms.append(atomic.reshape(-1))
     return terms[0] if len(terms) == 1 else torch.stack(terms).mean(0)
+
+
+def local_energy(
+    model: HydraModel | Committee,
+    species: torch.Tensor,
+    edge_index: torch.Tensor,
+    edge_vec: torch.Tensor,
+    n_local: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(energy, atomic [N])``: the energy of atoms ``0 .. n_local - 1`` and every atom's energy,
+    in the model's energy units, from an engine's pair list; differentiable in ``edge_vec``, so
+    ``autograd.grad(energy, edge_vec)`` gives the pair forces ``dE/d r_ij``.
+
+    Args:
+        species: ``[N]`` atomic numbers of the local atoms (first ``n_local``) and the ghosts.
+        edge_index: ``[2, E]`` (source ``j``, target ``i``): every pair within the cutoff, both
+            directions, ghost-ghost pairs included (an atom ``hops`` shells from the local ones
+            still passes messages inwards).
+        edge_vec: ``[E, 3]`` ``r_j - r_i`` (Å), images included.
+        n_local: how many leading atoms are the rank's own.
+
+    The encoders of a local model read geometry only through the edge vectors, so the model
+    runs with zero positions and the vectors as image shifts (``r_j - r_i = 0 - 0 + shift``).
+
+    Raises:
+        ModelError: a model that is not local (:func:`locality_problems`) or whose node input is
+            more than the atomic number.
+    """
+    problems = locality_problems(model)
+    if problems:
+        raise ModelError("local_energy: the model's energy is not a sum of local atomic terms: " + "; ".join(problems))
+    first = _members(model)[0]
+    if first.dims.node_in != 1:
+        raise ModelError(
+            f"local_energy: the model reads {first.dims.node_in} node inputs; it takes the atomic number only"
+        )
+    n = int(species.shape[0])
+    geometry = edge_vec.dtype
+    batch = Data(
+        x=species.reshape(n, 1).to(first.dtype),
+        pos=torch.zeros(n, 3, dtype=geometry, device=edge_vec.device),
+        edge_index=edge_index,
+        edge_shift=edge_vec,
+        batch=torch.zeros(n, dtype=torch.long, device=edge_vec.device),
+    )
+    atomic = atomic_energies(model, batch)
+    return atomic[:n_local].sum(), atomic
