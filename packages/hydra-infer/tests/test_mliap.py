@@ -1,0 +1,78 @@
+"""The ML-IAP unified contract of ``HydraMLIAP``, run with a stand-in for LAMMPS's data object.
+
+The stand-in holds what LAMMPS hands ``compute_forces`` on one rank whose sub-domain is the whole
+periodic cell: the cell's atoms (listed), their periodic images within the ghost shell, every
+pair within the cutoff with ``r_ij = x_j - x_i`` (ghost-ghost pairs included: ``EXISTS 1``), and
+it applies the pair forces as LAMMPS does (``f_i += f_ij``, ``f_j -= f_ij``, ghost forces to their
+owners, virial ``sum r_ij f_ij`` with LAMMPS's sign). Energy, forces and virial must equal the
+periodic calculator's. A LAMMPS with ML-IAP's Python coupling is not on PyPI, so no real one runs here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from infer_helpers import tiny_model
+from test_lammps import cuau
+
+from hydragnn.infer import HydraCalculator, InferenceError
+from hydragnn.infer.mliap import HydraMLIAP
+from hydragnn.models.testing import cut_out
+from hydragnn.models.testing.graphs import brute_force_edges
+
+
+class FakeData:
+    """The attributes of LAMMPS's ``MLIAPDataPy`` that ``compute_forces`` reads and writes."""
+
+    def __init__(self, positions: np.ndarray, elems: np.ndarray, nlocal: int, cutoff: float) -> None:
+        edge_index, _ = brute_force_edges(torch.as_tensor(positions), cutoff)
+        self.pair_j, self.pair_i = (e.numpy().astype(np.int32) for e in edge_index)  # (source j, target i)
+        self.rij = positions[self.pair_j] - positions[self.pair_i]
+        self.npairs, self.ntotal, self.nlistatoms = len(self.pair_i), len(positions), nlocal
+        self.elems = elems.astype(np.int32)
+        self.f = np.zeros((self.ntotal, 3))
+        self.virial = np.zeros((3, 3))
+        self.energy: float | None = None
+        self.eatoms: np.ndarray | None = None
+
+    def update_pair_forces(self, fij: np.ndarray) -> None:
+        assert fij.shape == (self.npairs, 3) and fij.flags.c_contiguous
+        np.add.at(self.f, self.pair_i, fij)
+        np.add.at(self.f, self.pair_j, -fij)
+        self.virial -= self.rij.T @ fij  # v_tally: each pair once, as the full list stores it
+
+
+@pytest.mark.parametrize("mpnn_type", ["SchNet", "PAINN"])
+def test_compute_forces_gives_the_periodic_energy_forces_and_virial(mpnn_type):
+    model = tiny_model(mpnn_type=mpnn_type)
+    atoms = cuau("tri")
+    potential = HydraMLIAP(model, elements=["Cu", "Au"])
+    positions, owner = cut_out(torch.as_tensor(atoms.positions), torch.as_tensor(atoms.cell.array), potential.reach)
+    elems = np.where(atoms.numbers[owner.numpy()] == 29, 0, 1)
+    data = FakeData(positions.numpy(), elems, len(atoms), potential.cutoff)
+    potential.compute_forces(data)
+
+    out = HydraCalculator(model)(atoms.positions, atoms.numbers, cell=atoms.cell.array, forces=True, stress=True)
+    forces = np.zeros((len(atoms), 3))
+    np.add.at(forces, owner.numpy(), data.f)
+    assert data.energy == pytest.approx(float(out["energy"][0]), abs=1e-10)
+    assert data.eatoms is not None and float(data.eatoms.sum()) == pytest.approx(data.energy, abs=1e-10)
+    np.testing.assert_allclose(forces, out["forces"].numpy(), atol=1e-10)
+    volume = abs(np.linalg.det(atoms.cell.array))
+    np.testing.assert_allclose(data.virial, -volume * out["stress"][0].numpy(), atol=1e-9)
+
+
+def test_lammps_lines_set_the_ghost_shell():
+    potential = HydraMLIAP(tiny_model(), elements=["Cu", "Au"], skin=1.5)
+    lines = potential.lammps_commands()
+    assert "pair_style mliap unified EXISTS 1" in lines and "pair_coeff * * Cu Au" in lines
+    assert f"comm_modify cutoff {potential.reach + 1.5}" in lines
+    assert potential.rcutfac == pytest.approx(potential.cutoff / 2)
+
+
+def test_non_local_models_and_unknown_elements_are_refused():
+    with pytest.raises(InferenceError, match="ML-IAP needs a local model.*max_neighbours"):
+        HydraMLIAP(tiny_model(max_neighbours=4), elements=["Cu", "Au"])
+    with pytest.raises(InferenceError, match="chemical symbols"):
+        HydraMLIAP(tiny_model(), elements=["Cu", "Xx"])
