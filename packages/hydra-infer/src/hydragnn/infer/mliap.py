@@ -24,8 +24,9 @@ reverse-communicates to the ghosts' owners. Only local models run this way
 field, which :meth:`HydraMLIAP.lammps_commands` sets.
 
 What was run: the contract, with a stand-in for LAMMPS's data object against the periodic
-calculator (``tests/test_mliap.py``). A LAMMPS with ML-IAP's Python coupling is not on PyPI and
-was not run in CI.
+calculator (``tests/test_mliap.py``, in CI), and ``nox -s lammps-mliap``, which builds LAMMPS with
+the coupling and matches ``pair_style mliap unified`` on 1 and 2 ranks to the fix-external driver
+(1e-14 eV); not a Kokkos build.
 """
 
 from __future__ import annotations
