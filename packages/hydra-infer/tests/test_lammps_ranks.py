@@ -37,14 +37,15 @@ SCRIPT = """
 import json, sys
 import numpy as np
 from hydragnn.infer.lammps import attach_potential, open_lammps
-model, data, out, steps, shell = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+model, data, out, steps, shell, ensemble = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
 lmp = open_lammps(["-log", "none", "-screen", "none", "-nocite"])
 lmp.commands_string("units metal\\natom_style atomic\\natom_modify map yes")
 lmp.command(f"read_data {data}")
 fix = attach_potential(lmp, model, elements=["Cu", "Au"])
 if shell != "auto":  # the negative control: a ghost shell narrower than the one attach_potential set
     lmp.command(f"comm_modify cutoff {shell}")
-lmp.commands_string("velocity all create 600 5 mom yes rot no loop geom\\nfix nve all nve\\ntimestep 0.001")
+integrate = "nve" if ensemble == "nve" else "npt temp 600 600 0.1 tri 0 0 0.5"
+lmp.commands_string(f"velocity all create 600 5 mom yes rot no loop geom\\nfix md all {integrate}\\ntimestep 0.001")
 lmp.command("thermo_style custom step pe ke etotal press pxx pyy pzz pxy pxz pyz")
 lmp.command(f"run {steps}")
 result = {
@@ -53,17 +54,32 @@ result = {
     "forces": np.array(lmp.gather_atoms("f", 1, 3)).reshape(-1, 3).tolist(),
     "positions": np.array(lmp.gather_atoms("x", 1, 3)).reshape(-1, 3).tolist(),
     "evaluations": fix.evaluations,
+    "volume": lmp.get_thermo("vol"),
 }
 if lmp.extract_setting("world_rank") == 0:
     json.dump(result, open(out, "w"))
 """
 
 
-def run_ranks(tmp_path: Path, ranks: int, model: Path, data: Path, steps: int, shell: str = "auto") -> dict:
+def run_ranks(
+    tmp_path: Path, ranks: int, model: Path, data: Path, steps: int, shell: str = "auto", ensemble: str = "nve"
+) -> dict:
     script = tmp_path / "md.py"
     script.write_text(SCRIPT)
     out = tmp_path / f"ranks{ranks}.json"
-    args = [MPIEXEC, "-n", str(ranks), sys.executable, str(script), str(model), str(data), str(out), str(steps), shell]
+    args = [
+        MPIEXEC,
+        "-n",
+        str(ranks),
+        sys.executable,
+        str(script),
+        str(model),
+        str(data),
+        str(out),
+        str(steps),
+        shell,
+        ensemble,
+    ]
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return json.loads(out.read_text())
@@ -115,3 +131,18 @@ def test_a_shell_one_layer_short_is_seen(tmp_path):
 def test_a_non_local_model_is_refused_for_several_ranks(overrides, named):
     with pytest.raises(InferenceError, match=f"several MPI ranks need a local model.*{named}"):
         DecomposedPotential(tiny_model(**overrides), comm=None)
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside the interpreter (the mpich wheel)")
+def test_npt_on_two_ranks_follows_one_rank(tmp_path):
+    """The barostat reads the summed virial: 10 NPT steps (triclinic coupling, a stiff 0.5 ps
+    barostat on an untrained model far from equilibrium) change the cell the same on 2 ranks."""
+    model = save_artifact(tiny_model(), tmp_path / "model.hydra", species=[29, 79])
+    data = tmp_path / "cuau.data"
+    ase.io.write(data, cuau("tri"), format="lammps-data", specorder=["Cu", "Au"], masses=True)
+    one, two = (run_ranks(tmp_path, n, model, data, steps=10, ensemble="npt") for n in (1, 2))
+    start = float(abs(np.linalg.det(cuau("tri").cell.array)))
+    assert abs(one["volume"] - start) > 1e-6  # the barostat moved the cell
+    assert two["volume"] == pytest.approx(one["volume"], abs=1e-9)
+    assert two["pe"] == pytest.approx(one["pe"], abs=1e-9)
+    np.testing.assert_allclose(two["positions"], one["positions"], atol=1e-9)
