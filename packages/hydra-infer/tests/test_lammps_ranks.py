@@ -42,8 +42,8 @@ lmp = open_lammps(["-log", "none", "-screen", "none", "-nocite"])
 lmp.commands_string("units metal\\natom_style atomic\\natom_modify map yes")
 lmp.command(f"read_data {data}")
 fix = attach_potential(lmp, model, elements=["Cu", "Au"])
-if shell != "auto":  # the negative control: a ghost shell narrower than the one attach_potential set
-    lmp.command(f"comm_modify cutoff {shell}")
+if shell != "auto":  # the negative control: a narrower ghost shell, past attach_potential's guard
+    type(lmp).command(lmp, f"comm_modify cutoff {shell}")
 integrate = "nve" if ensemble == "nve" else "npt temp 600 600 0.1 tri 0 0 0.5"
 lmp.commands_string(f"velocity all create 600 5 mom yes rot no loop geom\\nfix md all {integrate}\\ntimestep 0.001")
 lmp.command("thermo_style custom step pe ke etotal press pxx pyy pzz pxy pxz pyz")
@@ -146,3 +146,38 @@ def test_npt_on_two_ranks_follows_one_rank(tmp_path):
     assert two["volume"] == pytest.approx(one["volume"], abs=1e-9)
     assert two["pe"] == pytest.approx(one["pe"], abs=1e-9)
     np.testing.assert_allclose(two["positions"], one["positions"], atol=1e-9)
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside the interpreter (the mpich wheel)")
+def test_a_narrower_ghost_shell_is_refused(tmp_path):
+    """After attach_potential, a comm_modify cutoff below the receptive field plus skin (10 Å here)
+    is refused before LAMMPS runs it, in command and commands_string alike; a wider one passes."""
+    model = save_artifact(tiny_model(), tmp_path / "model.hydra", species=[29, 79])
+    data = tmp_path / "cuau.data"
+    ase.io.write(data, cuau("ortho"), format="lammps-data", specorder=["Cu", "Au"], masses=True)
+    script = tmp_path / "narrow.py"
+    script.write_text(
+        "import sys\n"
+        "from hydragnn.infer import InferenceError\n"
+        "from hydragnn.infer.lammps import attach_potential, open_lammps\n"
+        "lmp = open_lammps(['-log', 'none', '-screen', 'none', '-nocite'])\n"
+        "lmp.commands_string('units metal\\natom_style atomic')\n"
+        "lmp.command(f'read_data {sys.argv[2]}')\n"
+        "attach_potential(lmp, sys.argv[1], elements=['Cu', 'Au'])\n"
+        "lmp.command('comm_modify cutoff 12.0')\n"
+        "refused = []\n"
+        "for call in (lambda: lmp.command('comm_modify cutoff 6.0'),\n"
+        "             lambda: lmp.commands_string('thermo 10\\ncomm_modify mode single cutoff 9.5')):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except InferenceError as exc:\n"
+        "        refused.append(str(exc))\n"
+        "rank = lmp.extract_setting('world_rank')\n"
+        "open(f'{sys.argv[3]}/rank{rank}.txt', 'w').write('\\n'.join(refused))\n"
+    )
+    args = [MPIEXEC, "-n", "2", sys.executable, str(script), str(model), str(data), str(tmp_path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        refused = (tmp_path / f"rank{rank}.txt").read_text().splitlines()
+        assert len(refused) == 2 and all("needs a ghost shell of at least 10 Å" in r for r in refused), refused

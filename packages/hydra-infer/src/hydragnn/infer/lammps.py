@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -246,17 +247,49 @@ def _raise_pending(lmp: Any, command: Callable[[str], Any]) -> None:
             raise exc
 
 
+_COMM_CUTOFF = re.compile(r"^\s*comm_modify\b[^#\n]*?\bcutoff\s+(\S+)", re.MULTILINE)
+
+
+def _check_ghost_shell(lmp: Any, name: str, args: tuple[Any, ...]) -> None:
+    """Refuse a ``comm_modify cutoff`` below the ghost shell a potential on several ranks needs
+    (``lmp._hydragnn_shell``, set by :func:`attach_potential`), before LAMMPS runs it: a narrower
+    shell gives wrong forces without any error."""
+    shell = getattr(lmp, "_hydragnn_shell", None)
+    if shell is None or not args:
+        return
+    if name == "file":
+        try:
+            text = Path(args[0]).read_text(errors="replace")
+        except OSError:
+            return  # LAMMPS reports the unreadable file itself
+    else:
+        text = "\n".join(map(str, args[0])) if name == "commands_list" else str(args[0])
+    for match in _COMM_CUTOFF.finditer(text):
+        try:
+            value = float(match.group(1))
+        except ValueError:
+            continue
+        if value < shell:
+            raise InferenceError(
+                f"comm_modify cutoff {value:g}: the HydraGNN potential on several ranks needs a ghost shell of at "
+                f"least {shell:g} Å (its receptive field plus the skin, which attach_potential set); a narrower "
+                "one gives wrong forces"
+            )
+
+
 def _check_commands(lmp: Any) -> None:
     """Make ``command``, ``commands_list``, ``commands_string`` and ``file`` of ``lmp`` raise the
-    failure of an attached potential once the LAMMPS call returns (installed once per instance)."""
+    failure of an attached potential once the LAMMPS call returns, and refuse a ghost shell too
+    narrow for it before the call (:func:`_check_ghost_shell`; installed once per instance)."""
     if hasattr(lmp, "_hydragnn_fixes"):
         return
     lmp._hydragnn_fixes = {}
     command = lmp.command
 
-    def checked(method: Callable[..., Any]) -> Callable[..., Any]:
+    def checked(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
         def run(*args: Any, **kwargs: Any) -> Any:
+            _check_ghost_shell(lmp, name, args)
             try:
                 return method(*args, **kwargs)
             finally:
@@ -265,7 +298,7 @@ def _check_commands(lmp: Any) -> None:
         return run
 
     for name in ("command", "commands_list", "commands_string", "file"):
-        setattr(lmp, name, checked(getattr(lmp, name)))
+        setattr(lmp, name, checked(name, getattr(lmp, name)))
 
 
 def _decomposed(lmp: Any, potential: Any, nprocs: int, skin: float) -> DecomposedPotential:
@@ -290,9 +323,12 @@ def _decomposed(lmp: Any, potential: Any, nprocs: int, skin: float) -> Decompose
     except ImportError as exc:
         raise InferenceError(f"attach_potential: {nprocs} MPI ranks need mpi4py: {INSTALL_HINT}") from exc
     decomposed = DecomposedPotential(potential, MPI.COMM_WORLD)
+    shell = decomposed.reach + float(skin)
+    lmp._hydragnn_shell = None  # this call's own settings pass
     lmp.command(f"neighbor {float(skin)} bin")
     lmp.command("neigh_modify every 1 delay 0 check yes")
-    lmp.command(f"comm_modify cutoff {decomposed.reach + float(skin)}")
+    lmp.command(f"comm_modify cutoff {shell}")
+    lmp._hydragnn_shell = shell
     return decomposed
 
 
