@@ -31,33 +31,9 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
+from _artifacts import schnet_artifact  # noqa: E402
 
 WARMUP = 3
-
-
-def make_artifact(folder: Path) -> Path:
-    import copy
-
-    import torch
-
-    from hydragnn.data import Schema
-    from hydragnn.data.emt import CUAU_VARIABLES
-    from hydragnn.models import build_model, save_artifact
-
-    variables = copy.deepcopy(CUAU_VARIABLES)
-    variables["outputs"].append({"name": "stress", "level": "graph", "dim": 6})
-    arch = {
-        "mpnn_type": "SchNet",
-        "hidden_dim": 32,
-        "num_conv_layers": 3,
-        "radius": 5.0,
-        "num_radial": 16,
-        "enable_interatomic_potential": True,
-        "output_heads": {"node": {"num_headlayers": 1}},
-    }
-    torch.manual_seed(0)
-    model = build_model(arch, Schema.from_dict(variables)).eval()
-    return save_artifact(model, folder / "bench.hydra", species=[29, 79])
 
 
 def cell(n_atoms: int):
@@ -148,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     from hydragnn.infer.lammps import CalculatorPotential, ExportedPotential
 
     folder = Path(tempfile.mkdtemp(prefix="hydragnn-engines-"))
-    artifact = make_artifact(folder)
+    artifact = schnet_artifact(folder, layers=3, radius=5.0)
     exports = {}
     print("export (SchNet hidden 32, 3 layers, cutoff 5 Å, float32):")
     for label, name in (("TorchScript", "bench.pt"), (".pt2", "bench.pt2")):

@@ -26,6 +26,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from _artifacts import schnet_artifact  # noqa: E402
+
 SKIN = 2.0
 RANK_SCRIPT = """
 import json, sys, time
@@ -50,31 +52,6 @@ rows = MPI.COMM_WORLD.gather(row, root=0)
 if MPI.COMM_WORLD.Get_rank() == 0:
     json.dump({"steps_per_s": steps / seconds, "ranks": rows}, open(out, "w"))
 """
-
-
-def make_artifact(folder: Path) -> Path:
-    import copy
-
-    import torch
-
-    from hydragnn.data import Schema
-    from hydragnn.data.emt import CUAU_VARIABLES
-    from hydragnn.models import build_model, save_artifact
-
-    variables = copy.deepcopy(CUAU_VARIABLES)
-    variables["outputs"].append({"name": "stress", "level": "graph", "dim": 6})
-    arch = {
-        "mpnn_type": "SchNet",
-        "hidden_dim": 32,
-        "num_conv_layers": 2,
-        "radius": 4.5,
-        "num_radial": 16,
-        "enable_interatomic_potential": True,
-        "output_heads": {"node": {"num_headlayers": 1}},
-    }
-    torch.manual_seed(0)
-    model = build_model(arch, Schema.from_dict(variables)).eval()
-    return save_artifact(model, folder / "bench.hydra", species=[29, 79])
 
 
 def write_cube(folder: Path, atoms: int) -> Path:
@@ -114,7 +91,7 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        model = make_artifact(folder)
+        model = schnet_artifact(folder, layers=2, radius=4.5)
         shell = receptive_field(load_artifact(model)) + SKIN
         script = folder / "rank.py"
         script.write_text(RANK_SCRIPT)

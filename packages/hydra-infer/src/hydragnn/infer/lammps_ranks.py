@@ -18,17 +18,53 @@ encoder). :class:`DecomposedPotential` then returns, on every rank:
 ``fix external`` expects the all-rank totals of energy and virial on every rank. The cost: the
 shell multiplies the atoms per rank by about ``(1 + 2 S / L)^3`` (``S`` the shell, ``L`` the
 sub-domain side), so more ranks pay only for large systems.
+
+:func:`decomposed_potential` is what ``attach_potential`` calls on several ranks: it refuses what
+cannot be split, sets LAMMPS's ghost shell and skin, and :func:`check_ghost_shell` then refuses a
+narrower ``comm_modify cutoff`` in the instance's later input.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .errors import InferenceError
+from .lammps_potentials import INSTALL_HINT, is_model
 
-__all__ = ["DecomposedPotential"]
+__all__ = ["DecomposedPotential", "check_ghost_shell", "decomposed_potential", "local_potential"]
+
+
+def local_potential(potential: Any, needs: str) -> tuple[Any, float]:
+    """``(HydraCalculator, receptive field)`` of an artifact path, model or calculator whose energy
+    splits into atomic terms, for a route that evaluates part of a structure (several ranks,
+    ML-IAP); ``needs`` starts each refusal (e.g. ``"HydraMLIAP: ML-IAP needs"``).
+
+    Raises:
+        InferenceError: no energy and forces, an energy normalised by data statistics, or a
+            model that is not local (each reason named).
+    """
+    from hydragnn.models import ModelError, receptive_field
+
+    from .calculator import HydraCalculator
+
+    calc = potential if isinstance(potential, HydraCalculator) else HydraCalculator(potential)
+    info = calc.info
+    if info.energy is None or info.forces is None:
+        raise InferenceError(f"{needs} an interatomic potential: the model predicts no energy and forces")
+    if info.normalizer is not None and info.energy in info.normalizer:
+        raise InferenceError(
+            f"{needs} atomic energies: the model's energy is normalised by data statistics, which cannot be split "
+            "into atomic terms; run it on one rank"
+        )
+    try:
+        return calc, receptive_field(calc.model)
+    except ModelError as exc:
+        raise InferenceError(f"{needs} a local model; {exc}") from None
 
 
 class DecomposedPotential:
@@ -47,24 +83,8 @@ class DecomposedPotential:
     """
 
     def __init__(self, calc_or_model: Any, comm: Any) -> None:
-        from hydragnn.models import ModelError, receptive_field
-
-        from .calculator import HydraCalculator
-
-        calc = calc_or_model if isinstance(calc_or_model, HydraCalculator) else HydraCalculator(calc_or_model)
+        calc, self.reach = local_potential(calc_or_model, "potential: several MPI ranks need")
         self.model, self.info, self.comm = calc.model, calc.info, comm
-        if self.info.energy is None or self.info.forces is None:
-            raise InferenceError("potential: the model predicts no energy and forces (an interatomic potential)")
-        norm = self.info.normalizer
-        if norm is not None and self.info.energy in norm:
-            raise InferenceError(
-                "potential: the model's energy is normalised by data statistics, which several ranks cannot split "
-                "into atomic terms; run it on one rank"
-            )
-        try:
-            self.reach = receptive_field(self.model)
-        except ModelError as exc:
-            raise InferenceError(f"potential: several MPI ranks need a local model; {exc}") from None
         self.cutoff = float(self.info.cutoff)
 
     def __call__(
@@ -113,3 +133,64 @@ class DecomposedPotential:
         self.comm.Allreduce(MPI.IN_PLACE, virial, op=MPI.SUM)
         energy = self.comm.allreduce(local_energy, op=MPI.SUM)
         return energy, by_id[ids[:nlocal]], virial
+
+
+def decomposed_potential(lmp: Any, potential: Any, nprocs: int, skin: float) -> DecomposedPotential:
+    """The potential of a LAMMPS instance on ``nprocs`` ranks, with LAMMPS's ghost shell set for it."""
+    if isinstance(potential, (str, os.PathLike)):
+        import zipfile
+
+        if zipfile.is_zipfile(potential):
+            raise InferenceError(
+                f"attach_potential: {potential} is an exported file, which runs on one rank; on {nprocs} ranks "
+                "give the model artifact (model.hydra) or a HydraCalculator"
+            )
+    elif callable(potential) and not is_model(potential):
+        raise InferenceError(
+            f"attach_potential: a callable potential sees one rank's atoms only; on {nprocs} ranks give the "
+            "model artifact (model.hydra), a HydraModel or a HydraCalculator"
+        )
+    if not (isinstance(skin, (int, float)) and not isinstance(skin, bool) and 0.0 <= skin < float("inf")):
+        raise InferenceError(f"skin: expected a distance >= 0 in Å, found {skin!r}")
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:
+        raise InferenceError(f"attach_potential: {nprocs} MPI ranks need mpi4py: {INSTALL_HINT}") from exc
+    decomposed = DecomposedPotential(potential, MPI.COMM_WORLD)
+    shell = decomposed.reach + float(skin)
+    lmp._hydragnn_shell = None  # this call's own settings pass
+    lmp.command(f"neighbor {float(skin)} bin")
+    lmp.command("neigh_modify every 1 delay 0 check yes")
+    lmp.command(f"comm_modify cutoff {shell}")
+    lmp._hydragnn_shell = shell
+    return decomposed
+
+
+_COMM_CUTOFF = re.compile(r"^\s*comm_modify\b[^#\n]*?\bcutoff\s+(\S+)", re.MULTILINE)
+
+
+def check_ghost_shell(lmp: Any, name: str, args: tuple[Any, ...]) -> None:
+    """Refuse a ``comm_modify cutoff`` below the ghost shell a potential on several ranks needs
+    (``lmp._hydragnn_shell``, set by :func:`attach_potential`), before LAMMPS runs it: a narrower
+    shell gives wrong forces without any error."""
+    shell = getattr(lmp, "_hydragnn_shell", None)
+    if shell is None or not args:
+        return
+    if name == "file":
+        try:
+            text = Path(args[0]).read_text(errors="replace")
+        except OSError:
+            return  # LAMMPS reports the unreadable file itself
+    else:
+        text = "\n".join(map(str, args[0])) if name == "commands_list" else str(args[0])
+    for match in _COMM_CUTOFF.finditer(text):
+        try:
+            value = float(match.group(1))
+        except ValueError:
+            continue
+        if value < shell:
+            raise InferenceError(
+                f"comm_modify cutoff {value:g}: the HydraGNN potential on several ranks needs a ghost shell of at "
+                f"least {shell:g} Å (its receptive field plus the skin, which attach_potential set); a narrower "
+                "one gives wrong forces"
+            )

@@ -62,19 +62,10 @@ class HydraMLIAP:
     def __init__(self, potential: str | os.PathLike | Any, *, elements: Sequence[str], skin: float = 2.0) -> None:
         from ase.data import atomic_numbers
 
-        from hydragnn.models import ModelError, receptive_field
+        from .lammps_ranks import local_potential
 
-        from .calculator import HydraCalculator
-
-        calc = potential if isinstance(potential, HydraCalculator) else HydraCalculator(potential)
+        calc, self.reach = local_potential(potential, "HydraMLIAP: ML-IAP needs")
         self.model, self.info = calc.model, calc.info
-        norm = self.info.normalizer
-        if self.info.energy is None or (norm is not None and self.info.energy in norm):
-            raise InferenceError("HydraMLIAP: the model needs an energy that is not normalised by data statistics")
-        try:
-            self.reach = receptive_field(self.model)
-        except ModelError as exc:
-            raise InferenceError(f"HydraMLIAP: ML-IAP needs a local model; {exc}") from None
         unknown = [e for e in elements if e not in atomic_numbers or e == "X"]
         if unknown or not elements:
             raise InferenceError(

@@ -143,15 +143,7 @@ def convert_source(
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(path)
     known = records(cache, path.name)
     identity = file_identity(path, known, verify)
-    fingerprint = {
-        "converter": CONVERTER_VERSION,
-        "file": {k: identity[k] for k in ("name", "size", "sha256")},
-        "source": source.fingerprint(),
-        "schema": schema.to_dict() if schema is not None else None,
-        "cutoff": float(cutoff),
-        "container": container_format,
-    }
-    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+    fingerprint, digest = _fingerprint(source, schema, float(cutoff), container_format, identity)
     entry = cache / f"{path.name}.{digest[:16]}"
     data_path = entry / f"data.{_SUFFIX[container_format]}"
     record = next((r for e, r in known if e == entry and r.get("digest") == digest), None)
@@ -189,12 +181,7 @@ def convert_source(
     entry = _publish(entry, final_entry, final_data.name, record, known, identity)
     data_path = final_data
     if log is not None:
-        log(
-            f"{path}: {counts['samples']} samples prepared in {seconds:.1f} s "
-            f"({1000 * seconds / max(counts['samples'], 1):.1f} ms per structure)"
-            + (f", {len(isolated)} isolated atoms" if isolated else "")
-            + (f", skipped by config type: {skipped}" if skipped else "")
-        )
+        log(_built_line(path, counts["samples"], seconds, len(isolated), skipped))
     return ConvertedSource(
         dataset=open_dataset(data_path),
         schema=resolved,
@@ -203,6 +190,31 @@ def convert_source(
         cached=False,
         seconds=seconds,
         entry=entry,
+    )
+
+
+def _fingerprint(
+    source: AseSource, schema: Schema | None, cutoff: float, container_format: str, identity: dict[str, Any]
+) -> tuple[dict[str, Any], str]:
+    """``(fingerprint, sha256 digest)`` of everything a converted entry depends on: converter
+    version, file identity, frame selection and keys, schema, cutoff and container format."""
+    fingerprint = {
+        "converter": CONVERTER_VERSION,
+        "file": {k: identity[k] for k in ("name", "size", "sha256")},
+        "source": source.fingerprint(),
+        "schema": schema.to_dict() if schema is not None else None,
+        "cutoff": cutoff,
+        "container": container_format,
+    }
+    return fingerprint, hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+
+
+def _built_line(path: Path, samples: int, seconds: float, isolated: int, skipped: Any) -> str:
+    """The log line of a finished conversion."""
+    return (
+        f"{path}: {samples} samples prepared in {seconds:.1f} s ({1000 * seconds / max(samples, 1):.1f} ms per structure)"
+        + (f", {isolated} isolated atoms" if isolated else "")
+        + (f", skipped by config type: {skipped}" if skipped else "")
     )
 
 
