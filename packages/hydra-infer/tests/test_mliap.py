@@ -76,3 +76,19 @@ def test_non_local_models_and_unknown_elements_are_refused():
         HydraMLIAP(tiny_model(max_neighbours=4), elements=["Cu", "Au"])
     with pytest.raises(InferenceError, match="chemical symbols"):
         HydraMLIAP(tiny_model(), elements=["Cu", "Xx"])
+
+
+def test_an_energy_normalised_by_data_statistics_is_refused(tmp_path):
+    """Atomic energies of a model trained on normalised energies are not in eV: both routes that
+    evaluate part of a structure (several ranks, ML-IAP) refuse it by name."""
+    from hydragnn.data import Normalizer
+    from hydragnn.infer.lammps_ranks import DecomposedPotential
+    from hydragnn.models import save_artifact
+
+    stats = {"energy": {"method": "standard", "shift": [-3.0], "scale": [2.5], "per_atom": True, "count": 10}}
+    norm = Normalizer.from_dict({"format_version": 1, "variables": stats})
+    path = save_artifact(tiny_model(), tmp_path / "n.hydra", normalization=norm.to_dict())
+    with pytest.raises(InferenceError, match="ML-IAP needs atomic energies: .*normalised by data statistics"):
+        HydraMLIAP(path, elements=["Cu", "Au"])
+    with pytest.raises(InferenceError, match="several MPI ranks need atomic energies"):
+        DecomposedPotential(path, comm=None)
