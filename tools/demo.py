@@ -20,9 +20,9 @@ import pathlib
 import sys
 import time
 
-from hydragnn.data.threads import prefer_passive_waiting
+from hydragnn.models.execution import get_profile
 
-prefer_passive_waiting()  # before torch loads, as hydragnn-train does (hydragnn.data.threads)
+get_profile().prefer_passive_waiting()  # before torch loads, as hydragnn-train does
 
 # isort: split
 import torch  # noqa: E402

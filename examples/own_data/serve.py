@@ -6,7 +6,7 @@ molecular dynamics in ASE and report the energy drift.
     python examples/own_data/serve.py runs/own_data/model.hydra
 """
 
-from hydragnn.data import configure_threads
+from hydragnn.models.execution import configure_threads
 
 configure_threads()  # first, before torch loads: OpenMP then sleeps instead of spinning on a shared machine
 

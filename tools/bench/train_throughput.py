@@ -301,8 +301,8 @@ def profile_worker(args: argparse.Namespace) -> None:
     from torch_geometric.loader.dataloader import Collater
 
     from hydragnn.data import create_dataloaders
-    from hydragnn.data.threads import set_intra_op_threads
     from hydragnn.models import build_model
+    from hydragnn.models.execution import set_intra_op_threads
     from hydragnn.train.strategies import Strategy, build_optimizer_factory
 
     set_intra_op_threads(args.threads)

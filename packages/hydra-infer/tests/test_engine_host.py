@@ -67,7 +67,10 @@ def test_the_calculator_is_an_engine_host(model64):
     calc = HydraCalculator(model64)
     assert isinstance(calc, EngineHost) and isinstance(MinimalHost(model64), EngineHost)
     assert not isinstance(object(), EngineHost)
-    assert calc.dtype == model64.geometry_dtype and calc.eager_model is calc.model
+    assert calc.dtype == model64.geometry_dtype and calc.eager_model is not calc.model  # the profile's view
+    assert HydraCalculator(model64, execution="reference").eager_model is model64
+    view = dict(calc.eager_model.named_parameters())
+    assert all(view[name] is p for name, p in model64.named_parameters())  # the same tensors
     for name in ("regular", "warn"):  # the Protocol's parameters bind to the calculator's methods
         wanted = inspect.signature(getattr(EngineHost, name))
         got = inspect.signature(getattr(calc, name))

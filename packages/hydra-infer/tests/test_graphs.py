@@ -324,7 +324,7 @@ def test_compile_with_graph_warns_once_and_replays_eager(model64, graph_calc):
         out = calc(POS, Z, forces=True)
     assert stats(calc)["replays"] == 1
     engine = next(iter(calc._graph_engine.engines.values()))
-    assert engine.model is calc.model and calc._forward is not calc.model
+    assert engine.model is calc.eager_model and calc._forward is not calc.eager_model
     assert_same(out, HydraCalculator(model64)(POS, Z, forces=True))
 
 

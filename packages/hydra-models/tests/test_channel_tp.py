@@ -113,8 +113,11 @@ def test_products_that_are_not_channel_wise_run_e3nn():
 
 
 def test_products_run_dense_up_to_the_work_limit_and_e3nn_above(monkeypatch):
-    """Rows x channels above DENSE_TP_MAX_WORK run e3nn's execution (the dense one multiplies the
-    coefficients' zeros too); both give the same function."""
+    """Under the ``"dense"`` backend, rows x channels above DENSE_TP_MAX_WORK run e3nn's execution
+    (the dense one multiplies the coefficients' zeros too); both give the same function, and so
+    does the stock forward, which runs until a profile switches the backend in."""
+    from hydragnn.models.nn import use_backend
+
     torch.manual_seed(0)
     irreps_in, sh = natural_irreps(3, 1), o3.Irreps.spherical_harmonics(2)
     mid, instructions = tp_out_irreps_with_instructions(irreps_in, sh, natural_irreps(3, 2), "uvu")
@@ -123,8 +126,12 @@ def test_products_run_dense_up_to_the_work_limit_and_e3nn_above(monkeypatch):
     dense_calls = []
     product.dense.register_forward_hook(lambda *_: dense_calls.append(1))
     x1, x2, w = _randn(5, irreps_in.dim), _randn(5, sh.dim), _randn(5, product.weight_numel)
+    stock = product(x1, x2, w)
+    assert dense_calls == []
+    use_backend(torch.nn.Sequential(product), "dense")
     below = product(x1, x2, w)
     assert len(dense_calls) == 1
+    torch.testing.assert_close(below, stock, rtol=1e-10, atol=1e-12)
     monkeypatch.setattr(mace_nn, "DENSE_TP_MAX_WORK", 5 * product.dense.mul - 1)
     above = product(x1, x2, w)
     assert len(dense_calls) == 1

@@ -484,14 +484,17 @@ def lattice_cluster():
 
 
 def test_dimenet_evaluates_the_spherical_basis_per_distinct_triplet_geometry(monkeypatch):
-    """On lattice data without forces, the spherical basis and its projections run once per
-    distinct (d_kj, angle) pair: the embeddings and parameter gradients equal the per-triplet
-    path's; with a gradient on the geometry (forces) every triplet is evaluated."""
+    """Under the ``"distinct"`` backend, on lattice data without forces, the spherical basis and
+    its projections run once per distinct (d_kj, angle) pair: the embeddings and parameter
+    gradients equal the per-triplet path's; with a gradient on the geometry (forces) every
+    triplet is evaluated."""
     from hydragnn.models.nn import edges as edges_module
+    from hydragnn.models.nn import use_backend
 
     pos, z, edge_index, shift, batch, ng = lattice_cluster()
     inputs = make_inputs(pos, z, edge_index, shift, batch, ng)
     enc = build("dimenet")
+    assert use_backend(enc, "distinct").switched
     rows = []
     enc.interaction_blocks[0].lin_sbf2.register_forward_hook(lambda m, a, o: rows.append(a[0].shape[0]))
     results = []

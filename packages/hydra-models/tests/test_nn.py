@@ -56,7 +56,6 @@ def test_use_backend_switches_primitives_and_restores(recording_backend):
         assert torch.equal(out[key], ref[key])
     assert use_backend(model, None).switched == ()
     assert all(m.backend == "torch" for m in model.modules() if isinstance(m, Primitive))
-    assert model.encoder.interactions[0].filter.default_backend == "distinct"  # what runs it again
     model(batch)
     assert len(recording_backend) == 2  # the stock forward runs again
 
@@ -138,10 +137,13 @@ def _edges(r: torch.Tensor, attr: torch.Tensor | None = None) -> RadialEdges:
 
 
 def test_radial_filter_runs_once_per_distinct_length():
-    """Constant lengths that repeat (both directions of an edge, a lattice) go through the filter
-    network once each; the filters and the parameter gradients are those of the per-edge network."""
+    """Under the ``"distinct"`` backend, constant lengths that repeat (both directions of an edge,
+    a lattice) go through the filter network once each; the filters and the parameter gradients
+    are those of the per-edge network."""
     torch.manual_seed(0)
-    filt = RadialFilter(6, 5)
+    filt = torch.nn.Sequential(RadialFilter(6, 5))
+    assert use_backend(filt, "distinct").switched == ("0",)
+    filt = filt[0]
     rows = _filter_rows(filt)
     r = torch.tensor([1.5, 0.75, 1.5, 2.25, 0.75, 1.5, 2.25, 1.5])
     edges = _edges(r)
@@ -173,6 +175,8 @@ def test_radial_filter_runs_per_edge_where_sharing_does_not_apply(case):
     else:
         r = torch.linspace(0.5, 3.5, 8)
     filt = RadialFilter(6 if attr is None else 8, 5)
+    use_backend(torch.nn.Sequential(filt), "distinct")
+    assert filt.backend == "distinct"
     rows = _filter_rows(filt)
     edges = _edges(r, attr)
     w = filt(edges)
@@ -188,6 +192,7 @@ def test_schnet_shares_filters_without_changing_predictions(monkeypatch):
 
     torch.manual_seed(0)
     model = build_model(small_arch("SchNet"), SCHEMA)
+    use_backend(model, "distinct")
     batch = collate(periodic_samples(4.0)[:3])
     num_edges = batch.edge_index.shape[1]
     rows = _filter_rows(model.encoder.interactions[0].filter)
@@ -218,6 +223,8 @@ def test_shared_radial_functions_under_activation_checkpointing(encoder):
     plain = build_model(small_arch(encoder), SCHEMA)
     ckpt = build_model(small_arch(encoder, conv_checkpointing=True), SCHEMA)
     ckpt.load_state_dict(plain.state_dict())
+    use_backend(plain, "distinct")
+    use_backend(ckpt, "distinct")
     batch = collate(periodic_samples(4.0)[:2])
     results = []
     for model in (plain, ckpt):
@@ -250,24 +257,21 @@ def test_safe_norm_without_a_gradient_gives_the_guarded_values():
     assert torch.isfinite(grad).all() and torch.equal(grad[::7], torch.zeros_like(grad[::7]))
 
 
-def test_execution_choices_name_every_implementation_and_the_defaults():
-    """The CPU per-distinct-length executions are registered defaults, not branches inside the
-    equations: the stock ``forward`` evaluates every edge, the call runs the default, and a
-    second default for the same primitive is refused."""
-    from hydragnn.models.nn import TripletRows, execution_choices, register_implementation
-    from hydragnn.models.nn.backends import Implementation
+def test_execution_choices_name_every_implementation_and_nothing_runs_by_default():
+    """The CPU per-distinct-length executions are registered implementations, not branches inside
+    the equations, and none runs unless switched in: a fresh primitive runs its stock forward
+    (every edge), the switched-in one the distinct lengths."""
+    from hydragnn.models.nn import execution_choices
 
     choices = execution_choices()
-    assert ("RadialFilter", "distinct", True) in choices and ("TripletRows", "distinct", True) in choices
+    assert ("RadialFilter", "distinct") in choices and ("TripletRows", "distinct") in choices
     torch.manual_seed(0)
     filt = RadialFilter(6, 5)
-    assert filt.backend == "torch" and filt.default_backend == "distinct"
+    assert filt.backend == "torch"
     rows = _filter_rows(filt)
     edges = _edges(torch.tensor([1.5, 0.75, 1.5, 2.25, 0.75, 1.5, 2.25, 1.5]))
-    torch.testing.assert_close(filt(edges), filt.forward(edges))
-    assert rows == [3, 8]
-    with pytest.raises(ValueError, match="already runs 'distinct' by default"):
-        register_implementation(
-            Implementation(TripletRows, "other", lambda m, *a: m.forward(*a), lambda m: None, frozenset()),
-            default=True,
-        )
+    stock = filt(edges)
+    assert rows == [8]
+    use_backend(torch.nn.Sequential(filt), "distinct")
+    torch.testing.assert_close(filt(edges), stock)
+    assert rows == [8, 3]

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from hydragnn.models.execution import Execution
 from hydragnn.train.strategies import Strategy
 from hydragnn.train.strategies import flat as flat_module
 from hydragnn.train.strategies.flat import FlatStep
@@ -159,11 +160,14 @@ def test_large_parameter_tensors_are_left_to_torch():
     assert FlatStep.attach(torch.optim.AdamW(Net().parameters(), lr=0.1, fused=True)) is not None
 
 
-def test_the_single_process_strategy_flattens_between_begin_and_end():
+def test_the_single_process_strategy_flattens_between_begin_and_end_under_a_flat_profile():
     model = Net()
     opt = torch.optim.AdamW(model.parameters(), lr=0.01, fused=True)
     strategy = Strategy()
     strategy.setup(model, lambda _params: opt)
+    strategy.begin_training()  # the reference profile: nothing laid out flat
+    assert strategy._flat is None and len({p.untyped_storage().data_ptr() for p in model.parameters()}) == 6
+    strategy.execution = Execution.cpu()
     strategy.begin_training()
     assert len({p.untyped_storage().data_ptr() for p in model.parameters()}) == 1
     model(torch.randn(4, 5)).sum().backward()
@@ -229,6 +233,7 @@ def _strategy_run(steps: int) -> tuple[Net, bool]:
     torch.manual_seed(0)
     model = Net()
     strategy = Strategy()
+    strategy.execution = Execution.cpu()
     strategy.setup(model, lambda ps: torch.optim.AdamW(ps, lr=0.05, weight_decay=0.1, fused=True))
     strategy.begin_training()
     flat = strategy._flat is not None

@@ -46,10 +46,13 @@ def test_compiled_potential_trains_with_forces_compiling_once_per_mode(tmp_path)
     edges = {int(d.edge_index.shape[1]) for d in samples("mlip", 16)}
     assert len(edges) > 4
     eager, compiled = build("mlip"), build("mlip")
+    seen: list[str] = []
+    compiled.register_forward_pre_hook(lambda module, args: seen.append(module.derivatives_by))
     expected = _run(eager, False, tmp_path / "eager", kind="mlip")
     summary = _run(compiled, True, tmp_path / "compiled", kind="mlip")
     assert counters["stats"]["unique_graphs"] == 2, dict(counters["stats"])  # training + no_grad evaluation
-    assert [m.derivatives_by for m in compiled.modules() if isinstance(m, HydraModel)] == ["func"]
+    assert seen and set(seen) == {"func"}  # while compiled training ran
+    assert [m.derivatives_by for m in compiled.modules() if isinstance(m, HydraModel)] == ["autograd"]  # given back
     assert eager.derivatives_by == "autograd"
     for a, b in zip(expected["history"], summary["history"], strict=True):
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
@@ -98,8 +101,11 @@ def test_set_derivatives_names_the_choices():
 
 
 def test_compiled_cpu_kernels_take_one_thread_under_passive_waiting(monkeypatch):
-    """Under passive OpenMP waiting with two intra-op threads the generated CPU kernels run on one
-    (``hydragnn.data.threads.compiled_kernel_threads``); the model still compiles as given."""
+    """Under a profile with ``compile_threads`` (``"cpu"``) and passive OpenMP waiting with two
+    intra-op threads the generated CPU kernels run on one
+    (``hydragnn.models.execution.compiled_kernel_threads``); the model still compiles as given; the
+    reference profile passes no options."""
+    from hydragnn.models.execution import Execution
     from hydragnn.train.strategies import Strategy, build_optimizer_factory
 
     calls = []
@@ -109,7 +115,10 @@ def test_compiled_cpu_kernels_take_one_thread_under_passive_waiting(monkeypatch)
     strategy = Strategy()
     strategy.setup(build(), build_optimizer_factory({"type": "Adam", "learning_rate": 1e-3}))
     strategy.compile()
-    assert calls == [{"dynamic": True, "options": {"cpp.threads": 1}}]
+    assert calls == [{"dynamic": True}]  # the reference profile
+    strategy.execution = Execution.cpu()
+    strategy.compile()
+    assert calls[-1] == {"dynamic": True, "options": {"cpp.threads": 1}}
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     strategy.compile()
     assert calls[-1] == {"dynamic": True}

@@ -9,9 +9,8 @@ EMT, a checksum-verified download cache, and the published LSMS data sets upstre
 Every public name is imported on first use (PEP 562), so ``from hydragnn.data import Schema``
 loads neither torch nor torch_geometric, and each layer pays only for what it touches; ``adios2``
 (the ``hydra-data[adios]`` extra) and nvalchemi-toolkit-ops (first neighbor-list call) load later
-still. Importing it changes nothing process-wide: the threading, OpenMP wait policy and malloc
-defaults are applied by an explicit :func:`configure_threads` (:mod:`.threads`), which the command
-lines and the first calculator of a process call.
+still. Importing it changes nothing process-wide, and nothing in it tunes the process: threads, the
+OpenMP wait policy and malloc defaults are execution choices (:mod:`hydragnn.models.execution`).
 """
 
 import sys as _sys
@@ -68,7 +67,6 @@ _LAZY: dict[str, str] = {
     "add_positional_encodings": "positional",
     "prepare": "prepare",
     "prepare_all": "prepare",
-    "configure_threads": "threads",
     "CUAU_VARIABLES": "emt",
     "generate_bulk": "emt",
     "generate_cuau": "emt",
@@ -81,7 +79,13 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *sorted(_LAZY)]
 
 
-__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
+_MOVED = {
+    name: "hydragnn.models.execution (hydra-models), the execution layer"
+    for name in ("configure_threads", "compile_kwargs", "prefer_passive_waiting", "set_intra_op_threads")
+}
+"""Process tuning that left the data layer in 0.3 (it is an execution choice)."""
+
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals(), _MOVED)
 
 
 class _Package(types.ModuleType):

@@ -15,7 +15,7 @@ from typing import Any
 
 
 def lazy_names(
-    package: str, table: Mapping[str, str], namespace: dict[str, Any]
+    package: str, table: Mapping[str, str], namespace: dict[str, Any], moved: Mapping[str, str] | None = None
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package`` (its ``__name__``) with its ``globals()`` as ``namespace``.
 
@@ -24,11 +24,15 @@ def lazy_names(
         table: public name -> module defining it: a submodule name (``"schema"``), a relative
             module (``".config"``) or an absolute one (``"hydragnn.data"``).
         namespace: the package's ``globals()``; a loaded value is stored there.
+        moved: name -> where it lives now, for names the package no longer has: the
+            ``AttributeError`` says where to import them from.
     """
 
     def __getattr__(name: str) -> Any:
         module = table.get(name)
         if module is None:
+            if moved and name in moved:
+                raise AttributeError(f"{package}.{name} moved: import it from {moved[name]}")
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         if not module.startswith((".", "hydragnn.")) and module != "hydragnn":
             module = "." + module

@@ -23,6 +23,7 @@ The regular path (eager, compiled, kernels) takes its edges from :class:`~.neigh
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,8 +34,8 @@ import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
 import torch
 from torch_geometric.data import Batch
 
-from hydragnn.data.threads import compile_kwargs
 from hydragnn.models import HydraModel, load_artifact
+from hydragnn.models.execution import Execution, ExecutionError, get_profile
 
 from .batching import call_batch
 from .compiled import compile_failure_message, compiled_energy_forces, energy_only, is_compile_failure
@@ -72,21 +73,28 @@ class HydraCalculator:
         species: atomic numbers the model accepts, when the artifact does not list them.
         max_cell_images: periodic images searched per direction before a cell counts as too
             small (see :mod:`.inputs`).
-        compile_options: extra ``torch.compile`` keyword arguments (e.g. ``backend``). Under passive
-            OpenMP waiting the generated CPU kernels run on one thread unless these name ``mode`` or
-            ``options["cpp.threads"]``.
+        compile_options: extra ``torch.compile`` keyword arguments (e.g. ``backend``). Under a
+            profile with ``compile_threads`` and passive OpenMP waiting the generated CPU kernels
+            run on one thread unless these name ``mode`` or ``options["cpp.threads"]``.
         head: for a model with several energy heads (one per training data source), the one to
             serve (default: the first); sets the model's default head (``model.select_head``).
         skin: Verlet skin (Å, >= 0) of the regular path's neighbour list (:mod:`.neighbors`; same
             outputs, fewer searches). Default 0, a search per call: a plain calculator often sees
             unrelated structures, where a skin only widens it (the MD adapters default to 0.5 Å).
+        execution: the execution profile (a name or an :class:`~hydragnn.models.execution.Execution`;
+            default :data:`~hydragnn.models.execution.DEFAULT_PROFILE`). Its primitive backends run
+            on a view of the model (the same parameter and buffer tensors; the model given is not
+            modified), its process tuning is applied by the first calculator of a process.
 
     Attributes:
         neighbor_stats: ``{"builds": int, "reuses": int}``, neighbour lists searched and reused.
-        threads: the threading notice of :func:`hydragnn.data.configure_threads`, which the first
-            calculator of a process applies (torch's thread count lowered to the cores per
-            torchrun rank when ``OMP_NUM_THREADS`` is unset, malloc block reuse; passive OpenMP
-            waiting only if the program called it before importing torch).
+        execution: the profile; ``execution_report``: what the regular path computes with
+            (:meth:`~hydragnn.models.execution.Execution.report`).
+        threads: the threading notice of the profile's process tuning
+            (:func:`hydragnn.models.execution.configure_threads`), which the first calculator of a
+            process applies (torch's thread count lowered to the cores per torchrun rank when
+            ``OMP_NUM_THREADS`` is unset, malloc block reuse; passive OpenMP waiting only if the
+            program called it before importing torch); None under a profile without it.
 
     Raises:
         InferenceError: a model the calculator cannot feed, or bad options.
@@ -107,9 +115,14 @@ class HydraCalculator:
         compile_options: dict[str, Any] | None = None,
         head: str | None = None,
         skin: float = 0.0,
+        execution: str | Execution | None = None,
     ) -> None:
         self._neighbors = NeighborCache(check_skin(skin))
-        self.threads = threads_notice()
+        try:
+            self.execution = get_profile(execution)
+        except ExecutionError as exc:
+            raise InferenceError(f"execution: {exc}") from None
+        self.threads = threads_notice(self.execution)
         model: ServedModel
         if isinstance(model_or_artifact_path, (str, os.PathLike)):
             model = load_artifact(Path(model_or_artifact_path), device=device or "cpu")
@@ -128,6 +141,7 @@ class HydraCalculator:
             device = cast(torch.device, next(iter(model.parameters())).device)
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
+        self._served = self._profile_view(self.model)
         if isinstance(max_cell_images, bool) or not isinstance(max_cell_images, int) or max_cell_images < 1:
             raise InferenceError(f"max_cell_images: expected an integer >= 1, found {max_cell_images!r}")
         if isinstance(nb_threshold, bool) or not isinstance(nb_threshold, int) or nb_threshold < 1:
@@ -159,8 +173,21 @@ class HydraCalculator:
     # ------------------------------------------------------------------ public API
     @property
     def eager_model(self) -> ServedModel:
-        """What eager evaluation and graph capture run: the kernel-patched copy, else the model."""
-        return self._kernels if self._kernels is not None else self.model
+        """What eager evaluation and graph capture run: the kernel-patched copy, else the model
+        with the profile's backends switched in."""
+        return self._kernels if self._kernels is not None else self._served
+
+    def _profile_view(self, model: ServedModel) -> ServedModel:
+        """``model`` under the profile's backends: ``model`` itself for a profile without any, else
+        a copy of its modules sharing every parameter and buffer tensor (weight updates show)."""
+        if not self.execution.backends:
+            self.execution_report = self.execution.report(model)
+            return model
+        shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+        view = copy.deepcopy(model, memo=shared)
+        self.execution.switch_in(view)
+        self.execution_report = self.execution.report(view)
+        return view
 
     @property
     def dtype(self) -> torch.dtype:
@@ -185,7 +212,7 @@ class HydraCalculator:
         forward of the stock model (compiled calls never run the inference kernels)."""
         self._forward = self.eager_model
         if self.compile_model:
-            stock, options = self.model, compile_kwargs(self.device.type, self._compile_options)
+            stock, options = self.model, self.execution.compile_kwargs(self.device.type, self._compile_options)
             self._forward = torch.compile(stock, dynamic=True, **options)
             self._named_tensors = [*stock.named_parameters(), *stock.named_buffers()]
             self._compiled_energy = torch.compile(energy_only(stock), dynamic=True, **options)

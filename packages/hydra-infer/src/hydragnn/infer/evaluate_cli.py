@@ -18,7 +18,7 @@ from typing import Any
 from ase import Atoms
 
 from hydragnn.data.pyg_compat import torchscript_quietly
-from hydragnn.data.threads import prefer_passive_waiting
+from hydragnn.models.execution import get_profile
 
 from .errors import InferenceError
 from .evaluate import PREFIX, evaluate
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     Prints the errors table (or ``--json``) on stdout; progress goes to stderr on a terminal.
     Returns 0, or 2 with ``hydragnn-evaluate: error: ...`` on stderr for a user error.
     """
-    prefer_passive_waiting()  # before anything loads torch (hydragnn.data.threads)
+    get_profile().prefer_passive_waiting()  # the default profile's, before anything loads torch
     parser = argparse.ArgumentParser(
         prog="hydragnn-evaluate",
         description="Score a HydraGNN model on labelled structures (any file ASE reads) with the production "

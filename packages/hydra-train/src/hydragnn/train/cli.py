@@ -1,8 +1,10 @@
 """Command lines: ``hydragnn-train config.json`` and ``hydragnn-predict model.hydra dataset``.
 
-Each sets OpenMP's passive wait policy (unless the environment chose one) before anything loads
-torch, also under ``torchrun -m hydragnn.train.cli``; ``run_training`` applies the rest of
-:func:`hydragnn.data.configure_threads`.
+Where the execution profile tunes the process (the config's ``Training.execution`` for
+``hydragnn-train``, the default profile for ``hydragnn-predict``), each sets OpenMP's passive wait
+policy (unless the environment chose one) before anything loads torch, also under
+``torchrun -m hydragnn.train.cli``; ``run_training`` applies the rest of the profile's process
+tuning (:func:`hydragnn.models.execution.configure_threads`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,19 @@ import sys
 from pathlib import Path
 
 from hydragnn.data.pyg_compat import torchscript_quietly
-from hydragnn.data.threads import prefer_passive_waiting
+from hydragnn.models.execution import Execution, get_profile
 
 from .errors import TrainError
+
+
+def _config_profile(path: Path) -> Execution:
+    """The execution profile ``path``'s ``Training.execution`` names, read before torch loads; the
+    default where the file names none or cannot be read (``load_config`` then reports why)."""
+    try:
+        name = json.loads(path.read_text())["NeuralNetwork"]["Training"].get("execution")
+        return get_profile(name)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # (ExecutionError is a ValueError)
+        return get_profile()
 
 
 def _version() -> str:
@@ -31,7 +43,6 @@ def train_main(argv: list[str] | None = None) -> int:
     Arguments are parsed and the whole config is validated (:func:`~hydragnn.train.config.load_config`)
     before torch is imported: ``--help``, ``--version`` and a config error answer at once.
     """
-    prefer_passive_waiting()  # before anything loads torch (hydragnn.data.threads)
     parser = argparse.ArgumentParser(
         prog="hydragnn-train",
         description="Train a HydraGNN model from a JSON config (structures from any file ASE reads, or a "
@@ -62,6 +73,7 @@ def train_main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
+    _config_profile(args.config).prefer_passive_waiting()  # before anything loads torch
     from hydragnn.data import DataError
     from hydragnn.models import ModelError
 
@@ -98,7 +110,7 @@ def train_main(argv: list[str] | None = None) -> int:
 @torchscript_quietly()  # torch>=2.14's deprecation of what PyG and the export use on purpose
 def predict_main(argv: list[str] | None = None) -> int:
     """``hydragnn-predict model.hydra dataset [--energy-key K ...] [--batch-size N] [--output predictions.pt] [--json]``."""
-    prefer_passive_waiting()  # before anything loads torch (hydragnn.data.threads)
+    get_profile().prefer_passive_waiting()  # the default profile's, before anything loads torch
     parser = argparse.ArgumentParser(
         prog="hydragnn-predict",
         description="Evaluate a saved HydraGNN model on a dataset: its errors per head (MAE, RMSE) in physical units.",

@@ -78,10 +78,16 @@ class TrainingConfig:
             compiler): :meth:`~hydragnn.train.strategies.Strategy.compile`, single-process
             only. An interatomic potential takes its forces and stress by ``torch.func.grad``
             then, so forward, forces and the loss's backward compile as one step.
-        intra_op_threads ["auto" | int >= 1]: torch's intra-op threads during the run; "auto"
+        execution [null | profile name]: how the run computes, never what: the execution profile
+            (:mod:`hydragnn.models.execution`: ``"reference"``, stock PyTorch; ``"cpu"``, the
+            measured speed devices). Null: :data:`~hydragnn.models.execution.DEFAULT_PROFILE`.
+            Recorded in the run log, ``config.json`` and the artifact; free to change on resume.
+        intra_op_threads [null | "auto" | int >= 1]: torch's intra-op threads during the run; "auto"
             times the first steps at torch's count and at its halvings and keeps the fastest
             (single-process eager CPU training; otherwise the count stays), see
-            :mod:`hydragnn.train.threads`. The process's count is restored afterwards.
+            :mod:`hydragnn.train.threads`; null: as the execution profile says ("auto" under
+            ``"cpu"``, the process's count under ``"reference"``). The process's count is
+            restored afterwards.
         device ["auto" | "cpu" | "cuda" | "cuda:N"]: where the model trains. "auto" takes the
             current CUDA device when torch sees one (a distributed rank: its ``LOCAL_RANK``'s GPU),
             else the CPU; "cuda" and "cuda:N" fail with a ConfigError where that GPU is missing; a
@@ -117,7 +123,8 @@ class TrainingConfig:
     fine_tune: FineTuneConfig = field(default_factory=FineTuneConfig, metadata={"json": "FineTune"})
     global_attn_redraw_interval: int | None = field(default=1000, metadata={"min": 1})
     compile: bool = False
-    intra_op_threads: int | Literal["auto"] = field(default="auto", metadata={"min": 1})
+    execution: str | None = None
+    intra_op_threads: int | Literal["auto"] | None = field(default=None, metadata={"min": 1})
     device: str = "auto"
     normalize_outputs: Literal["minmax", "standard"] | None = None
     callbacks: tuple[dict[str, Any], ...] = ()
@@ -150,6 +157,7 @@ class TrainingConfig:
             "FineTune": plain(self.fine_tune),
             "global_attn_redraw_interval": self.global_attn_redraw_interval,
             "compile": self.compile,
+            "execution": self.execution,
             "intra_op_threads": self.intra_op_threads,
             "device": self.device,
             "callbacks": copy.deepcopy(list(self.callbacks)),
@@ -213,6 +221,13 @@ def parse_training(values: Any, where: str = TRAINING) -> TrainingConfig:
     device = kw.get("device", TrainingConfig.device)
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", device):
         raise ConfigError(f"{where}.device: expected 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if kw.get("execution") is not None:
+        from hydragnn.models.execution.profiles import ExecutionError, get_profile  # (no torch)
+
+        try:
+            get_profile(kw["execution"])
+        except ExecutionError as exc:
+            raise ConfigError(f"{where}.execution: {exc}") from None
     kw["callbacks"] = check_callback_specs(copy.deepcopy(v.get("callbacks")), f"{where}.callbacks")
     kw["model_keys"] = tuple((k, v[k]) for k in MODEL_KEYS_IN_TRAINING if k in v)
     return TrainingConfig(**kw)

@@ -22,9 +22,9 @@ import torch
 from hydragnn.data import write_dataset
 from hydragnn.data.io.atomic import atomic_write
 from hydragnn.data.loaders import create_dataloaders
-from hydragnn.data.threads import configure_threads
 from hydragnn.models import ModelConfig, build_model, save_artifact
 from hydragnn.models.encoders import get_encoder
+from hydragnn.models.execution import get_profile
 from hydragnn.models.metrics import format_errors, jsonable
 
 from .callbacks import Callback
@@ -128,6 +128,8 @@ def run_training(
     """
     t_start = time.perf_counter()
     cfg = load_config(config, init_from=init_from) if not isinstance(config, RunConfig) else config
+    profile = get_profile(cfg.training.execution)
+    cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, execution=profile.name))  # recorded
     level = cfg.verbosity if verbosity is None else verbosity
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.dataset.name
     strategy = make_strategy(cfg.training)  # may initialise the process group (before the loaders)
@@ -136,7 +138,8 @@ def run_training(
         prepare_run_folder(run_dir, resume=resume, overwrite=overwrite, modify=strategy.is_main)
         strategy.barrier()
         with run_log(run_dir, level, is_main=strategy.is_main, append=resume):
-            progress.log(1, configure_threads())
+            if (notice := profile.configure_process()) is not None:
+                progress.log(1, notice)
             progress.log(1, _device_line(strategy.device, cfg.training.device))
             run = _Run(cfg, run_dir, strategy, progress, level)
             return run.execute(resume, callbacks, t_start)
@@ -168,7 +171,7 @@ class _Run:
         if resume:
             check_fingerprint(_stored_fingerprint(self.run_dir / CHECKPOINT_NAME), meaning, str(self.run_dir))
         self.strategy.max_grad_norm = tr.clip_grad_norm
-        self.strategy.setup(model, build_optimizer_factory(tr.optimizer))
+        self.strategy.setup(model, build_optimizer_factory(tr.optimizer, get_profile(tr.execution).optimizer_step))
         if self.strategy.is_main:
             cfg.save(self.run_dir / "config.json")
         scheduler = build_scheduler(cfg, cast(torch.optim.Optimizer, self.strategy.optimizer))  # built by setup()
@@ -274,7 +277,10 @@ class _Run:
                 data.train, None, None, tr.batch_size, batching=tr.batching, seed=tr.seed
             )[0]
             assert probe_loader is not None  # data.train is not None: the run's loader exists
-            step = time_train_step(probe, probe_loader, build_optimizer_factory(tr.optimizer), self.strategy.device)
+            profile = get_profile(tr.execution)
+            profile.switch_in(probe)  # timed as the run will train
+            factory = build_optimizer_factory(tr.optimizer, profile.optimizer_step)
+            step = time_train_step(probe, probe_loader, factory, self.strategy.device)
             step_s = float(
                 self.strategy.all_reduce_mean(
                     torch.tensor([step], dtype=torch.float64, device=self.strategy.device)
@@ -337,6 +343,7 @@ class _Run:
             "best_val_loss": jsonable(summary["best_val_loss"]),
             "dataset": cfg.dataset.name,
             "config": cfg.to_dict(),
+            "execution": summary["execution"],
             **{k: facts[k] for k in ("reference_energies", "energy_scale_shift", "init_from")},
         }
         plain = self.strategy.unwrap()

@@ -9,8 +9,8 @@ folder). A run that failed before its first checkpoint leaves at most ``config.j
 
 The fingerprint is the completed config flattened to JSON paths, without the keys that do not
 change what the trained weights mean (:data:`FREE_KEYS`: verbosity, the epoch count, the time
-budget, early stopping, checkpointing, the collective timeout, the device, the dataset's name and cache
-location, a published data set's URL and pinned checksum), plus the digests of the converted data
+budget, early stopping, checkpointing, the collective timeout, the device, the execution profile and
+thread count (speed, not answers), the dataset's name and cache location, a published data set's URL and pinned checksum), plus the digests of the converted data
 files (a published data set's: its archive's). A resumed run compares it with the one
 stored in the checkpoint and names every path that differs.
 """
@@ -42,6 +42,8 @@ FREE_KEYS = (
     "NeuralNetwork.Training.Checkpoint",
     "NeuralNetwork.Training.Parallelism.timeout_s",
     "NeuralNetwork.Training.device",
+    "NeuralNetwork.Training.execution",
+    "NeuralNetwork.Training.intra_op_threads",
 )
 """JSON paths (and their sub-keys) that may change between a run and its ``--resume``."""
 

@@ -2,7 +2,10 @@
 
 It takes the seed's argument list and any form of the ``Training`` section (a config's
 ``NeuralNetwork`` dict, the section itself, a ``TrainingConfig`` or a ``RunConfig``), has the
-single-process strategy adopt the optimizer when no strategy is given, builds the callbacks the
+single-process strategy adopt the optimizer when no strategy is given, applies the execution
+profile (``Training.execution`` or the ``execution`` argument; :mod:`hydragnn.models.execution`:
+the process tuning, the primitive backends and derivative engine switched into the model for the
+run and out again after it, the optimizer step, the thread policy), builds the callbacks the
 section asks for (:func:`builtin_callbacks`: performer redraws, warmup, the weight average
 (``EMA``), intra-op thread tuning, the second stage, early stopping, the time budget
 (``max_time_s``), TensorBoard scalars; then the user's, from ``Training.callbacks`` and the
@@ -19,11 +22,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from hydragnn.models.execution import Execution, ExecutionError, get_profile
+
 from .averaging import WeightAverage
 from .callbacks import Callback, EarlyStopping, TensorBoardScalars, build_callbacks
 from .config import TrainingConfig, parse_training
 from .config_training import TRAINING
-from .errors import TrainingAborted
+from .errors import ConfigError, TrainingAborted
 from .loop import CHECKPOINT_NAME, TrainingLoop
 from .progress import Progress
 from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
@@ -46,16 +51,29 @@ def _training_config(nn_config: Any) -> TrainingConfig:
     return parse_training(nn_config)
 
 
-def _adopt(strategy: Strategy | None, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> Strategy:
+def _profile(choice: str | Execution | None, cfg: TrainingConfig) -> Execution:
+    """The run's execution profile: the argument, else ``Training.execution``, else the default."""
+    try:
+        return get_profile(choice if choice is not None else cfg.execution)
+    except ExecutionError as exc:
+        raise ConfigError(f"{TRAINING}.execution: {exc}") from None
+
+
+def _adopt(
+    strategy: Strategy | None, model: nn.Module, optimizer: torch.optim.Optimizer | None, execution: Execution
+) -> Strategy:
     """A set-up strategy: the single-process one adopting ``optimizer`` when none is given (with
-    the fused / foreach step when its user left that choice to torch: :func:`adopt_fast_step`)."""
+    the fused / foreach step when its user left that choice to torch and the profile's
+    ``optimizer_step`` is not ``"torch"``: :func:`adopt_fast_step`)."""
     if strategy is None:
         strategy = Strategy()
     if strategy.optimizer is None:
         if optimizer is None:
             raise TrainingAborted("train_validate_test: give an optimizer or a strategy that is set up")
-        adopt_fast_step(optimizer)
+        if execution.optimizer_step != "torch":
+            adopt_fast_step(optimizer)
         strategy.setup(model, lambda _params: optimizer)
+    strategy.execution = execution
     return strategy
 
 
@@ -67,8 +85,12 @@ def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, prog
         callbacks.append(Warmup(cfg.scheduler.warmup_steps))
     if cfg.ema.enabled:
         callbacks.append(WeightAverage(module, cfg.ema.decay, cfg.ema.warmup))
-    measure = strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile
-    callbacks.append(ThreadTuner(cfg.intra_op_threads, measure=measure, log=lambda line: progress.log(1, line)))
+    threads = cfg.intra_op_threads
+    if threads is None and strategy.execution.tunes_threads:
+        threads = "auto"
+    if threads is not None:
+        measure = strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile
+        callbacks.append(ThreadTuner(threads, measure=measure, log=lambda line: progress.log(1, line)))
     callbacks.append(SecondStage(cfg.second_stage, cfg.num_epoch, cfg.max_time_s))
     if cfg.early_stopping.enabled:
         callbacks.append(EarlyStopping(cfg.early_stopping.patience))
@@ -96,13 +118,15 @@ def train_validate_test(
     resume: bool = False,
     fingerprint: Mapping[str, Any] | None = None,
     callbacks: Sequence[Callback] = (),
+    execution: str | Execution | None = None,
 ) -> dict[str, Any]:
     """Train with validation, keep the best model by validation loss, then test it.
 
     Args:
         model: the :class:`~hydragnn.models.HydraModel`.
-        optimizer: its optimizer (adopted by the single-process strategy; one whose ``foreach``
-            and ``fused`` were left unset runs torch's fused or foreach step, see
+        optimizer: its optimizer (adopted by the single-process strategy; under a profile whose
+            ``optimizer_step`` is not ``"torch"``, one whose ``foreach`` and ``fused`` were left
+            unset runs torch's fused or foreach step, see
             :func:`~hydragnn.train.strategies.optim.adopt_fast_step`), or ``None`` when
             ``strategy`` is already set up.
         train_loader, val_loader, test_loader: loaders from ``create_dataloaders``
@@ -122,6 +146,10 @@ def train_validate_test(
             ``resume`` compared with the stored one (a difference is a ``CheckpointError``).
         callbacks: the user's :class:`~hydragnn.train.callbacks.Callback` objects, run after the
             built-in ones and those of ``Training.callbacks``.
+        execution: the execution profile (a name or an
+            :class:`~hydragnn.models.execution.Execution`); default ``Training.execution``, else
+            :data:`~hydragnn.models.execution.DEFAULT_PROFILE`. Its backends and derivative engine
+            are switched into the model for the run and out again when it ends.
 
     Returns:
         ``{"best_epoch", "best_val_loss", "epochs_run", "stopped_early", "stop_reason", "kept_weights",
@@ -133,7 +161,8 @@ def train_validate_test(
         than the best average (``best_epoch`` / ``best_val_loss`` are then theirs); ``train_batches`` and
         ``train_time_s``: training batches and seconds of training loop over the whole run,
         resumed segments included; ``projection_redraws``: performer redraws in this call;
-        ``test.mae``: per head ``mae``, ``rmse``, ``unit``).
+        ``test.mae``: per head ``mae``, ``rmse``, ``unit``; ``execution``: the profile's
+        :meth:`~hydragnn.models.execution.Execution.report` for the model).
 
     Raises:
         TrainingAborted: a non-finite loss under ``nan_policy: "error"``.
@@ -142,18 +171,30 @@ def train_validate_test(
             options it does not take.
     """
     cfg = _training_config(nn_config)
+    profile = _profile(execution, cfg)
     if strategy is not None and strategy.optimizer is None and cfg.clip_grad_norm is not None:
         strategy.max_grad_norm = cfg.clip_grad_norm  # before setup: DeepSpeed reads it there
-    strategy = _adopt(strategy, model, optimizer)
-    if cfg.compile:
-        strategy.compile()
-    if strategy.max_grad_norm is None:
-        strategy.max_grad_norm = cfg.clip_grad_norm
+    strategy = _adopt(strategy, model, optimizer, profile)
     progress = Progress(verbosity, strategy.is_main)
-    run_dir = Path(run_dir) if run_dir is not None else Path("logs") / log_name
-    user = build_callbacks(cfg.callbacks, f"{TRAINING}.callbacks") + list(callbacks)
-    every = builtin_callbacks(cfg, strategy, writer, progress) + user
-    loop = TrainingLoop(cfg, strategy, scheduler, progress, run_dir / CHECKPOINT_NAME, every, fingerprint)
-    if resume:
-        loop.resume()
-    return loop.run(train_loader, val_loader, test_loader, log_name)
+    if (notice := profile.configure_process()) is not None:
+        progress.log(3, notice)  # (run_training logs it at level 1, before the data loads)
+    module = strategy.unwrap()
+    profile.switch_in(module)
+    ran = profile.report(module)
+    progress.log(1, profile.describe())
+    try:
+        if cfg.compile:
+            strategy.compile()
+        if strategy.max_grad_norm is None:
+            strategy.max_grad_norm = cfg.clip_grad_norm
+        run_dir = Path(run_dir) if run_dir is not None else Path("logs") / log_name
+        user = build_callbacks(cfg.callbacks, f"{TRAINING}.callbacks") + list(callbacks)
+        every = builtin_callbacks(cfg, strategy, writer, progress) + user
+        loop = TrainingLoop(cfg, strategy, scheduler, progress, run_dir / CHECKPOINT_NAME, every, fingerprint)
+        if resume:
+            loop.resume()
+        summary = loop.run(train_loader, val_loader, test_loader, log_name)
+    finally:
+        profile.switch_out(module)
+    summary["execution"] = ran
+    return summary

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hydragnn.data.threads import set_intra_op_threads
+from hydragnn.models.execution.process import set_intra_op_threads
 
 from .callbacks import Callback
 

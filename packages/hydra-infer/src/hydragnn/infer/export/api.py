@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from hydragnn.models import Committee, HydraModel, load_artifact
+from hydragnn.models.execution import Execution
 
 from ..calculator import HydraCalculator
 from ..errors import InferenceError
@@ -140,8 +141,8 @@ def export_model(
     graph_attr = _graph_attr(info, fixed, model)
     example = example_inputs(info, model.geometry_dtype, torch.device(device))
     if not spec["gradients"]:
-        # the engine differentiates the energy: trace the path a gradient flows through (an
-        # energy-only path may share work between equal edge lengths, which autograd cannot)
+        # the engine differentiates the energy: trace the path a gradient flows through (without a
+        # gradient, geometry takes shortcuts that are not differentiable at zero length: safe_norm)
         example[0].requires_grad_(True)
     gm = trace(potential_function(model, info, graph_attr, gradients=spec["gradients"]), example)
     seconds["trace"] = time.perf_counter() - start
@@ -182,9 +183,11 @@ def export_model(
 
 
 def _prepared(model_or_artifact: Any, dtype: str | None, device: str, head: str | None) -> HydraModel:
-    """A frozen eval-mode copy of the model in the export dtype, on the export device, serving ``head``."""
+    """A frozen eval-mode copy of the model in the export dtype, on the export device, serving
+    ``head``, on the stock path (an export is the reference equations: no backend switched in)."""
     if isinstance(model_or_artifact, (HydraModel, Committee)):
         model = copy.deepcopy(model_or_artifact)
+        Execution.reference().switch_in(model)
     else:
         model = load_artifact(Path(model_or_artifact), device="cpu")
     if dtype is not None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from hydragnn.data.pyg_compat import torchscript_quietly
-from hydragnn.data.threads import prefer_passive_waiting
+from hydragnn.models.execution import get_profile
 
 
 def _version() -> str:
@@ -23,7 +23,7 @@ def _version() -> str:
 
 @torchscript_quietly()  # torch>=2.14's deprecation of what PyG and the export use on purpose
 def main(argv: list[str] | None = None) -> int:
-    prefer_passive_waiting()  # before anything loads torch (hydragnn.data.threads)
+    get_profile().prefer_passive_waiting()  # the default profile's, before anything loads torch
     parser = argparse.ArgumentParser(
         prog="hydragnn-export",
         description=(

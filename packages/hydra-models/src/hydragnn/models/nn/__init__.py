@@ -11,12 +11,12 @@ or PyG's convolutions): MACE's e3nn blocks (:mod:`.mace`, their dense execution
 with the smooth degrees of :mod:`.degree`).
 The swappable ones are :class:`~.backends.Primitive` subclasses: their stock forward is the
 reference, and a backend registered with :func:`~.backends.register_implementation` replaces
-its execution for every encoder that uses it (:func:`~.backends.use_backend`); a default
-implementation runs it where no backend is switched in (:mod:`.distinct` on CPU).
+its execution for every encoder that uses it where an execution profile switches it in
+(:func:`~.backends.use_backend`; :mod:`hydragnn.models.execution`).
 :func:`~.backends.execution_choices` lists them all.
 """
 
-from . import distinct  # noqa: F401  (registers the default "distinct" implementations)
+from . import distinct  # noqa: F401  (registers the "distinct" implementations)
 from .backends import (
     BackendReport,
     Implementation,

@@ -7,13 +7,12 @@ an encoder; :func:`use_backend` then switches every primitive of a model that th
 implements and accepts, and every encoder built from those primitives runs the backend
 without knowing it. Parameters, buffers and state-dict keys never change.
 
-A primitive may also have one *default* implementation (``register_implementation(impl,
-default=True)``): it runs wherever no backend was switched in, in training too. Defaults are
-execution choices that are exact and pay only in some calls, taken per call: on CPU, evaluating
-a function of the edge lengths once per distinct length (``"distinct"``, :mod:`.distinct`), and
-running a channel-wise e3nn product as a few dense matrix products (``"dense"``,
-:mod:`.channel_tp`). :func:`execution_choices` lists every registered
-implementation, default or not: the one place to read how a primitive can run.
+Where no backend is switched in, the stock forward runs: nothing is switched in by default.
+Which backends a run uses is an execution profile's choice (:mod:`hydragnn.models.execution`):
+on CPU, evaluating a function of the edge lengths once per distinct length (``"distinct"``,
+:mod:`.distinct`) and running a channel-wise e3nn product as a few dense matrix products
+(``"dense"``, :mod:`.channel_tp`); in hydra-infer, Triton kernels. :func:`execution_choices`
+lists every registered implementation: the one place to read how a primitive can run.
 
 Invariants: an implementation computes what ``forward`` computes (tested against it) and may
 decline a call it cannot serve (dtype, device, gradients, an unsupported companion module) by
@@ -47,22 +46,15 @@ class Primitive(nn.Module):
     dtypes: ClassVar[frozenset[torch.dtype]] = ALL_FLOAT_DTYPES
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        impl = self.__dict__.get("_implementation") or _DEFAULTS.get(type(self))
+        impl = self.__dict__.get("_implementation")
         if impl is None:
             return super().__call__(*args, **kwargs)
         return impl.run(self, *args, **kwargs)
 
     @property
     def backend(self) -> str:
-        """The name of the backend switched in, ``"torch"`` for none (the stock forward, or the
-        default implementation where one is registered: :attr:`default_backend`)."""
+        """The name of the backend switched in, ``"torch"`` for none (the stock forward)."""
         impl = self.__dict__.get("_implementation")
-        return "torch" if impl is None else impl.backend
-
-    @property
-    def default_backend(self) -> str:
-        """The default implementation's name (``"torch"``: the stock forward)."""
-        impl = _DEFAULTS.get(type(self))
         return "torch" if impl is None else impl.backend
 
 
@@ -90,29 +82,20 @@ class Implementation:
 
 
 _REGISTRY: dict[tuple[type[Primitive], str], Implementation] = {}
-_DEFAULTS: dict[type[Primitive], Implementation] = {}
 
 
-def register_implementation(impl: Implementation, *, default: bool = False) -> Implementation:
-    """Register ``impl`` (replacing an earlier one for the same primitive and backend).
-
-    ``default``: ``impl`` runs the primitive wherever no backend is switched in (one default per
-    primitive class; another backend's default for the same class is refused).
-    """
+def register_implementation(impl: Implementation) -> Implementation:
+    """Register ``impl`` (replacing an earlier one for the same primitive and backend); it runs
+    only where :func:`use_backend` switches its backend in."""
     if not (isinstance(impl.primitive, type) and issubclass(impl.primitive, Primitive)):
         raise TypeError(f"Implementation.primitive must be a Primitive subclass, found {impl.primitive!r}")
-    if default:
-        known = _DEFAULTS.get(impl.primitive)
-        if known is not None and known.backend != impl.backend:
-            raise ValueError(f"{impl.primitive.__name__} already runs {known.backend!r} by default")
-        _DEFAULTS[impl.primitive] = impl
     _REGISTRY[(impl.primitive, impl.backend)] = impl
     return impl
 
 
-def execution_choices() -> list[tuple[str, str, bool]]:
-    """Every registered implementation: ``(primitive class, backend, default)``, sorted."""
-    return sorted((cls.__name__, name, _DEFAULTS.get(cls) is impl) for (cls, name), impl in _REGISTRY.items())
+def execution_choices() -> list[tuple[str, str]]:
+    """Every registered implementation: ``(primitive class, backend)``, sorted."""
+    return sorted((cls.__name__, name) for cls, name in _REGISTRY)
 
 
 def implementations(backend: str) -> dict[type[Primitive], Implementation]:
@@ -132,7 +115,7 @@ class BackendReport:
 def use_backend(model: nn.Module, backend: str | None) -> BackendReport:
     """Switch every primitive of ``model`` that ``backend`` implements and accepts (in place).
 
-    ``backend=None`` (or ``"torch"``) removes every switched backend (defaults run again).
+    ``backend=None`` (or ``"torch"``) removes every switched backend (stock forwards run again).
     Primitives the backend does not implement keep their current implementation untouched.
     """
     switched: list[str] = []

@@ -1,4 +1,4 @@
-"""The ``"distinct"`` execution, default on CPU: functions of the edge geometry evaluated once per
+"""The ``"distinct"`` execution (the ``"cpu"`` profile's): functions of the edge geometry evaluated once per
 distinct value and gathered back.
 
 Graphs on a lattice (fixed sites, species varying: HydraGNN's alloy and Ising data, upstream's
@@ -9,7 +9,7 @@ no forces or stress by autograd), on CPU, outside compilation and with enough re
 distinct length: the same values, fewer rows. Everywhere else each implementation declines and
 the primitive's own forward runs.
 
-Registered here, as defaults (:func:`~.backends.register_implementation`):
+Registered here (:func:`~.backends.register_implementation`), switched in by a profile:
 
 * :class:`~.conv.RadialFilter`: the filter MLP on the distinct lengths' basis values;
 * :class:`~.geometry.TripletRows` (DimeNet): the spherical basis on the distinct
@@ -57,9 +57,5 @@ def _accepts_all(module: nn.Module) -> str | None:
     return None
 
 
-register_implementation(
-    Implementation(RadialFilter, BACKEND, _radial_filter, _accepts_all, ALL_FLOAT_DTYPES), default=True
-)
-register_implementation(
-    Implementation(TripletRows, BACKEND, _triplet_rows, _accepts_all, ALL_FLOAT_DTYPES), default=True
-)
+register_implementation(Implementation(RadialFilter, BACKEND, _radial_filter, _accepts_all, ALL_FLOAT_DTYPES))
+register_implementation(Implementation(TripletRows, BACKEND, _triplet_rows, _accepts_all, ALL_FLOAT_DTYPES))

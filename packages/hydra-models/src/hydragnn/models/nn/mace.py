@@ -29,8 +29,8 @@ def natural_irreps(mul: int, lmax: int) -> o3.Irreps:
 
 
 class E3nnProduct(Primitive, TensorProduct):
-    """``o3.TensorProduct`` (same state-dict keys; its forward is e3nn's, the reference). By default
-    it runs as a few dense ops where it is a channel-wise product with per-sample weights
+    """``o3.TensorProduct`` (same state-dict keys; its forward is e3nn's, the reference). Under the
+    ``"dense"`` backend (an execution profile's choice) it runs as a few dense ops where it is a channel-wise product with per-sample weights
     (:func:`.channel_tp.channel_tp`) and the call has at most :data:`.channel_tp.DENSE_TP_MAX_WORK`
     rows x channels (the ``"dense"`` implementation registered below); e3nn's forward otherwise,
     and when the row count is symbolic (a trace for export, which must hold for any size: a branch
@@ -43,8 +43,8 @@ class E3nnProduct(Primitive, TensorProduct):
 
 
 class E3nnLinear(Primitive, Linear):
-    """``o3.Linear`` (the same weight and state-dict keys; e3nn's forward is the reference), by
-    default one dense matrix where that is cheaper (:func:`.channel_tp.dense_linear`), e3nn's own
+    """``o3.Linear`` (the same weight and state-dict keys; e3nn's forward is the reference), under
+    the ``"dense"`` backend one dense matrix where that is cheaper (:func:`.channel_tp.dense_linear`), e3nn's own
     forward whenever a weight or bias is passed in."""
 
     def __init__(self, irreps_in: o3.Irreps, irreps_out: o3.Irreps) -> None:
@@ -55,7 +55,7 @@ class E3nnLinear(Primitive, Linear):
 
 class E3nnResidual(Primitive, FullyConnectedTensorProduct):
     """``o3.FullyConnectedTensorProduct`` (same weight and state-dict keys; e3nn's forward is the
-    reference), by default one dense matrix on the outer product of its inputs where that is cheaper
+    reference), under the ``"dense"`` backend one dense matrix on the outer product of its inputs where that is cheaper
     (:func:`.channel_tp.dense_bilinear`), e3nn's own forward with a weight passed in."""
 
     def __init__(self, irreps_in1: o3.Irreps, irreps_in2: o3.Irreps, irreps_out: o3.Irreps) -> None:
@@ -91,9 +91,7 @@ def _dense_residual(
 
 
 for _primitive, _run in ((E3nnProduct, _dense_product), (E3nnLinear, _dense_linear), (E3nnResidual, _dense_residual)):
-    register_implementation(
-        Implementation(_primitive, "dense", _run, lambda module: None, ALL_FLOAT_DTYPES), default=True
-    )
+    register_implementation(Implementation(_primitive, "dense", _run, lambda module: None, ALL_FLOAT_DTYPES))
 
 
 class _NormalizedAct(Protocol):

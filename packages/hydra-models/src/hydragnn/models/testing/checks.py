@@ -16,6 +16,7 @@ from torch import nn
 from torch_geometric.data import Data
 
 from hydragnn.models import Committee, HydraModel, load_artifact, pad_with_sink, save_artifact
+from hydragnn.models.execution import Execution
 
 from .graphs import (
     CLUSTER_SCHEMA,
@@ -24,6 +25,7 @@ from .graphs import (
     cluster_samples,
     collate,
     default_dtype,
+    lattice_samples,
     periodic_samples,
     random_rotation,
     supercell_sample,
@@ -303,9 +305,14 @@ def check_precisions(subject: Subject | str) -> None:
             assert err < tol, f"{precision}: output {key!r} deviates from float32 by {float(err):.3g} (> {tol})"
 
 
-def _same_training_step(subject: Subject, models: tuple[HydraModel | Committee, HydraModel | Committee]) -> None:
+def _same_training_step(
+    subject: Subject,
+    models: tuple[HydraModel | Committee, HydraModel | Committee],
+    tolerances: tuple[float, float] | None = None,
+) -> None:
     """Both models, in training mode on two periodic samples, give the same outputs (forces and
-    stress included) and parameter gradients of the loss, within the checkpointing tolerances."""
+    stress included) and parameter gradients of the loss, within ``tolerances`` (default: the
+    checkpointing ones; gradients x10 in rtol)."""
     batch = collate(periodic_samples(CUTOFF)[:2])
     results = []
     for model in models:
@@ -315,7 +322,7 @@ def _same_training_step(subject: Subject, models: tuple[HydraModel | Committee, 
         loss.backward()
         results.append((out, {k: p.grad for k, p in model.named_parameters() if p.grad is not None}))
     (o1, g1), (o2, g2) = results
-    rtol, atol = subject.tol.checkpointing
+    rtol, atol = tolerances or subject.tol.checkpointing
     assert "forces" in o1 and "stress" in o1
     assert_outputs_close(o2, o1, rtol=rtol, atol=atol)
     assert sorted(g1) == sorted(g2)
@@ -339,3 +346,26 @@ def check_functional_derivatives(subject: Subject | str) -> None:
     functional = s.build()
     set_derivatives(functional, "func")
     _same_training_step(s, (s.build(), functional))
+
+
+def check_execution_profile(subject: Subject | str, profile: str | Execution) -> None:
+    """An execution profile (a name or an :class:`~hydragnn.models.execution.Execution`) computes
+    what the stock model computes, within the ``execution`` tolerances: energies, forces and
+    stress of rattled periodic cells in eval mode; energies without forces on ideal lattices
+    (repeated edge lengths: where ``"distinct"`` shares work); and a training step's outputs and
+    parameter gradients (training on forces). The optimizer step is checked by hydra-train."""
+    from hydragnn.models.execution import get_profile
+
+    s = _subject(subject)
+    execution = get_profile(profile)
+    reference, switched = s.build(), s.build()
+    execution.switch_in(switched)
+    rtol, atol = s.tol.execution
+    reference.eval()
+    switched.eval()
+    cells = collate(periodic_samples(CUTOFF)[:3])
+    assert_outputs_close(switched(cells), reference(cells), rtol=rtol, atol=atol)
+    lattice = collate(lattice_samples(CUTOFF))
+    energy_only = {"compute_forces": False, "compute_stress": False}
+    assert_outputs_close(switched(lattice, **energy_only), reference(lattice, **energy_only), rtol=rtol, atol=atol)
+    _same_training_step(s, (reference, switched), s.tol.execution)

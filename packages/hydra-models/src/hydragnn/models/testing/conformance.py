@@ -20,8 +20,9 @@ Each check builds a tiny MLIP (hidden 16, 2 layers, cutoff 4 Å) around the enco
 against physics that does not depend on it: permutation, rotation / translation invariance,
 vector equivariance, forces and stress against finite differences, energy continuity at the
 cutoff, batch == single, padded == unpadded, no host synchronisation, no subnormal arithmetic,
-periodic supercells, artifact round trip, precisions, activation checkpointing and forces by
-``torch.func.grad`` (a compiled training step's) equal to autograd's. Tolerances are a
+periodic supercells, artifact round trip, precisions, activation checkpointing, forces by
+``torch.func.grad`` (a compiled training step's) equal to autograd's, and every shipped execution
+profile equal to the reference (:func:`~.checks.check_execution_profile`). Tolerances are a
 :class:`Tolerances` fixture (``conformance_tolerances``). The checks also accept a subject name
 (an encoder or a :func:`register_variant` id) with defaults from :func:`set_defaults`.
 """
@@ -33,8 +34,13 @@ from typing import Any
 
 import pytest
 
+from hydragnn.models.execution import PROFILES
+
 from . import checks
 from .subjects import Subject, Tolerances, subject
+
+SWITCHED_PROFILES = sorted(name for name in PROFILES if name != "reference")
+"""The shipped profiles that switch something in, each checked against the reference."""
 
 
 class EncoderConformance:
@@ -116,3 +122,7 @@ class EncoderConformance:
 
     def test_functional_derivatives(self, conformance_subject: Subject) -> None:
         checks.check_functional_derivatives(conformance_subject)
+
+    @pytest.mark.parametrize("profile", SWITCHED_PROFILES)
+    def test_execution_profile(self, conformance_subject: Subject, profile: str) -> None:
+        checks.check_execution_profile(conformance_subject, profile)

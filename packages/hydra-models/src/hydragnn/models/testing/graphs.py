@@ -116,6 +116,20 @@ def periodic_samples(cutoff: float, count: int = 12) -> tuple[Data, ...]:
 
 
 @functools.cache
+def lattice_samples(cutoff: float, count: int = 3) -> tuple[Data, ...]:
+    """Prepared ideal fcc Cu-Au cells of 8 atoms (schema :data:`SCHEMA`, periodic, not rattled:
+    edge lengths repeat, as in alloy data), species drawn per cell, in float32 (cached)."""
+    rng = np.random.default_rng(2)
+    out = []
+    for index in range(count):
+        atoms = bulk("Cu", "fcc", a=3.7, cubic=True).repeat((2, 1, 1))
+        atoms.numbers = rng.choice([29, 79], size=len(atoms))
+        with default_dtype(torch.float32):
+            out.append(with_edges(prepare(_label(atoms), SCHEMA, index=index), cutoff))
+    return tuple(out)
+
+
+@functools.cache
 def cluster_samples(cutoff: float, count: int = 3) -> tuple[Data, ...]:
     """Prepared non-periodic Cu-Au clusters of 5-7 atoms (schema :data:`CLUSTER_SCHEMA`), in float32
     whatever the caller's default dtype (the result is cached)."""

@@ -68,6 +68,8 @@ class Tolerances:
         batching: batch == single, padded == unpadded.
         finite_differences: float64 forces against central differences (stress uses ``atol / 10``).
         checkpointing: outputs with and without activation checkpointing (gradients: x10).
+        execution: outputs of an execution profile against the reference (gradients: x10): float32
+            rounding of another order of operations (MACE's dense products: a few 1e-7 eV/Å).
         fp64, bf16: relative deviation of float64 / bfloat16 outputs from float32.
     """
 
@@ -75,6 +77,7 @@ class Tolerances:
     batching: tuple[float, float] = (1e-5, 1e-6)
     finite_differences: tuple[float, float] = (1e-5, 1e-7)
     checkpointing: tuple[float, float] = (1e-6, 1e-7)
+    execution: tuple[float, float] = (1e-5, 1e-6)
     fp64: float = 1e-4
     bf16: float = 0.1
 

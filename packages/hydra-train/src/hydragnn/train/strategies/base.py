@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hydragnn.data.threads import compile_kwargs
+from hydragnn.models.execution import Execution
 
 from ..config_sections import STRATEGY_SPECS, StrategySpec, declare_strategy
 from ..errors import ConfigError
@@ -85,7 +85,8 @@ class Strategy:
     compiles: ClassVar[bool] = True
     """Whether :meth:`compile` may wrap this strategy's forward (``Training.compile``)."""
     flat_step: ClassVar[bool] = True
-    """Whether :meth:`begin_training` may lay an Adam / AdamW optimizer out flat (:class:`~.flat.FlatStep`)."""
+    """Whether :meth:`begin_training` may lay an Adam / AdamW optimizer out flat (:class:`~.flat.FlatStep`)
+    when the execution profile asks for it."""
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = dict(options or {})
@@ -94,6 +95,7 @@ class Strategy:
         self.optimizer: torch.optim.Optimizer | None = None
         self.device = torch.device("cpu")
         self.max_grad_norm: float | None = None  # Training.clip_grad_norm; set before setup()
+        self.execution: Execution = Execution.reference()  # the run's profile (train_validate_test sets it)
         self._flat: FlatStep | None = None
 
     # process information ---------------------------------------------------------------
@@ -129,9 +131,11 @@ class Strategy:
         self.optimizer = optimizer_factory(self._module.parameters())
 
     def begin_training(self) -> None:
-        """Called by the loop before its first step: one fused kernel per parameter group for
-        a qualifying Adam / AdamW in a single process (:class:`~.flat.FlatStep`)."""
-        if self.flat_step and self._flat is None and self.optimizer is not None and not self.distributed:
+        """Called by the loop before its first step: under a profile whose ``optimizer_step`` is
+        ``"flat"``, one fused kernel per parameter group for a qualifying Adam / AdamW in a single
+        process (:class:`~.flat.FlatStep`)."""
+        flat = self.flat_step and self.execution.optimizer_step == "flat"
+        if flat and self._flat is None and self.optimizer is not None and not self.distributed:
             self._flat = FlatStep.attach(self.optimizer)
 
     def end_training(self) -> None:
@@ -169,8 +173,8 @@ class Strategy:
         them by ``torch.func.grad`` (:func:`hydragnn.models.model.set_derivatives`): the
         derivative is then part of the compiled forward and the loss's backward is an ordinary
         one, where the default ``autograd.grad(create_graph=True)`` would need a compiled backward
-        differentiated again, which torch does not support. On CPU under passive OpenMP waiting the
-        generated kernels run on one thread (:func:`hydragnn.data.threads.compiled_kernel_threads`).
+        differentiated again, which torch does not support. The compile options are the execution
+        profile's (:meth:`~hydragnn.models.execution.Execution.compile_kwargs`).
 
         Raises:
             ConfigError: under such a strategy.
@@ -183,7 +187,7 @@ class Strategy:
         set_derivatives(self.unwrap(), "func")
         model = self.model
         assert model is not None, "setup() first"
-        compiled = torch.compile(model, dynamic=True, **compile_kwargs(self.device.type))
+        compiled = torch.compile(model, dynamic=True, **self.execution.compile_kwargs(self.device.type))
         self.model = cast(nn.Module, compiled)  # a module compiles to a module
 
     def backward(self, loss: torch.Tensor) -> None:

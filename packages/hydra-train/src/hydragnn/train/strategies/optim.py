@@ -35,18 +35,25 @@ class OptimizerBuilder:
         cls: the torch optimizer class; ``kwargs``: its keyword arguments (``lr``, ...);
         use_zero_redundancy: wrap in :class:`torch.distributed.optim.ZeroRedundancyOptimizer`
             when a process group with more than one rank exists (each rank then keeps the
-            optimizer state of its shard of the parameters).
-
-    The step runs fused (:data:`FUSED` classes, plain floating-point parameters on CPU or CUDA)
-    or else with torch's ``foreach`` kernels, never torch's per-parameter loop, which is the CPU
-    default: for a 3-layer SchNet AdamW the fused step is about 5x faster than that loop. The
-    update is the same formula; its last bits may differ from the loop's.
+            optimizer state of its shard of the parameters);
+        step: the execution profile's ``optimizer_step``. ``"torch"``: torch's own default
+            implementation (its per-parameter loop on CPU); ``"fused"`` / ``"flat"``: fused
+            (:data:`FUSED` classes, plain floating-point parameters on CPU or CUDA) or else torch's
+            ``foreach`` kernels: for a 3-layer SchNet AdamW the fused step is about 5x faster than
+            the loop. The update is the same formula; its last bits may differ from the loop's.
     """
 
-    def __init__(self, cls: type[torch.optim.Optimizer], kwargs: dict[str, Any], use_zero_redundancy: bool) -> None:
+    def __init__(
+        self,
+        cls: type[torch.optim.Optimizer],
+        kwargs: dict[str, Any],
+        use_zero_redundancy: bool,
+        step: str = "fused",
+    ) -> None:
         self.cls = cls
         self.kwargs = dict(kwargs)
         self.use_zero_redundancy = use_zero_redundancy
+        self.step = step
 
     def __call__(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         params = [p for p in params if p.requires_grad]
@@ -54,12 +61,12 @@ class OptimizerBuilder:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
             return ZeroRedundancyOptimizer(params, optimizer_class=self.cls, **self.kwargs)
-        fast: dict[str, Any] = _fast_implementation(self.cls, params)  # keywords, not the ``defaults`` dict
+        fast: dict[str, Any] = {} if self.step == "torch" else _fast_implementation(self.cls, params)
         return self.cls(params, **self.kwargs, **fast)
 
     def __repr__(self) -> str:
         zero = ", ZeroRedundancyOptimizer" if self.use_zero_redundancy else ""
-        return f"OptimizerBuilder({self.cls.__name__}, {self.kwargs}{zero})"
+        return f"OptimizerBuilder({self.cls.__name__}, {self.kwargs}{zero}, step={self.step!r})"
 
 
 def _fast_implementation(cls: type[torch.optim.Optimizer], params: Sequence[torch.Tensor]) -> dict[str, bool]:
@@ -94,8 +101,11 @@ def adopt_fast_step(optimizer: torch.optim.Optimizer) -> str | None:
     return next(iter(choice), None)
 
 
-def build_optimizer_factory(optimizer_config: OptimizerConfig | Mapping[str, Any]) -> OptimizerBuilder:
-    """The optimizer factory of ``Training.Optimizer``.
+def build_optimizer_factory(
+    optimizer_config: OptimizerConfig | Mapping[str, Any], step: str = "fused"
+) -> OptimizerBuilder:
+    """The optimizer factory of ``Training.Optimizer``, its step as the execution profile's
+    ``optimizer_step`` says (:class:`OptimizerBuilder`).
 
     Args:
         optimizer_config: the parsed :class:`~hydragnn.train.config_sections.OptimizerConfig`
@@ -114,4 +124,4 @@ def build_optimizer_factory(optimizer_config: OptimizerConfig | Mapping[str, Any
     kwargs: dict[str, Any] = {"lr": cfg.learning_rate, "weight_decay": cfg.weight_decay}
     if cfg.momentum is not None:
         kwargs["momentum"] = cfg.momentum
-    return OptimizerBuilder(OPTIMIZERS[cfg.type], kwargs, cfg.use_zero_redundancy)
+    return OptimizerBuilder(OPTIMIZERS[cfg.type], kwargs, cfg.use_zero_redundancy, step)
