@@ -14,12 +14,16 @@ potential, energy + forces).
 ``--part serve``: ``HydraCalculator`` on a SchNet and a MACE potential (hidden 32, 3 layers, 4 Å),
 ``--calls`` energy + forces calls on a 108-atom periodic Cu-Au cell, calls per second printed.
 
-``--profile NAME`` picks the execution profile (``hydragnn.models.execution``); in a checkout that
-has no profiles it is ignored and the checkout's own defaults run (the "before" of a comparison).
+``--profile NAME`` picks the execution profile (``hydragnn.models.execution``) and runs it in this
+process; in a checkout that has no profiles it is ignored and the checkout's own defaults run (the
+"before" of a comparison). Without ``--profile`` the script compares: each of ``--profiles`` runs
+in a fresh process (a profile's process tuning is for the whole process), in turn for
+``--rounds`` rounds, and the median rates are printed with their ratio to the last profile's.
+docs/execution.md gives the tables measured this way.
 
 Usage::
 
-    python tools/bench/execution_profiles.py --part train --workload lattice --profile reference
+    python tools/bench/execution_profiles.py --part train --workload lattice      # reference vs cpu
     python tools/bench/execution_profiles.py --part serve --profile cpu
 """
 
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -167,16 +173,48 @@ def serve(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def compare(args: argparse.Namespace, argv: list[str]) -> dict:
+    """Each profile in its own process, in turn; ``{profile: {encoder: [rates]}}``, printed with
+    the median rate and its ratio to the last profile's."""
+    rates: dict[str, dict[str, list[float]]] = {name: {} for name in args.profiles}
+    key = "calls_per_s" if args.part == "serve" else "graphs_per_s"
+    with tempfile.TemporaryDirectory() as folder:
+        for round_ in range(args.rounds):
+            for name in args.profiles:
+                out = Path(folder) / f"{name}.{round_}.json"
+                command = [sys.executable, __file__, *argv, "--profile", name, "--json", str(out)]
+                subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+                for row in json.loads(out.read_text())["rows"]:
+                    rates[name].setdefault(row["encoder"], []).append(row[key])
+    last = args.profiles[-1]
+    unit = "calls/s" if args.part == "serve" else "graphs/s"
+    print(
+        f"\n{args.part} {args.workload if args.part == 'train' else ''}: median {unit} of {args.rounds} processes each"
+    )
+    for encoder in rates[last]:
+        cells = []
+        for name in args.profiles:
+            median = statistics.median(rates[name][encoder])
+            cells.append(f"{name} {median:9.1f} ({median / statistics.median(rates[last][encoder]):.2f}x)")
+        print(f"  {encoder:8s} " + "   ".join(cells))
+    return {"part": args.part, "workload": args.workload, "rates": rates}
+
+
 def main(argv: list[str] | None = None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", choices=("train", "serve"), default="train")
     parser.add_argument("--workload", choices=tuple(WORKLOADS), default="lattice")
     parser.add_argument("--encoders", type=lambda s: s.split(","), default=["SchNet", "PAINN", "MACE", "DimeNet"])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--calls", type=int, default=30)
-    parser.add_argument("--profile", default="default", help="execution profile name (ignored where none exist)")
+    parser.add_argument("--profile", default=None, help="run this profile here (ignored where none exist)")
+    parser.add_argument("--profiles", type=lambda s: s.split(","), default=["reference", "cpu"])
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
+    if args.profile is None:
+        return compare(args, argv)
     rows = train(args) if args.part == "train" else serve(args)
     report = {"part": args.part, "workload": args.workload, "profile": args.profile, "rows": rows}
     if args.json is not None:
