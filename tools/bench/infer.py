@@ -36,13 +36,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import threading
 import time
 import warnings
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import torch
@@ -55,7 +53,6 @@ from ase.md.verlet import VelocityVerlet
 from hydragnn.data import Schema
 from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.infer import HydraASECalculator, HydraCalculator, HydraInferWarning
-from hydragnn.infer.modes import ENV_GRAPH_BACKEND
 from hydragnn.infer.neighbors import MD_SKIN
 from hydragnn.models import build_model
 
@@ -208,8 +205,9 @@ def md_section(args, model, device, data) -> list[dict]:
 
 def build(model, mode: str, device: torch.device, replay_backend: bool) -> HydraCalculator:
     options = dict(MODES[mode])
-    replay = {ENV_GRAPH_BACKEND: "replay"} if replay_backend and options.get("cuda_graph") else {}
-    with warnings.catch_warnings(), mock.patch.dict(os.environ, replay):
+    if replay_backend and options.get("cuda_graph"):
+        options["graph_backend"] = "replay"
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", HydraInferWarning)
         return HydraCalculator(model, device=device, **options)
 

@@ -58,7 +58,7 @@ def measure(model, device, n: int, system: str, calls: int) -> dict:
         regular_s.append(time.perf_counter() - t0)
         deviation = max(deviation, float((got - want).abs().max()))
     stats = graph.memory_stats()
-    engine = next(iter(graph._graph_engine.engines.values()), None)
+    engine = next(iter(graph.graph_engine.engines.values()), None)
     grid = getattr(engine, "grid", None)
     if device.type == "cuda":
         peak = memory.result["peak_allocated_mb"]

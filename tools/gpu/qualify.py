@@ -124,14 +124,10 @@ def gpu_tests(ctx: dict) -> dict:
 
 def _calculator(model, ctx: dict, **kwargs):
     """A ``cuda_graph=True`` calculator; off CUDA (``--dry-run``) its engine runs on the replay backend."""
-    from unittest import mock
-
     from hydragnn.infer import HydraCalculator
-    from hydragnn.infer.modes import ENV_GRAPH_BACKEND
 
-    replay = {ENV_GRAPH_BACKEND: "replay"} if ctx["device"] != "cuda" else {}
-    with mock.patch.dict(os.environ, replay):
-        return HydraCalculator(model, device=ctx["device"], cuda_graph=True, **kwargs)
+    backend = "replay" if ctx["device"] != "cuda" else None
+    return HydraCalculator(model, device=ctx["device"], cuda_graph=True, graph_backend=backend, **kwargs)
 
 
 def lifecycle(ctx: dict) -> dict:
@@ -160,7 +156,7 @@ def lifecycle(ctx: dict) -> dict:
     checks["clear returns the pool"] = cleared["graph_pool_bytes"] == 0 and cleared["engines"] == 0
 
     failing = _calculator(model, ctx)
-    backend = failing._graph_engine.backend
+    backend = failing.graph_engine.backend
 
     def broken(fn, device):
         raise RuntimeError("qualification: injected capture failure")
@@ -177,7 +173,7 @@ def lifecycle(ctx: dict) -> dict:
     checks["one GraphFallbackWarning"] = len(fallbacks) == 1
 
     tight = _calculator(model, ctx)
-    tight._graph_engine.budget_fraction = 1e-9
+    tight.graph_engine.budget_fraction = 1e-9
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for _ in range(3):
@@ -229,7 +225,7 @@ def parity(ctx: dict) -> dict:
             replayed = s["replays"] == 1
             good = replayed and de <= ENERGY_PER_ATOM and df <= bar
             ok = ok and good
-            engine = next(iter(calc._graph_engine.engines), ("none",))[0]
+            engine = next(iter(calc.graph_engine.engines), ("none",))[0]
             rows.append(
                 {"system": system, "atoms": n, "engine": engine, "replayed": replayed, "dE_per_atom": de,
                  "dF_max": df, "dF_tolerance": bar, "status": "pass" if good else "fail"}

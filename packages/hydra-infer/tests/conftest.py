@@ -41,31 +41,13 @@ def cuau_atoms():
 
 
 @pytest.fixture
-def graph_backend(monkeypatch):
-    """Install the CPU replay backend for the ``cuda_graph=True`` calculators this test builds.
-
-    Their CUDA-graph engine then runs the same static-buffer code path as real capture, on any
-    device (:data:`hydragnn.infer.modes.installed_graph_backend`, restored after the test). The
-    value is ``install(backend)``: another backend (a ``ReplayBackend(perturb=...)``, or ``None``
-    for none) for the calculators built after the call.
-    """
-    from hydragnn.infer import modes
-
-    def install(backend: Any = "replay") -> None:
-        monkeypatch.setattr(modes, "installed_graph_backend", backend)
-
-    install()
-    return install
-
-
-@pytest.fixture
-def graph_calc(graph_backend):
+def graph_calc():
     """``graph_calc(model, backend="replay", **kwargs)``: a ``cuda_graph=True`` calculator whose
-    engine runs on ``backend`` (see :func:`graph_backend`)."""
+    CUDA-graph runner runs on ``backend`` (the CPU replay backend by default: the same
+    static-buffer code path as real capture, on any device)."""
     from hydragnn.infer import HydraCalculator
 
     def build(model, backend: Any = "replay", **kwargs) -> HydraCalculator:
-        graph_backend(backend)
-        return HydraCalculator(model, cuda_graph=True, **kwargs)
+        return HydraCalculator(model, cuda_graph=True, graph_backend=backend, **kwargs)
 
     return build

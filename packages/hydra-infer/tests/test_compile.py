@@ -49,7 +49,7 @@ def test_a_failing_compile_falls_back_to_eager_with_one_warning(model64):
         out = calc(pos, z, forces=True)
     want = HydraCalculator(model64)(pos, z, forces=True)
     torch.testing.assert_close(out["forces"], want["forces"])
-    assert calc.compile_model is False
+    assert calc.runner.failed  # eager from now on
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         calc(pos, z)

@@ -20,6 +20,7 @@ from hydragnn.infer.graphs import EngineHost, GraphEngineCache, ReplayBackend
 from hydragnn.infer.inputs import check_call
 from hydragnn.infer.model_info import model_info
 from hydragnn.infer.outputs import convert
+from hydragnn.infer.runners import GraphRunner
 
 MEMBERS = sorted(name for name in vars(EngineHost) if not name.startswith("_"))
 
@@ -62,22 +63,24 @@ class MinimalHost:
         )
 
 
-def test_the_calculator_is_an_engine_host(model64):
+def test_the_graph_runner_is_the_engine_host(model64):
+    """The engines call back into the CUDA-graph runner that owns them, never into the calculator."""
     assert MEMBERS == ["device", "dtype", "eager_model", "info", "model", "nb_threshold", "regular", "warn"]
-    calc = HydraCalculator(model64)
-    assert isinstance(calc, EngineHost) and isinstance(MinimalHost(model64), EngineHost)
-    assert not isinstance(object(), EngineHost)
-    assert calc.dtype == model64.geometry_dtype and calc.eager_model is not calc.model  # the profile's view
+    calc = HydraCalculator(model64, cuda_graph=True, graph_backend="replay")
+    host = calc.runner
+    assert isinstance(host, GraphRunner) and isinstance(host, EngineHost) and not isinstance(calc, EngineHost)
+    assert isinstance(MinimalHost(model64), EngineHost) and not isinstance(object(), EngineHost)
+    assert host.dtype == model64.geometry_dtype and host.eager_model is not host.model  # the profile's view
     assert HydraCalculator(model64, execution="reference").eager_model is model64
-    view = dict(calc.eager_model.named_parameters())
+    view = dict(host.eager_model.named_parameters())
     assert all(view[name] is p for name, p in model64.named_parameters())  # the same tensors
-    for name in ("regular", "warn"):  # the Protocol's parameters bind to the calculator's methods
+    for name in ("regular", "warn"):  # the Protocol's parameters bind to the runner's methods
         wanted = inspect.signature(getattr(EngineHost, name))
-        got = inspect.signature(getattr(calc, name))
+        got = inspect.signature(getattr(host, name))
         for param in list(wanted.parameters.values())[1:]:
             assert param.name in got.parameters and got.parameters[param.name].kind == param.kind, (name, param)
     call = calc._check(*cluster(5), None, None, None, None)
-    assert_same(calc.regular(call, forces=True), MinimalHost(model64).regular(call, forces=True))
+    assert_same(host.regular(call, forces=True), MinimalHost(model64).regular(call, forces=True))
 
 
 @pytest.mark.parametrize("engine", ["dense", "sparse", "periodic"])

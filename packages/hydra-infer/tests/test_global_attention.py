@@ -64,10 +64,10 @@ def test_artifact_calculator_equals_model(served, cuau_atoms):
     torch.testing.assert_close(both["forces"], torch.cat([one["forces"], two["forces"]]), rtol=1e-9, atol=1e-10)
 
 
-def test_graph_engines_replay_the_regular_path(served, graph_backend):
+def test_graph_engines_replay_the_regular_path(served):
     """Dense (one cluster) and sparse (flat batch) engines: capture, then replay on new positions."""
     name, model, _ = served
-    calc = HydraCalculator(model, cuda_graph=True)
+    calc = HydraCalculator(model, cuda_graph=True, graph_backend="replay")
     ref = HydraCalculator(model)
     pos, z = cluster(6, seed=4)
     with warnings.catch_warnings():
@@ -84,10 +84,10 @@ def test_graph_engines_replay_the_regular_path(served, graph_backend):
     assert stats["replays"] >= 2 and stats["engines"] == 2, (name, stats)
 
 
-def test_periodic_engine_replays_the_regular_path(served, cuau_atoms, graph_backend):
+def test_periodic_engine_replays_the_regular_path(served, cuau_atoms):
     """The periodic engine (in-graph neighbour list, cell as input) for every served variant."""
     name, model, _ = served
-    calc = HydraCalculator(model, cuda_graph=True)
+    calc = HydraCalculator(model, cuda_graph=True, graph_backend="replay")
     ref = HydraCalculator(model)
     atoms = cuau_atoms[3]
     with warnings.catch_warnings():
@@ -112,7 +112,7 @@ def test_inference_kernels_cover_gps_models():
     assert patched.encoder.mixers is not None
 
 
-def test_positional_encodings_are_computed_per_structure(cuau_atoms, graph_backend):
+def test_positional_encodings_are_computed_per_structure(cuau_atoms):
     """A GPS model with pe_dim: the calculator computes lap_pe / rw_pe per structure exactly as
     hydra-data prepares them, batched or not; CUDA graphs are refused with the reason."""
     from torch_geometric.data import Batch
@@ -138,7 +138,7 @@ def test_positional_encodings_are_computed_per_structure(cuau_atoms, graph_backe
     got = calc(coord, numbers, cell=cells, forces=True)
     torch.testing.assert_close(got["energy"], want["energy"].reshape(-1), rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(got["forces"].reshape(-1, 3), want["forces"], rtol=1e-8, atol=1e-9)
-    graphs = HydraCalculator(model, cuda_graph=True)
+    graphs = HydraCalculator(model, cuda_graph=True, graph_backend="replay")
     with pytest.warns(HydraInferWarning, match="positional encodings"):
         graphs(coord[0], numbers[0], cell=cells[0])
 
@@ -151,7 +151,7 @@ def test_positional_encodings_are_computed_per_structure(cuau_atoms, graph_backe
     ],
     ids=["UMA", "AllScAIP"],
 )
-def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms, graph_backend):
+def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms):
     """UMA and AllScAIP MLIPs (extra hydra-models[fairchem]) from an artifact: the calculator
     equals the model on a periodic cell, and graph replay equals the regular path."""
     pytest.importorskip("fairchem.core", reason="needs hydra-models[fairchem]")
@@ -161,7 +161,7 @@ def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms, graph_bac
     args = (atoms.positions, atoms.numbers)
     got = calc(*args, cell=atoms.cell.array, forces=True, stress=True)
     assert_same(got, HydraCalculator(model)(*args, cell=atoms.cell.array, forces=True, stress=True))
-    graphs = HydraCalculator(model, cuda_graph=True)
+    graphs = HydraCalculator(model, cuda_graph=True, graph_backend="replay")
     pos, z = cluster(6, seed=4)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -171,10 +171,10 @@ def test_fairchem_encoders_are_served(overrides, tmp_path, cuau_atoms, graph_bac
     assert graphs.memory_stats()["replays"] == 1
 
 
-def test_uma_with_experts_is_served_without_capture(graph_backend):
+def test_uma_with_experts_is_served_without_capture():
     pytest.importorskip("fairchem.core", reason="needs hydra-models[fairchem]")
     model = tiny_model(mpnn_type="UMA", hidden_dim=8, lmax=1, mmax=1, num_experts=2)
-    calc = HydraCalculator(model, cuda_graph=True)
+    calc = HydraCalculator(model, cuda_graph=True, graph_backend="replay")
     pos, z = cluster(5)
     with pytest.warns(HydraInferWarning, match="not capture-safe"):
         out = calc(pos, z, forces=True)

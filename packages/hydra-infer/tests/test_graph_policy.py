@@ -18,7 +18,6 @@ from hydragnn.infer import HydraCalculator, HydraInferWarning, InferenceError
 from hydragnn.infer.errors import GraphFallbackWarning
 from hydragnn.infer.graphs import GraphEngineCache, ReplayBackend
 from hydragnn.infer.graphs.admission import PER_ATOM, mismatch, tolerance
-from hydragnn.infer.modes import ENV_GRAPH_BACKEND
 
 
 class FailingBackend(ReplayBackend):
@@ -62,12 +61,12 @@ def test_a_failing_capture_check_or_replay_falls_back_with_one_runtime_warning(m
     assert issubclass(GraphFallbackWarning, RuntimeWarning)
     s = stats(calc)
     assert s["failures"] == 1 and s["engines"] == 0 and s["graph_pool_bytes"] == 0
-    assert calc._graph_engine.rejected[("dense", 1, 6, True)].startswith("failed: RuntimeError")
+    assert calc.graph_engine.rejected[("dense", 1, 6, True)].startswith("failed: RuntimeError")
     # another layout is still captured and replayed (the failure belongs to one layout)
     if stage == "capture":
         return
     pos, z = cluster(5, seed=3)
-    calc._graph_engine.backend.stage = "none"
+    calc.graph_engine.backend.stage = "none"
     for _ in range(3):
         calc(pos, z)
     assert stats(calc)["replays"] == 1
@@ -121,7 +120,7 @@ def test_first_reuse_for_a_smaller_batch_is_checked_and_a_failed_check_keeps_it_
         assert_same(calc(*five, forces=True), ref(*five, forces=True))
     s = stats(calc)
     assert s["padded_checks"] == 1 and s["padded_replays"] == 0 and s["rejected"] == 1
-    assert ("dense", 5, 7, True) in calc._graph_engine.rejected
+    assert ("dense", 5, 7, True) in calc.graph_engine.rejected
 
 
 def test_one_calculator_from_four_threads_returns_no_foreign_result(model64, graph_calc):
@@ -156,18 +155,18 @@ def test_dense_engine_up_to_and_including_nb_threshold(model64, graph_calc):
     pos, z = cluster(7, seed=1)
     for _ in range(2):
         calc(pos, z)  # N = 7: sparse
-    assert set(calc._graph_engine.engines) == {("dense", 1, 6, False), ("sparse", 7, 1, False)}
+    assert set(calc.graph_engine.engines) == {("dense", 1, 6, False), ("sparse", 7, 1, False)}
 
 
 def test_rejected_layouts_are_remembered_among_the_most_recent_only(model64, graph_calc):
     calc = graph_calc(model64, ReplayBackend(perturb=lambda out: out["energy"].add_(1.0)))
-    calc._graph_engine = GraphEngineCache(calc._graph_engine.backend, max_layouts=3)
+    calc.runner.engine = GraphEngineCache(calc.graph_engine.backend, max_layouts=3)
     with pytest.warns(HydraInferWarning, match="did not match"):
         for _ in range(2):
             calc(POS, Z)
     for n in (2, 3, 4):  # three other layouts seen once push the rejected one out
         calc(*cluster(n, seed=n))
-    assert len(calc._graph_engine.layouts) == 3 and not calc._graph_engine.rejected
+    assert len(calc.graph_engine.layouts) == 3 and not calc.graph_engine.rejected
     calc(POS, Z)
     calc(POS, Z)
     assert stats(calc)["captures"] == 2  # forgotten, so captured (and checked) again
@@ -231,7 +230,7 @@ def test_options_another_overrides_warn_once_at_construction(model64, monkeypatc
     messages = [str(w.message) for w in record if issubclass(w.category, HydraInferWarning)]
     assert len(messages) == 1 and "the compiled forward runs the stock primitives" in messages[0]
     assert "not used at all" in messages[0]
-    assert calc._forward._orig_mod is calc.model  # compiled from the stock model, never the kernel copy
+    assert calc.runner._forward._orig_mod is calc.model  # compiled from the stock model, never the kernel copy
 
 
 def test_graph_package_is_imported_only_for_cuda_with_graph_opt_in():
@@ -244,8 +243,7 @@ def test_graph_package_is_imported_only_for_cuda_with_graph_opt_in():
         "HydraCalculator(m, cuda_graph=True)(pos, z)\n"
         "HydraCalculator(m, inference_kernels=True)(pos, z)\n"
         "assert 'hydragnn.infer.graphs' not in sys.modules, 'graphs imported'\n"
-        "import os; os.environ['HYDRAGNN_GRAPH_BACKEND'] = 'replay'\n"
-        "HydraCalculator(m, cuda_graph=True)\n"
+        "HydraCalculator(m, cuda_graph=True, graph_backend='replay')\n"
         "assert 'hydragnn.infer.graphs' in sys.modules\n"
     )
     here = str(__import__("pathlib").Path(__file__).parent)
@@ -255,7 +253,7 @@ def test_graph_package_is_imported_only_for_cuda_with_graph_opt_in():
 
 def _reason_codes(calc, *args, **kwargs) -> list[str]:
     call = calc._check(*args, **kwargs)
-    return [code for code, _ in calc._graph_reasons(call, stress=False)]
+    return [code for code, _ in calc.runner.reasons(call, stress=False)]
 
 
 def test_eligibility_reasons_of_their_own(model64, graph_calc):
@@ -286,12 +284,12 @@ def test_eligibility_reasons_of_their_own(model64, graph_calc):
     assert stats(calc)["replays"] == 0
 
 
-def test_artifact_path_calculator_freezes_its_own_copy(tmp_path, graph_backend):
+def test_artifact_path_calculator_freezes_its_own_copy(tmp_path):
     from hydragnn.models import save_artifact
 
     model = tiny_model().requires_grad_(True)
     path = save_artifact(model, tmp_path / "m.hydra")
-    calc = HydraCalculator(path, cuda_graph=True)
+    calc = HydraCalculator(path, cuda_graph=True, graph_backend="replay")
     assert not any(p.requires_grad for p in calc.model.parameters())
     assert all(p.requires_grad for p in model.parameters())  # the caller's model is untouched
 
@@ -339,13 +337,8 @@ def test_force_tolerance_has_a_per_atom_term():
     assert "forces: max deviation" in mismatch(bad, want, counts, per_atom={"forces", "charges"})
 
 
-def test_bad_graph_backend_request_is_an_error(model64, graph_backend, monkeypatch):
-    graph_backend("nonsense")
-    with pytest.raises(InferenceError, match="graph backend"):
-        HydraCalculator(model64, cuda_graph=True)
-    assert np.isfinite(float(HydraCalculator(model64, cuda_graph=False)(POS, Z)["energy"][0]))  # not read
-    graph_backend(None)
-    monkeypatch.setenv(ENV_GRAPH_BACKEND, "nonsense")
-    with pytest.raises(InferenceError, match="HYDRAGNN_GRAPH_BACKEND: expected 'replay'"):
-        HydraCalculator(model64, cuda_graph=True)
-    assert np.isfinite(float(HydraCalculator(model64, cuda_graph=False)(POS, Z)["energy"][0]))
+def test_a_bad_graph_backend_is_an_error_only_where_graphs_are_asked_for(model64):
+    with pytest.raises(InferenceError, match="graph_backend: "):
+        HydraCalculator(model64, cuda_graph=True, graph_backend="nonsense")
+    calc = HydraCalculator(model64, cuda_graph=False, graph_backend="nonsense")  # not read
+    assert np.isfinite(float(calc(POS, Z)["energy"][0]))

@@ -18,7 +18,6 @@ from infer_helpers import cluster, tiny_model
 from hydragnn.data.emt import CUAU_VARIABLES
 from hydragnn.infer import HydraCalculator, HydraInferWarning
 from hydragnn.infer.graphs import MAX_ENGINES, GraphEngineCache, ReplayBackend
-from hydragnn.infer.modes import ENV_GRAPH_BACKEND
 
 POS, Z = cluster(6)
 
@@ -61,18 +60,12 @@ def test_first_regular_second_captured_third_replayed(model64, graph_calc):
     assert_same(third, ref(moved, Z, forces=True))
 
 
-def test_env_var_selects_replay_backend(monkeypatch, model64):
-    monkeypatch.setenv(ENV_GRAPH_BACKEND, "replay")
-    calc = HydraCalculator(model64, cuda_graph=True)
-    assert isinstance(calc._graph_engine, GraphEngineCache)
-    assert HydraCalculator(model64)._graph_engine is None  # cuda_graph off
-    monkeypatch.delenv(ENV_GRAPH_BACKEND)
-    assert HydraCalculator(model64, cuda_graph=True)._graph_engine is None  # CPU, no request: no engine
-
-
-def test_graph_backend_fixture_installs_the_replay_backend(model64, graph_backend):
-    assert isinstance(HydraCalculator(model64, cuda_graph=True)._graph_engine.backend, ReplayBackend)
-    assert HydraCalculator(model64)._graph_engine is None  # cuda_graph off
+def test_the_replay_backend_is_an_argument(model64):
+    """The CPU replay backend is passed in (no environment variable, no module global)."""
+    calc = HydraCalculator(model64, cuda_graph=True, graph_backend="replay")
+    assert isinstance(calc.graph_engine, GraphEngineCache) and isinstance(calc.graph_engine.backend, ReplayBackend)
+    assert HydraCalculator(model64).graph_engine is None  # cuda_graph off
+    assert HydraCalculator(model64, cuda_graph=True).graph_engine is None  # CPU without a backend: no engine
 
 
 def test_rejected_graph_keeps_layout_on_regular_path(model64, graph_calc):
@@ -116,7 +109,7 @@ def test_keys_are_rows_atoms_and_force_request(model64, graph_calc):
         calc(POS, Z, forces=False)  # another key
         calc(POS[:5], Z[:5], forces=True)  # another N
     assert stats(calc)["engines"] == 3
-    keys = set(calc._graph_engine.engines)
+    keys = set(calc.graph_engine.engines)
     assert keys == {("dense", 1, 6, True), ("dense", 1, 6, False), ("dense", 1, 5, True)}
     energy_only = calc(POS, Z)
     assert "forces" not in energy_only and stats(calc)["replays"] == 1
@@ -152,7 +145,7 @@ def test_smallest_recorded_graph_is_reused(model64, graph_calc):
             calc(*dense_batch(sizes, width=7))
     for _ in range(2):
         calc(*dense_batch([3, 4, 5, 6, 7, 7], width=7))  # B = 6: 7 and 8 both allowed (slack 2)
-    engines = calc._graph_engine.engines
+    engines = calc.graph_engine.engines
     assert len(engines) == 2 and stats(calc)["padded_checks"] == 1 and stats(calc)["padded_replays"] == 1
     assert list(engines)[-1] == ("dense", 7, 7, False)  # the smaller one was used (most recent)
 
@@ -166,10 +159,10 @@ def test_lru_evicts_the_oldest_of_17_layouts(model64, graph_calc):
         calc(pos, z)
     s = stats(calc)
     assert s["admitted"] == 17 and s["engines"] == 16 and s["evictions"] == 1
-    assert ("dense", 1, 2, False) not in calc._graph_engine.engines
+    assert ("dense", 1, 2, False) not in calc.graph_engine.engines
     pos, z = cluster(3, seed=3)
     calc(pos, z)  # still cached: replay, and now the most recent
-    assert stats(calc)["replays"] == 1 and list(calc._graph_engine.engines)[-1] == ("dense", 1, 3, False)
+    assert stats(calc)["replays"] == 1 and list(calc.graph_engine.engines)[-1] == ("dense", 1, 3, False)
 
 
 def test_budget_rejects_an_engine_that_does_not_fit(model64, graph_calc):
@@ -197,7 +190,7 @@ def test_over_budget_capture_rejects_that_layout_and_evicts_nothing(model64, gra
     assert any("does not fit the budget" in str(w.message) for w in record)
     s = stats(calc)
     assert s["admitted"] == 1 and s["budget_rejected"] == 1 and s["evictions"] == 0
-    assert list(calc._graph_engine.engines) == [("dense", 1, 6, False)]  # the admitted engine stays
+    assert list(calc.graph_engine.engines) == [("dense", 1, 6, False)]  # the admitted engine stays
     assert s["retirements"] == 0  # what remains fits: the generation is kept
     calc(POS, Z)
     assert stats(calc)["replays"] == 1
@@ -246,7 +239,7 @@ def test_sparse_engine_capacity_overflow_rebuild(graph_calc):
     pos, z = cluster(16, seed=4)
     calc(pos, z, forces=True)
     calc(pos, z, forces=True)
-    engine = next(iter(calc._graph_engine.engines.values()))
+    engine = next(iter(calc.graph_engine.engines.values()))
     assert engine.kind == "sparse"
     edges = engine.edge_count(calc._check(pos, z, None, None, None, None))
     assert engine.capacity > edges
@@ -262,7 +255,7 @@ def test_sparse_engine_capacity_overflow_rebuild(graph_calc):
     s = stats(calc)
     assert s["overflows"] == 1 and s["rebuilds"] == 1 and s["captures"] == 2 and s["admitted"] == 2
     assert_same(out, ref(crushed, z, forces=True))
-    new = calc._graph_engine.engines[engine.key]
+    new = calc.graph_engine.engines[engine.key]
     assert new is not engine and new.capacity > engine.capacity
     assert_same(calc(crushed + 0.01, z, forces=True), ref(crushed + 0.01, z, forces=True))
     assert stats(calc)["replays"] == 2
@@ -275,7 +268,7 @@ def test_sparse_flat_batch(model64, graph_calc):
     mol = np.repeat([0, 1], [5, 7])
     for _ in range(3):
         out = calc(pos, z, mol_idx=mol, forces=True)
-    assert stats(calc)["replays"] == 1 and next(iter(calc._graph_engine.engines))[0] == "sparse"
+    assert stats(calc)["replays"] == 1 and next(iter(calc.graph_engine.engines))[0] == "sparse"
     assert_same(out, ref(pos, z, mol_idx=mol, forces=True))
 
 
@@ -323,14 +316,14 @@ def test_compile_with_graph_warns_once_and_replays_eager(model64, graph_calc):
         calc(POS, Z, forces=True)
         out = calc(POS, Z, forces=True)
     assert stats(calc)["replays"] == 1
-    engine = next(iter(calc._graph_engine.engines.values()))
-    assert engine.model is calc.eager_model and calc._forward is not calc.eager_model
+    engine = next(iter(calc.graph_engine.engines.values()))
+    assert engine.model is calc.eager_model and calc.runner.regular_runner.name == "compiled"
     assert_same(out, HydraCalculator(model64)(POS, Z, forces=True))
 
 
 def test_unsupported_models_get_no_engine(graph_calc):
     calc = graph_calc(tiny_model(max_neighbours=4))
-    assert calc._graph_engine is None
+    assert calc.graph_engine is None
     with pytest.warns(HydraInferWarning) as record:
         calc(POS, Z)
     assert any("max_neighbours caps" in str(w.message) for w in record)
@@ -414,4 +407,4 @@ def test_padded_batch_above_nb_threshold_uses_the_sparse_engine(model64, graph_c
         batch = dense_batch([5, 7, 6], width=7, seed=seed)
         out = calc(*batch, forces=True)
     assert_same(out, ref(*batch, forces=True))
-    assert stats(calc)["replays"] == 1 and list(calc._graph_engine.engines) == [("sparse", 18, 3, True)]
+    assert stats(calc)["replays"] == 1 and list(calc.graph_engine.engines) == [("sparse", 18, 3, True)]

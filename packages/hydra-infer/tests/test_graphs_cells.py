@@ -96,7 +96,7 @@ def test_periodic_engine_on_a_cell_list_replays_and_rebuilds(graph_calc):
     atoms = _periodic_atoms()
     for _ in range(2):
         calc(atoms.positions, atoms.numbers, cell=atoms.cell.array, forces=True)
-    engine = calc._graph_engine.engines[("periodic", (len(atoms),), True)]
+    engine = calc.graph_engine.engines[("periodic", (len(atoms),), True)]
     assert engine.grid is not None and engine.grid.dims.tolist() == [[3, 3, 3]]
     # atoms moved through the cell's faces: wrapped in the search, unwrapped in the edges
     moved = atoms.positions + np.where(np.arange(len(atoms))[:, None] % 5 == 0, atoms.cell.array[0], 0.0) + 0.02
@@ -118,7 +118,7 @@ def test_periodic_engine_on_a_cell_list_replays_and_rebuilds(graph_calc):
     _same(calc(scaled, atoms.numbers, cell=small, forces=True), ref(scaled, atoms.numbers, cell=small, forces=True))
     stats = calc.memory_stats()
     assert stats["overflows"] == 1 and stats["rebuilds"] == 1
-    assert calc._graph_engine.engines[engine.key].grid is None
+    assert calc.graph_engine.engines[engine.key].grid is None
 
 
 def test_periodic_cell_list_overflow_rebuilds(graph_calc):
@@ -128,7 +128,7 @@ def test_periodic_cell_list_overflow_rebuilds(graph_calc):
     atoms = _periodic_atoms()
     for _ in range(2):
         calc(atoms.positions, atoms.numbers, cell=atoms.cell.array, forces=True)
-    engine = calc._graph_engine.engines[("periodic", (len(atoms),), True)]
+    engine = calc.graph_engine.engines[("periodic", (len(atoms),), True)]
     crowded = atoms.positions.copy()
     crowded[:40] = crowded[:40] * 0.25 + 1.0  # 40 atoms pulled into the first bins
     _same(
@@ -136,7 +136,7 @@ def test_periodic_cell_list_overflow_rebuilds(graph_calc):
         ref(crowded, atoms.numbers, cell=atoms.cell.array, forces=True),
     )
     assert calc.memory_stats()["overflows"] == 1
-    new = calc._graph_engine.engines[engine.key]
+    new = calc.graph_engine.engines[engine.key]
     assert new.grid is not None and new.grid.capacity > engine.grid.capacity
 
 
@@ -146,7 +146,7 @@ def test_sparse_engine_rebuilds_when_an_atom_leaves_its_grid(graph_calc):
     pos, z = cluster(40, seed=3)
     for _ in range(2):
         calc(pos, z, forces=True)
-    engine = next(iter(calc._graph_engine.engines.values()))
+    engine = next(iter(calc.graph_engine.engines.values()))
     assert engine.kind == "sparse" and engine.grid.total >= 1
     inside = pos + 0.3
     _same(calc(inside, z, forces=True), ref(inside, z, forces=True))

@@ -23,7 +23,7 @@ def model32():
 
 def test_cuda_capture_replay_matches_regular(model32):
     calc = HydraCalculator(model32, device="cuda", cuda_graph=True)
-    assert isinstance(calc._graph_engine.backend, CudaGraphBackend)
+    assert isinstance(calc.graph_engine.backend, CudaGraphBackend)
     ref = HydraCalculator(model32, device="cuda")
     pos, z = cluster(12, seed=1)
     for _ in range(2):
@@ -97,7 +97,7 @@ def test_cuda_pool_accounting_reads_the_pool(model32):
     pos, z = cluster(30, seed=4)
     for _ in range(2):
         calc(pos, z, forces=True)
-    backend = calc._graph_engine.backend
+    backend = calc.graph_engine.backend
     pool_id = tuple(backend.pool.id)
     segments = torch.cuda.memory_snapshot(pool_id)
     assert segments and calc.memory_stats()["graph_pool_bytes"] == sum(s["total_size"] for s in segments)

@@ -29,7 +29,7 @@ def test_periodic_cell_replays_with_moving_atoms_and_a_varying_cell(model64, cua
                 calc(pos, a.numbers, cell=a.cell.array, forces=True),
                 ref(pos, a.numbers, cell=a.cell.array, forces=True),
             )
-    assert stats(calc)["replays"] == 1 and list(calc._graph_engine.engines) == [("periodic", (32,), True)]
+    assert stats(calc)["replays"] == 1 and list(calc.graph_engine.engines) == [("periodic", (32,), True)]
     for scale in (1.01, 0.98, 0.95):  # NPT-like: the cell is a graph input
         cell, pos = a.cell.array * scale, a.positions * scale
         got = calc(pos, a.numbers, cell=cell, forces=True)
@@ -61,7 +61,7 @@ def test_a_batch_of_cells(model64, cuau_atoms, graph_calc):
     for shift in (0.0, 0.0, 0.02):
         out = calc(coord + shift, numbers, cell=cells, forces=True)
     assert_same(out, ref(coord + 0.02, numbers, cell=cells, forces=True))
-    assert stats(calc)["replays"] == 1 and ("periodic", (32, 32), True) in calc._graph_engine.engines
+    assert stats(calc)["replays"] == 1 and ("periodic", (32, 32), True) in calc.graph_engine.engines
 
 
 def test_neighbour_overflow_and_short_image_range_rebuild(graph_calc):
@@ -71,7 +71,7 @@ def test_neighbour_overflow_and_short_image_range_rebuild(graph_calc):
     atoms.numbers[::3] = 79
     for _ in range(2):
         calc(atoms.positions, atoms.numbers, cell=atoms.cell.array, forces=True)
-    engine = calc._graph_engine.engines[("periodic", (8,), True)]
+    engine = calc.graph_engine.engines[("periodic", (8,), True)]
     assert engine.buffers["shift_range"].tolist() == [[1, 1, 1]]
     small = atoms.copy()
     # widths 3.5 and 7.0 < ... cutoff 4 needs 2 images along y, z
@@ -82,7 +82,7 @@ def test_neighbour_overflow_and_short_image_range_rebuild(graph_calc):
     torch.testing.assert_close(got["forces"], want["forces"], rtol=0, atol=1e-10)
     s = stats(calc)
     assert s["overflows"] == 1 and s["rebuilds"] == 1 and s["admitted"] == 2
-    new = calc._graph_engine.engines[("periodic", (8,), True)]
+    new = calc.graph_engine.engines[("periodic", (8,), True)]
     assert new is not engine and new.buffers["shift_range"][0, 1:].tolist() == [2, 2]
     moved = small.positions + 0.05
     torch.testing.assert_close(
@@ -128,9 +128,9 @@ def _md_energies(calc, atoms, steps: int) -> list[float]:
     return energies
 
 
-def test_cuau_md_through_the_ase_calculator_replays(cuau_atoms, graph_backend):
+def test_cuau_md_through_the_ase_calculator_replays(cuau_atoms):
     model = tiny_model(precision="fp32")
-    graphs = HydraASECalculator(model, cuda_graph=True)
+    graphs = HydraASECalculator(model, cuda_graph=True, graph_backend="replay")
     regular = HydraASECalculator(model)
     a = cuau_atoms[2]
     got, want = _md_energies(graphs, a, 12), _md_energies(regular, a, 12)

@@ -74,7 +74,7 @@ def test_graph_fallback_reasons_warn_once_each(model64, cuau_atoms):
     assert len(first) == 1 and "needs a CUDA device" in first[0]  # a CPU request: one warning, not two
     torch.testing.assert_close(out["forces"], reference(POS, Z, forces=True)["forces"])  # regular path answered
     call = calc._check(POS, Z, None, None, None, None)
-    assert [code for code, _ in calc._graph_reasons(call, stress=False)] == ["device"]
+    assert [code for code, _ in calc.runner.reasons(call, stress=False)] == ["device"]
 
     with warnings.catch_warnings():  # the same reasons again: silent
         warnings.simplefilter("error")
@@ -88,8 +88,8 @@ def test_graph_fallback_reasons_warn_once_each(model64, cuau_atoms):
     assert {code for _, code in calc._warnings.issued} == {"device"}
 
 
-def test_unsupported_model_reason(graph_backend):
-    calc = HydraCalculator(tiny_model(dynamic_graph=True), cuda_graph=True)
+def test_unsupported_model_reason():
+    calc = HydraCalculator(tiny_model(dynamic_graph=True), cuda_graph=True, graph_backend="replay")
     with pytest.warns(HydraInferWarning) as record:
         calc(POS, Z)
     assert len(_messages(record)) == 1
@@ -126,14 +126,14 @@ def test_kernels_fallback_names_a_missing_dependency(model64, monkeypatch):
 
 
 class _FakeEngine:
-    """Stands in for the CUDA-graph engine: answers with the regular path, counts replays."""
+    """Stands in for the CUDA-graph engine: answers with its host's regular runner, counts replays."""
 
     def __init__(self):
         self.runs = 0
 
-    def run(self, calc, call, *, forces):
+    def run(self, host, call, *, forces):
         self.runs += 1
-        return calc.regular(call, forces=forces)
+        return host.regular(call, forces=forces)
 
     def memory_stats(self):
         return {"engines": 1}
@@ -146,16 +146,15 @@ def test_engine_seam_and_compile_warning(model64, monkeypatch):
     with pytest.warns(HydraInferWarning, match="eligible calls run the eager model"):
         calc = HydraCalculator(model64, cuda_graph=True, compile_model=True, compile_options={"backend": "eager"})
     engine = _FakeEngine()
-    calc._graph_engine = engine
+    calc.runner.engine = engine
     call = calc._check(POS, Z, None, None, None, None)
-    monkeypatch.setattr(calc, "device", torch.device("cuda"))  # pretend: eligibility only reads the type
-    assert calc._graph_reasons(call, stress=False) == []
+    monkeypatch.setattr(calc.serving, "device", torch.device("cuda"))  # pretend: eligibility only reads the type
+    assert calc.runner.reasons(call, stress=False) == []
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert calc._use_graph(call, forces=True, stress=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert calc._use_graph(call, forces=True, stress=False)
+        for runs in (1, 2):  # eligible: the engine answers, silently
+            calc.runner.run(call, forces=True, stress=False)
+            assert engine.runs == runs
     assert calc.memory_stats() == {"engines": 1}
     calc.clear_cuda_graphs()
     assert engine.runs == -1

@@ -73,7 +73,7 @@ def through_calculator(encoder: str) -> dict[str, float]:
     coord, numbers = (torch.as_tensor(a) for a in cluster(11, seed=2))
     coord = coord.to(torch.float64)
     fast = HydraCalculator(model, inference_kernels=True)
-    assert fast._kernels is not None, fast._kernel_problems
+    assert fast.runner.patched is not None, fast.runner.problems
     out = {}
     got, ref = fast(coord, numbers, forces=True), HydraCalculator(model)(coord, numbers, forces=True)
     out["calc_energy"] = rel_err(got["energy"], ref["energy"])

@@ -1,24 +1,23 @@
 """``HydraCalculator``: energies, forces, stress and every other head of a HydraGNN model.
 
-Modes on every device:
+A call is checked (:mod:`.inputs`), handed to the calculator's runner and converted to the
+caller's layout and units (:mod:`.outputs`). The runner (:mod:`.runners`) is chosen once, at
+construction, from the options:
 
-* regular (default): the eager model on a batch whose edges come from
-  :func:`hydragnn.data.neighbors.radius_graph` (nvalchemi-toolkit-ops: all pairs for small
-  structures, cell lists from 256 atoms, periodic or not; buffers grow, never truncate).
-* ``compile_model=True``: the same, with the model's forward wrapped in
+* regular (default): :class:`~.runners.EagerRunner`, the model under the execution profile's
+  backends on a batch whose edges come from :func:`hydragnn.data.neighbors.radius_graph`
+  (nvalchemi-toolkit-ops: all pairs for small structures, cell lists from 256 atoms, periodic or
+  not; buffers grow, never truncate), kept by :class:`~.neighbors.NeighborCache`.
+* ``compile_model=True``: :class:`~.runners.CompiledRunner`, the same through
   ``torch.compile(dynamic=True)`` so varying atom and edge counts reuse one compiled graph.
-* ``cuda_graph=True`` (or ``None`` with ``HYDRAGNN_CUDA_GRAPH`` set): on a CUDA device, the
-  :class:`~.graphs.GraphEngineCache` in ``_graph_engine`` captures a layout on its second sighting
-  and replays it after admission (see :mod:`.graphs.engine`); ineligible calls (partly periodic
-  cells, stress, inputs requiring grad, other devices, ...) fall back to the regular path with one
-  :class:`HydraInferWarning` per calculator and reason (see :mod:`.modes`). The calculator is the
-  engine's :class:`~.graphs.host.EngineHost` (:meth:`HydraCalculator.regular`,
-  :meth:`HydraCalculator.warn`). For tests only, ``HYDRAGNN_GRAPH_BACKEND=replay`` (or
-  :func:`.modes.graph_backend_request`'s hook) builds the engine with the CPU replay backend,
-  which runs the same static-buffer code path without a GPU.
-* ``inference_kernels=True``: the kernels plugged into ``_kernels``.
-
-The regular path (eager, compiled, kernels) takes its edges from :class:`~.neighbors.NeighborCache`.
+* ``inference_kernels=True``: :class:`~.runners.KernelRunner`, the Triton kernels.
+* ``cuda_graph=True`` (or ``None`` with ``HYDRAGNN_CUDA_GRAPH`` set): :class:`~.runners.GraphRunner`
+  in front of the regular runner: on a CUDA device a layout is captured on its second sighting and
+  replayed after admission (see :mod:`.graphs.engine`); ineligible calls (partly periodic cells,
+  stress, inputs requiring grad, other devices, ...) fall back to the regular runner with one
+  :class:`HydraInferWarning` per calculator and reason (see :mod:`.modes`). ``graph_backend``
+  replaces CUDA capture by another backend (the CPU replay backend runs the same static-buffer
+  code path without a GPU: tests and tools).
 """
 
 from __future__ import annotations
@@ -37,25 +36,14 @@ from torch_geometric.data import Batch
 from hydragnn.models import HydraModel, load_artifact
 from hydragnn.models.execution import Execution, ExecutionError, get_profile
 
-from .batching import call_batch
-from .compiled import compile_failure_message, compiled_energy_forces, energy_only, is_compile_failure
-from .errors import GraphFallbackWarning, HydraInferWarning, InferenceError
+from .errors import InferenceError
 from .inputs import DEFAULT_MAX_CELL_IMAGES, CallInputs, check_call
-from .model_info import ModelInfo, ServedModel, model_fingerprint, model_info
-from .modes import (
-    COMPILE_WITH_GRAPH,
-    COMPILE_WITH_KERNELS,
-    FallbackWarnings,
-    graph_backend_request,
-    graph_model_problem,
-    graph_reasons,
-    kernel_reasons,
-    make_graph_engine,
-    resolve_cuda_graph,
-)
+from .model_info import ModelInfo, ServedModel, model_info
+from .modes import COMPILE_WITH_GRAPH, COMPILE_WITH_KERNELS, FallbackWarnings, resolve_cuda_graph
 from .neighbors import NeighborCache, check_skin, md_skin
 from .outputs import convert
 from .process_threads import threads_notice
+from .runners import CompiledRunner, EagerRunner, GraphRunner, KernelRunner, Runner, Serving
 
 
 class HydraCalculator:
@@ -78,6 +66,9 @@ class HydraCalculator:
             run on one thread unless these name ``mode`` or ``options["cpp.threads"]``.
         head: for a model with several energy heads (one per training data source), the one to
             serve (default: the first); sets the model's default head (``model.select_head``).
+        graph_backend: the CUDA-graph runner's backend instead of CUDA capture: ``"replay"`` (or a
+            :class:`~.graphs.ReplayBackend`) runs the static-buffer engines on any device, for
+            tests and tools; implies nothing without ``cuda_graph``.
         skin: Verlet skin (Å, >= 0) of the regular path's neighbour list (:mod:`.neighbors`; same
             outputs, fewer searches). Default 0, a search per call: a plain calculator often sees
             unrelated structures, where a skin only widens it (the MD adapters default to 0.5 Å).
@@ -88,6 +79,8 @@ class HydraCalculator:
 
     Attributes:
         neighbor_stats: ``{"builds": int, "reuses": int}``, neighbour lists searched and reused.
+        runner: how calls are evaluated (:mod:`.runners`); ``graph_engine``: the CUDA-graph
+            runner's engine cache, or None.
         execution: the profile; ``execution_report``: what the regular path computes with
             (:meth:`~hydragnn.models.execution.Execution.report`).
         threads: the threading notice of the profile's process tuning
@@ -116,6 +109,7 @@ class HydraCalculator:
         head: str | None = None,
         skin: float = 0.0,
         execution: str | Execution | None = None,
+        graph_backend: Any = None,
     ) -> None:
         self._neighbors = NeighborCache(check_skin(skin))
         try:
@@ -141,7 +135,6 @@ class HydraCalculator:
             device = cast(torch.device, next(iter(model.parameters())).device)
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
-        self._served = self._profile_view(self.model)
         if isinstance(max_cell_images, bool) or not isinstance(max_cell_images, int) or max_cell_images < 1:
             raise InferenceError(f"max_cell_images: expected an integer >= 1, found {max_cell_images!r}")
         if isinstance(nb_threshold, bool) or not isinstance(nb_threshold, int) or nb_threshold < 1:
@@ -154,28 +147,45 @@ class HydraCalculator:
         self._warnings = FallbackWarnings()
         if env_note is not None:
             self._warnings.warn("cuda_graph", "environment", env_note)
-        self._graph_engine: Any = None  # seam: the CUDA-graph engine (capture / replay / LRU / budget)
-        self._kernels: Any = None  # a kernel-patched copy of the model (see hydragnn.infer.kernels)
-        self._kernel_problems: list[tuple[str, str]] = []
-        self._kernel_fingerprint: tuple | None = None
-        if self.inference_kernels:
-            self._refresh_kernels()
-        self._graph_model_problem = graph_model_problem(self.model)
-        self._graph_dependency: str | None = None
-        backend_request = graph_backend_request() if self.cuda_graph else None
-        self._replay_backend = backend_request is not None
-        if self.cuda_graph and self._graph_model_problem is None:
-            self._graph_engine, self._graph_dependency = make_graph_engine(self.device, backend_request)
-        self._compile_options = dict(compile_options or {})
         self._warn_overridden_options()
-        self._build_forward()
+        self.serving = Serving(
+            self.model, self._profile_view(self.model), self.info, self.device, self.execution,
+            self._neighbors, self._warnings,
+        )  # fmt: skip
+        self.runner = self._runner(dict(compile_options or {}), graph_backend)
+
+    def _runner(self, compile_options: dict[str, Any], graph_backend: Any) -> Runner:
+        """The runner of the options (see the module docstring): the regular one, behind a
+        :class:`~.runners.GraphRunner` with ``cuda_graph``; graphs capture the kernel copy with
+        ``inference_kernels`` (also when the regular path is compiled), never a compiled forward."""
+        used = self.inference_kernels and (self.cuda_graph or not self.compile_model)  # (else warned unused)
+        kernels = KernelRunner(self.serving) if used else None
+        regular: Runner
+        if self.compile_model:
+            regular = CompiledRunner(self.serving, compile_options)
+        else:
+            regular = kernels or EagerRunner(self.serving)
+        if not self.cuda_graph:
+            return regular
+        capture = kernels or regular
+        return GraphRunner(self.serving, regular, capture, nb_threshold=self.nb_threshold, backend=graph_backend)
 
     # ------------------------------------------------------------------ public API
     @property
     def eager_model(self) -> ServedModel:
         """What eager evaluation and graph capture run: the kernel-patched copy, else the model
         with the profile's backends switched in."""
-        return self._kernels if self._kernels is not None else self._served
+        return self.runner.eager_model
+
+    @property
+    def graph_engine(self) -> Any:
+        """The CUDA-graph runner's engine cache (capture / replay / LRU / budget), or None."""
+        return self.runner.engine if isinstance(self.runner, GraphRunner) else None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Floating dtype of the positions and cells handed to the model (its geometry dtype)."""
+        return self.model.geometry_dtype
 
     def _profile_view(self, model: ServedModel) -> ServedModel:
         """``model`` under the profile's backends: ``model`` itself for a profile without any, else
@@ -188,34 +198,6 @@ class HydraCalculator:
         self.execution.switch_in(view)
         self.execution_report = self.execution.report(view)
         return view
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """Floating dtype of the positions and cells handed to the model (its geometry dtype)."""
-        return self.model.geometry_dtype
-
-    def _refresh_kernels(self) -> None:
-        """(Re)build the kernel-patched copy when the model's parameters changed since the last build."""
-        from .kernels import prepare
-
-        fingerprint = model_fingerprint(self.model)
-        if fingerprint == self._kernel_fingerprint:
-            return
-        rebuilt = self._kernel_fingerprint is not None
-        self._kernels, self._kernel_problems = prepare(self.model, self.device)
-        self._kernel_fingerprint = fingerprint
-        if rebuilt:
-            self._build_forward()
-
-    def _build_forward(self) -> None:
-        """Point the regular path at the eager model (kernel-patched or not), or at the compiled
-        forward of the stock model (compiled calls never run the inference kernels)."""
-        self._forward = self.eager_model
-        if self.compile_model:
-            stock, options = self.model, self.execution.compile_kwargs(self.device.type, self._compile_options)
-            self._forward = torch.compile(stock, dynamic=True, **options)
-            self._named_tensors = [*stock.named_parameters(), *stock.named_buffers()]
-            self._compiled_energy = torch.compile(energy_only(stock), dynamic=True, **options)
 
     def _warn_overridden_options(self) -> None:
         """One warning at construction for every option another one overrides (see the README's precedence)."""
@@ -296,15 +278,7 @@ class HydraCalculator:
             self._warnings.warn("inputs", "charge", "charge was given but the model has no charge input; it is ignored")
         if spin is not None and not self.info.spin_input:
             self._warnings.warn("inputs", "spin", "spin was given but the model has no spin input; it is ignored")
-        use_graph = self._use_graph(call, forces=forces, stress=stress)
-        if self.inference_kernels:
-            if self._kernels is not None:
-                self._refresh_kernels()
-            for code, message in kernel_reasons(kernels=self._kernels, problems=self._kernel_problems):
-                self._warnings.warn("kernels", code, message)
-        raw = self._graph_engine.run(self, call, forces=forces) if use_graph else None
-        if raw is None:
-            raw = self.regular(call, forces=forces, stress=stress)
+        raw = self.runner.run(call, forces=forces, stress=stress)
         return convert(raw, call, self.info)
 
     def memory_stats(self) -> dict[str, int]:
@@ -314,14 +288,14 @@ class HydraCalculator:
         and, with an engine, counters such as ``captures``, ``admitted``, ``rejected``, ``replays``,
         ``evictions``, ``overflows``, ``invalidations`` (see :mod:`.graphs.engine`).
         """
-        if self._graph_engine is not None:
-            return dict(self._graph_engine.memory_stats())
+        if isinstance(self.runner, GraphRunner):
+            return self.runner.memory_stats()
         return {"engines": 0, "graphs": 0, "graph_pool_bytes": 0, "static_buffer_bytes": 0, "budget_bytes": 0}
 
     def clear_cuda_graphs(self) -> None:
         """Drop every captured CUDA graph, its buffers and memory pool (no-op without an engine)."""
-        if self._graph_engine is not None:
-            self._graph_engine.clear()
+        if isinstance(self.runner, GraphRunner):
+            self.runner.clear()
 
     # ------------------------------------------------------------------ internals
     def _check(self, coord, numbers, charge, cell, pbc, mol_idx, spin=None) -> CallInputs:
@@ -341,67 +315,9 @@ class HydraCalculator:
             device=self.device,
         )
 
-    def _graph_reasons(self, call: CallInputs, *, stress: bool) -> list[tuple[str, str]]:
-        return graph_reasons(
-            device=self.device,
-            engine=self._graph_engine,
-            replay_backend=self._replay_backend,
-            model=self.model,
-            model_problem=self._graph_model_problem,
-            dependency_problem=self._graph_dependency,
-            partly_periodic=call.cell is not None and not bool(cast(torch.Tensor, call.pbc).all()),
-            requires_grad=call.requires_grad,
-            stress=stress,
-        )
-
-    def _use_graph(self, call: CallInputs, *, forces: bool, stress: bool) -> bool:
-        if not self.cuda_graph:
-            return False
-        reasons = self._graph_reasons(call, stress=stress)
-        for code, message in reasons:
-            self._warnings.warn("cuda_graph", code, message)  # not self.warn: the warning points at the caller
-        return not reasons
-
     def build_batch(self, call: CallInputs) -> Batch:
         """The model's prepared batch for a validated call (edges from the neighbour list; see :mod:`.batching`)."""
-        return call_batch(self.model, self.info, call, self._neighbors)
-
-    def regular(self, call: CallInputs, *, forces: bool, stress: bool = False) -> dict[str, torch.Tensor]:
-        """The regular path on a validated call: raw model outputs in the call's flat layout.
-
-        Runs the compiled forward when ``compile_model`` is on (a compile failure warns once and
-        switches this calculator to eager for good), else the eager model; this is also the
-        reference the CUDA-graph engine admits its captures against.
-        """
-        batch = self.build_batch(call)
-        if self.compile_model:
-            try:
-                return self._evaluate(batch, forces=forces, stress=stress)
-            except Exception as exc:
-                if not is_compile_failure(exc):
-                    raise
-                self._compile_failed(exc)  # eager from now on, for this calculator
-                batch = self.build_batch(call)
-        return self._evaluate(batch, forces=forces, stress=stress)
-
-    def warn(self, reason: str, message: str, category: type[Warning] = HydraInferWarning) -> None:
-        """Warn that CUDA-graph replay fell back for ``reason`` (a code of the README's table), once per calculator."""
-        self._warnings.warn("cuda_graph", reason, message, category)
-
-    def _evaluate(self, batch: Batch, *, forces: bool, stress: bool) -> dict[str, torch.Tensor]:
-        kwargs: dict[str, Any] = {}
-        if self.model.mlip:
-            if self.compile_model and forces and not stress:
-                return compiled_energy_forces(self._compiled_energy, self._named_tensors, batch, self.info)
-            kwargs = {"compute_forces": forces, "compute_stress": stress}
-        with torch.no_grad():
-            return self._forward(batch, **kwargs)
-
-    def _compile_failed(self, exc: BaseException) -> None:
-        """``torch.compile`` could not compile the model: warn once, run the eager model from now on."""
-        self._warnings.warn("compile", "failure", compile_failure_message(exc), GraphFallbackWarning)
-        self.compile_model = False
-        self._build_forward()
+        return self.serving.build_batch(call)
 
 
 def md_calculator(calc_or_path: Any, skin: float | None = None, **calculator_kwargs: Any) -> HydraCalculator:

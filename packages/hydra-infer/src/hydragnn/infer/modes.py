@@ -1,13 +1,9 @@
 """Mode selection: CUDA-graph and inference-kernel eligibility, fallbacks, one-time warnings.
 
-The calculator always has a working regular path (eager model, or its ``torch.compile``d
-forward). The CUDA-graph engine and the inference kernels plug in through two seams:
-``HydraCalculator._graph_engine`` (a :class:`~.graphs.GraphEngineCache` when ``cuda_graph`` is on
-and the device is CUDA, or when a testing-only backend is requested: :func:`graph_backend_request`)
-and ``HydraCalculator._kernels``.
-Every call asks :func:`graph_reasons` / :func:`kernel_reasons` why the fast path would not
-apply; each reason is warned about once per calculator (:class:`FallbackWarnings`) and the
-regular path answers.
+The runners (:mod:`.runners`) ask :func:`graph_reasons` / :func:`kernel_reasons` on every call
+why their fast path would not apply; each reason is warned about once per calculator
+(:class:`FallbackWarnings`) and the regular runner answers. :func:`make_graph_engine` builds the
+CUDA-graph runner's engine (for a CUDA device, or on the backend a caller passes in).
 """
 
 from __future__ import annotations
@@ -23,12 +19,6 @@ import torch
 from .errors import HydraInferWarning, InferenceError
 
 ENV_CUDA_GRAPH = "HYDRAGNN_CUDA_GRAPH"
-ENV_GRAPH_BACKEND = "HYDRAGNN_GRAPH_BACKEND"
-"""Testing only: ``replay`` builds the CUDA-graph engine with the CPU replay backend on any device."""
-installed_graph_backend: Any = None
-"""Testing only: a backend (``"replay"`` or a backend object such as a ``ReplayBackend(perturb=...)``)
-for the engines of ``cuda_graph=True`` calculators built while it is set, read ahead of
-:data:`ENV_GRAPH_BACKEND`; the tests' ``graph_backend`` fixture sets it (and restores it)."""
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
@@ -203,11 +193,14 @@ def graph_dependency_problem(device: torch.device) -> str | None:
 
 
 def make_graph_engine(device: torch.device, backend: Any) -> tuple[Any, str | None]:
-    """The calculator's CUDA-graph engine cache and the dependency problem that prevents one.
+    """The CUDA-graph runner's engine cache and the dependency problem that prevents one.
 
     The engine is ``None`` where no backend applies (the reasons then say why). :mod:`.graphs`
-    is imported only here: for a CUDA device that passes the dependency gate, or for the
-    testing-only backend request (``backend``, from :func:`graph_backend_request`).
+    is imported only here: for a CUDA device that passes the dependency gate, or for a
+    ``backend`` passed in (``"replay"`` or a backend object: tests and tools).
+
+    Raises:
+        InferenceError: an unknown ``backend``.
     """
     if backend is None:
         if device.type != "cuda":
@@ -222,7 +215,7 @@ def make_graph_engine(device: torch.device, backend: Any) -> tuple[Any, str | No
     try:
         return GraphEngineCache(make_backend(backend)), None
     except ValueError as exc:
-        raise InferenceError(f"graph backend (testing only): {exc}") from exc
+        raise InferenceError(f"graph_backend: {exc}") from exc
 
 
 def graph_model_problem(model: Any) -> str | None:
@@ -243,25 +236,6 @@ def graph_model_problem(model: Any) -> str | None:
                 f"{type(part).__name__}'s forward is not capture-safe (host synchronisation or data-dependent shapes)"
             )
     return None
-
-
-def graph_backend_request() -> Any:
-    """The testing-only backend request (``None``: real capture on CUDA devices, no engine elsewhere).
-
-    :data:`installed_graph_backend` when set, else ``"replay"`` from :data:`ENV_GRAPH_BACKEND`
-    (``cuda`` or unset: no request).
-
-    Raises:
-        InferenceError: :data:`ENV_GRAPH_BACKEND` holds another value.
-    """
-    if installed_graph_backend is not None:
-        return installed_graph_backend
-    value = os.environ.get(ENV_GRAPH_BACKEND, "").strip().lower()
-    if value in ("", "cuda"):
-        return None
-    if value != "replay":
-        raise InferenceError(f"{ENV_GRAPH_BACKEND}: expected 'replay' (testing only) or unset, found {value!r}")
-    return value
 
 
 def kernel_reasons(*, kernels: Any, problems: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:

@@ -120,7 +120,7 @@ class GraphEngineCache:
     def run(self, host: EngineHost, call: CallInputs, *, forces: bool) -> Outputs | None:
         """Raw outputs of ``call`` (the call's flat layout) from a graph, or ``None``: use the regular path.
 
-        ``host`` is the calculator: its :meth:`~.host.EngineHost.regular` evaluation answers captures and
+        ``host`` is the graph runner: its :meth:`~.host.EngineHost.regular` evaluation answers captures and
         checks, its :meth:`~.host.EngineHost.warn` reports rejections and failures. Serialised per
         calculator; a replay waits (on the device) for the previous one.
         """

@@ -1,11 +1,11 @@
-"""``EngineHost``: what the CUDA-graph engines need from the calculator that owns them.
+"""``EngineHost``: what the CUDA-graph engines need from the runner that owns them.
 
 The policy cache (:mod:`.engine`) and the static engines (:mod:`.base`, :mod:`.dense`,
 :mod:`.sparse`, :mod:`.periodic`) read the host's models, :class:`~..model_info.ModelInfo`,
 device, position dtype and dense / sparse threshold, and call back two methods:
 :meth:`EngineHost.regular`, the reference a capture is admitted against (and the answer while a
 layout is not replayed), and :meth:`EngineHost.warn`, the once-per-reason fallback warning. They
-use nothing else, so :class:`~..calculator.HydraCalculator` is one host and a test can drive the
+use nothing else, so :class:`~..runners.GraphRunner` is one host and a test can drive the
 engines with any object of this shape.
 """
 
@@ -23,7 +23,7 @@ from .backends import Outputs
 
 @runtime_checkable
 class EngineHost(Protocol):
-    """The engines' view of a calculator (read-only attributes and two callbacks)."""
+    """The engines' view of their runner (read-only attributes and two callbacks)."""
 
     @property
     def model(self) -> ServedModel:
