@@ -9,7 +9,7 @@ the heads, and returns ``{output name: tensor}``: graph outputs ``[B, dim]``, no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
@@ -21,11 +21,12 @@ from torch_geometric.data import Batch, Data
 from hydragnn.data import Schema
 
 from .config import ModelConfig
+from .derivatives import DERIVATIVES, EnergyDerivatives, set_derivatives
 from .encoders import EncoderDims, GraphInputs, NodeEmbedding, get_encoder
 from .errors import ModelConfigError, ModelError
 from .heads import EdgeHeads, GraphHeads, NodeHeads
 from .loss import compute_loss
-from .mlip import EnergyHead, derivatives, dynamic_edges, strain, stress_from_virial
+from .mlip import EnergyHead, dynamic_edges, strain, stress_from_virial
 from .nn.geometry import safe_norm
 from .output_scaling import OutputScaling
 from .schema_checks import check_conditioning, mlip_roles, num_species, task_weights
@@ -55,20 +56,14 @@ class HydraModel(nn.Module):
     """A multi-headed model: encoder + graph / node / edge heads (+ MLIP energy and forces).
 
     Build it with :func:`build_model`. Attributes: ``config`` (:class:`ModelConfig`),
-    ``schema``, ``encoder``, ``task_weights`` (``{output: weight}``), ``derivatives_by``.
-
-    ``derivatives_by`` is how a potential takes forces and stress, the same equations either way
-    (:func:`set_derivatives`): ``"autograd"`` (default: ``torch.autograd.grad`` with
-    ``create_graph``, so the loss differentiates the backward again) or ``"func"``
-    (``torch.func.grad`` over the energy as a function of positions and strain: the derivative
-    is part of the forward, so ``torch.compile`` can compile the whole training step, which a
-    compiled backward differentiated again cannot be).
+    ``schema``, ``encoder``, ``task_weights`` (``{output: weight}``), ``derivatives`` (the
+    :class:`~.derivatives.EnergyDerivatives` module that takes a potential's forces and stress:
+    its engine, :attr:`derivatives_by`, is an execution choice, set with :func:`set_derivatives`).
     """
-
-    derivatives_by: str = "autograd"
 
     def __init__(self, config: ModelConfig, schema: Schema) -> None:
         super().__init__()
+        self.derivatives = EnergyDerivatives()
         if not schema.has_outputs:
             raise ModelConfigError(
                 "Variables.outputs: a model needs at least one output to predict and train on; the schema "
@@ -341,8 +336,13 @@ class HydraModel(nn.Module):
             displacement = None
             if want_stress:
                 displacement = torch.zeros(_num_graphs(batch), 3, 3, dtype=pos.dtype, device=pos.device)
-            out, atomic, energy, forces, virial = self._energy_derivatives(
-                potential, pos, displacement, want_derivatives, outer_grad
+            (out, atomic, energy), forces, virial = self.derivatives(
+                potential,
+                pos,
+                displacement,
+                wanted=want_derivatives,
+                create_graph=self.training,
+                retain_graph=outer_grad,
             )
             out[special["energy"]] = energy
             if "atomic_energy" in special:
@@ -385,30 +385,10 @@ class HydraModel(nn.Module):
         atomic, energy = self.energy_head(emb.scalar, inputs, getattr(batch, "head", None), layers)
         return energy.sum(), (out, atomic, energy)
 
-    def _energy_derivatives(
-        self,
-        potential: Callable[[torch.Tensor, torch.Tensor | None], Any],
-        pos: torch.Tensor,
-        displacement: torch.Tensor | None,
-        want_derivatives: bool,
-        outer_grad: bool,
-    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """``(outputs, atomic energies, energies, forces, virial)`` of ``potential`` at ``pos`` (zero
-        ``displacement`` for stress, else ``None``), the derivatives as :attr:`derivatives_by` says
-        (``None`` when not wanted)."""
-        if want_derivatives and self.derivatives_by == "func":
-            argnums = (0, 1) if displacement is not None else (0,)
-            grads, (out, atomic, energy) = torch.func.grad(potential, argnums=argnums, has_aux=True)(pos, displacement)
-            return out, atomic, energy, -grads[0], (grads[1] if displacement is not None else None)
-        if want_derivatives and not pos.requires_grad:
-            pos = pos.detach().requires_grad_(True)
-        if displacement is not None:
-            displacement = displacement.requires_grad_(True)
-        _, (out, atomic, energy) = potential(pos, displacement)
-        if not want_derivatives:
-            return out, atomic, energy, None, None
-        forces, virial = derivatives(energy, pos, displacement, create_graph=self.training, retain_graph=outer_grad)
-        return out, atomic, energy, forces, virial
+    @property
+    def derivatives_by(self) -> str:
+        """The derivative engine of forces and stress (``"autograd"`` or ``"func"``, :mod:`.derivatives`)."""
+        return self.derivatives.engine
 
     @property
     def energy_head_names(self) -> list[str]:
@@ -475,19 +455,4 @@ def build_model(config: Mapping[str, Any] | ModelConfig, schema: Schema | Mappin
     return HydraModel(config, schema).to(config.dtype)
 
 
-DERIVATIVES = ("autograd", "func")
-"""The ways a potential takes forces and stress (:attr:`HydraModel.derivatives_by`)."""
-
-
-def set_derivatives(model: nn.Module, how: str) -> None:
-    """Set :attr:`HydraModel.derivatives_by` of every :class:`HydraModel` in ``model`` (the model
-    itself, a committee's members, a wrapper's module) to ``how`` (one of :data:`DERIVATIVES`).
-
-    Raises:
-        ModelError: an unknown ``how``.
-    """
-    if how not in DERIVATIVES:
-        raise ModelError(f"derivatives: expected one of {list(DERIVATIVES)}, found {how!r}")
-    for module in model.modules():
-        if isinstance(module, HydraModel):
-            module.derivatives_by = how
+__all__ = ["DERIVATIVES", "HydraModel", "build_model", "set_derivatives"]

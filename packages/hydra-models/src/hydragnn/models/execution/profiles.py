@@ -22,7 +22,7 @@ one field of an :class:`Execution`, and nothing else in HydraGNN switches one on
 * ``compile_threads``: ``torch.compile`` on CPU runs its generated kernels on one thread under
   passive waiting (:func:`~.process.compile_kwargs`).
 * ``derivatives``: how a potential takes forces and stress, ``"autograd"`` or ``"func"``
-  (:func:`hydragnn.models.model.set_derivatives`; ``Training.compile`` needs ``"func"`` and
+  (:func:`hydragnn.models.derivatives.set_derivatives`; ``Training.compile`` needs ``"func"`` and
   takes it whatever the profile says).
 
 Two profiles ship (:data:`PROFILES`): ``"reference"``, stock PyTorch (every field off), and
@@ -138,7 +138,7 @@ class Execution:
     def switch_in(self, model: nn.Module) -> list[BackendReport]:
         """Switch this profile's primitive backends and derivative engine into ``model`` (in place;
         parameters and state-dict keys unchanged). Returns one report per backend."""
-        from hydragnn.models.model import set_derivatives
+        from hydragnn.models.derivatives import set_derivatives
         from hydragnn.models.nn.backends import use_backend
 
         use_backend(model, None)
@@ -149,7 +149,7 @@ class Execution:
     @staticmethod
     def switch_out(model: nn.Module) -> None:
         """Give every primitive of ``model`` its stock forward back and take derivatives by autograd."""
-        from hydragnn.models.model import set_derivatives
+        from hydragnn.models.derivatives import set_derivatives
         from hydragnn.models.nn.backends import use_backend
 
         use_backend(model, None)

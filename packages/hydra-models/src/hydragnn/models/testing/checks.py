@@ -340,7 +340,7 @@ def check_functional_derivatives(subject: Subject | str) -> None:
     """Forces and stress by ``torch.func.grad`` (``derivatives_by = "func"``, what a compiled
     training step uses) give the outputs and parameter gradients (training on forces) of
     ``autograd.grad``."""
-    from hydragnn.models.model import set_derivatives
+    from hydragnn.models.derivatives import set_derivatives
 
     s = _subject(subject)
     functional = s.build()

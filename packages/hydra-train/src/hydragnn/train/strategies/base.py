@@ -170,7 +170,7 @@ class Strategy:
         evaluation under ``no_grad``). The plain model (:meth:`unwrap`) is unchanged: losses,
         checkpoints and artifacts see it. Strategies whose :attr:`compiles` is false refuse (the
         distributed ones: not tested compiled yet). An interatomic potential with forces takes
-        them by ``torch.func.grad`` (:func:`hydragnn.models.model.set_derivatives`): the
+        them by ``torch.func.grad`` (:func:`hydragnn.models.derivatives.set_derivatives`): the
         derivative is then part of the compiled forward and the loss's backward is an ordinary
         one, where the default ``autograd.grad(create_graph=True)`` would need a compiled backward
         differentiated again, which torch does not support. The compile options are the execution
@@ -182,7 +182,7 @@ class Strategy:
         where = "NeuralNetwork.Training.compile"
         if not self.compiles:
             raise ConfigError(f"{where}: single-process training only (strategy {self.name!r}); set it to false")
-        from hydragnn.models.model import set_derivatives
+        from hydragnn.models.derivatives import set_derivatives
 
         set_derivatives(self.unwrap(), "func")
         model = self.model
