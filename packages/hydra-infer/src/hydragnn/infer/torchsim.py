@@ -9,13 +9,14 @@ structures of its own species (torch-sim's ``validate_model_outputs`` needs Si a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from hydragnn.data.pyg_compat import torchscript_quietly
 
-from .calculator import md_calculator
+from .calculator import HydraCalculator, md_calculator
 from .errors import InferenceError
 
 try:
@@ -27,7 +28,8 @@ except ImportError as exc:  # pragma: no cover - depends on the optional extra
         "HydraTorchSimModel needs torch-sim: pip install 'hydra-infer[torchsim]' (torch-sim-atomistic)"
     ) from exc
 
-from .torchsim_check import check_model  # noqa: E402  (after the friendly ImportError above)
+from . import torchsim_check  # noqa: E402  (after the friendly ImportError above)
+from .neighbors import md_skin  # noqa: E402
 
 
 class HydraTorchSimModel(ModelInterface):
@@ -93,4 +95,40 @@ class HydraTorchSimModel(ModelInterface):
         return result
 
 
-__all__ = ["HydraTorchSimModel", "check_model"]
+def as_torchsim_model(model: Any) -> ModelInterface:
+    """``model`` as a torch-sim model: a ``ModelInterface`` as it is, else a
+    :class:`HydraTorchSimModel` around it (a :class:`HydraCalculator` keeps its own skin; a model
+    or an artifact path gets the MD skin, as ``HydraTorchSimModel(path)`` gives), with forces and
+    stress where the model predicts them."""
+    if isinstance(model, ModelInterface):
+        return model
+    if isinstance(model, HydraCalculator):
+        calc, skin = model, None
+    else:
+        calc = HydraCalculator(model)
+        skin = md_skin(calc, None)
+    return HydraTorchSimModel(
+        calc, compute_forces=calc.info.forces is not None, compute_stress=calc.info.stress is not None, skin=skin
+    )
+
+
+def check_model(
+    model: Any,
+    *,
+    species: Sequence[int] | None = None,
+    spacing: float | None = None,
+    seed: int = 0,
+    step: float | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+) -> dict[str, Any]:
+    """:func:`hydragnn.infer.torchsim_check.check_model` (what torch-sim relies on, on structures of
+    the model's own species) of any torch-sim model, or of what :class:`HydraTorchSimModel` takes
+    (a ``HydraCalculator``, ``HydraModel`` or artifact path: :func:`as_torchsim_model`). The
+    arguments, the report and the ``InferenceError`` are that function's."""
+    return torchsim_check.check_model(
+        as_torchsim_model(model), species=species, spacing=spacing, seed=seed, step=step, atol=atol, rtol=rtol
+    )
+
+
+__all__ = ["HydraTorchSimModel", "as_torchsim_model", "check_model"]

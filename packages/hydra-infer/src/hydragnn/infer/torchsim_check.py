@@ -27,7 +27,6 @@ from torch_sim.models.interface import ModelInterface
 
 from .calculator import HydraCalculator
 from .errors import InferenceError
-from .neighbors import md_skin
 
 #: Per dtype: finite-difference step (Å, and strain), absolute floor (eV/Å), relative tolerance.
 _DEFAULTS = {torch.float64: (1e-4, 1e-6, 1e-4), torch.float32: (1e-2, 1e-3, 1e-2)}
@@ -37,21 +36,6 @@ _BATCH_RTOL = {torch.float64: 1e-8, torch.float32: 1e-4}
 
 def _fail(check: str, message: str) -> InferenceError:
     return InferenceError(f"check_model: {check}: {message}")
-
-
-def _as_model(model: Any) -> ModelInterface:
-    if isinstance(model, ModelInterface):
-        return model
-    from .torchsim import HydraTorchSimModel
-
-    if isinstance(model, HydraCalculator):
-        calc, skin = model, None  # keeps its own skin
-    else:
-        calc = HydraCalculator(model)
-        skin = md_skin(calc, None)  # as HydraTorchSimModel(path) gives
-    return HydraTorchSimModel(
-        calc, compute_forces=calc.info.forces is not None, compute_stress=calc.info.stress is not None, skin=skin
-    )
 
 
 def _species(model: ModelInterface, species: Sequence[int] | None) -> list[int]:
@@ -226,7 +210,7 @@ def _stress_error(model: ModelInterface, state: Any, out: dict, step: float, ato
 
 
 def check_model(
-    model: Any,
+    model: ModelInterface,
     *,
     species: Sequence[int] | None = None,
     spacing: float | None = None,
@@ -238,8 +222,8 @@ def check_model(
     """Check that ``model`` gives torch-sim what it relies on, on structures of its own species.
 
     Args:
-        model: a torch-sim ``ModelInterface`` (such as :class:`~.torchsim.HydraTorchSimModel`),
-            or what ``HydraTorchSimModel`` takes (``HydraCalculator``, ``HydraModel``, artifact path).
+        model: a torch-sim ``ModelInterface`` (such as :class:`~.torchsim.HydraTorchSimModel`;
+            :func:`hydragnn.infer.torchsim.check_model` also takes what that class takes).
         species: atomic numbers to build the structures from (cycled over 14 atoms). Default: a
             HydraGNN model's species; other models must give them.
         spacing: nearest-neighbour distance (Å); default ``min(2.5, 0.6 * cutoff)``, 2.5 without a cutoff.
@@ -256,7 +240,6 @@ def check_model(
     Raises:
         InferenceError: ``"check_model: <check>: ..."`` naming the first check that failed.
     """
-    model = _as_model(model)
     for attr in ("device", "dtype", "compute_forces", "compute_stress"):
         if not hasattr(model, attr):
             raise _fail("interface", f"model.{attr} is not set (torch-sim's ModelInterface)")

@@ -41,7 +41,7 @@ _LAZY: dict[str, str] = {
     "receptive_field": "locality",
     "Committee": "committee",
     "HydraModel": "model",
-    "build_model": "model",
+    "build_model": "build",
     "pad_with_sink": "padding",
 }
 

@@ -46,9 +46,10 @@ from hydragnn.data import Schema
 from hydragnn.data.io.atomic import atomic_write
 
 from .artifact_bounds import check_declared_sizes
+from .build import build_model
 from .committee import Committee
 from .errors import ArtifactError
-from .model import HydraModel, build_model
+from .model import HydraModel
 
 MAGIC = b"HYDRAGNN"
 FORMAT_VERSION = 2

@@ -10,7 +10,7 @@ the heads, and returns ``{output name: tensor}``: graph outputs ``[B, dim]``, no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import cast
 
 import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
 
@@ -30,9 +30,6 @@ from .mlip import EnergyHead, dynamic_edges, strain, stress_from_virial
 from .nn.geometry import safe_norm
 from .output_scaling import OutputScaling
 from .schema_checks import check_conditioning, mlip_roles, num_species, task_weights
-
-if TYPE_CHECKING:
-    from .committee import Committee
 
 ROOT = "NeuralNetwork.Architecture"
 
@@ -428,31 +425,4 @@ class HydraModel(nn.Module):
         )
 
 
-def build_model(config: Mapping[str, Any] | ModelConfig, schema: Schema | Mapping[str, Any]) -> HydraModel | Committee:
-    """Build the model of an ``Architecture`` section for a schema.
-
-    Args:
-        config: the JSON ``NeuralNetwork.Architecture`` dict (or a parsed :class:`ModelConfig`).
-        schema: the :class:`~hydragnn.data.Schema` (or its ``Variables`` dict).
-
-    Returns:
-        A :class:`HydraModel` with parameters in the ``precision`` dtype, or a
-        :class:`~hydragnn.models.committee.Committee` of such members for ``committee`` > 1.
-        Initialisation uses torch's global RNG (members draw from it in turn): seed it for a
-        reproducible model.
-
-    Raises:
-        ModelConfigError: on an invalid section or one that does not fit the schema.
-    """
-    if not isinstance(config, ModelConfig):
-        config = ModelConfig.from_dict(config)
-    if not isinstance(schema, Schema):
-        schema = Schema.from_dict(schema)
-    if config.committee > 1:
-        from .committee import Committee
-
-        return Committee(config, schema).to(config.dtype)
-    return HydraModel(config, schema).to(config.dtype)
-
-
-__all__ = ["DERIVATIVES", "HydraModel", "build_model", "set_derivatives"]
+__all__ = ["DERIVATIVES", "HydraModel", "set_derivatives"]

@@ -30,7 +30,7 @@ from torch import nn
 from .callbacks import Callback
 
 if TYPE_CHECKING:
-    from .loop import TrainingLoop
+    from .callbacks import LoopView
 
 __all__ = ["WeightAverage"]
 
@@ -107,16 +107,16 @@ class WeightAverage(Callback):
                 for p, kept in zip(live, saved, strict=True):
                     p.copy_(kept)
 
-    def after_step(self, loop: TrainingLoop, graphs: int, loss: float) -> None:
+    def after_step(self, loop: LoopView, graphs: int, loss: float) -> None:
         self.update(loop.module)
 
-    def evaluating(self, loop: TrainingLoop) -> contextlib.AbstractContextManager[None]:
+    def evaluating(self, loop: LoopView) -> contextlib.AbstractContextManager[None]:
         return self.applied(loop.module)
 
-    def on_fit_start(self, loop: TrainingLoop) -> None:
+    def on_fit_start(self, loop: LoopView) -> None:
         loop.best_kind = "EMA weights"
 
-    def on_training_end(self, loop: TrainingLoop) -> None:
+    def on_training_end(self, loop: LoopView) -> None:
         """Every epoch was validated, and the best kept, with the averaged weights; a short run's
         average can still lag behind what the optimizer reached. The last live weights are
         validated once more and kept when their loss is lower (every rank sees the same averaged

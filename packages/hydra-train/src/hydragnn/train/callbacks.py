@@ -36,17 +36,20 @@ import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from .loop import TrainingLoop
+    import torch
+
+    from .strategies.base import Strategy, TrainableModel
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Callback",
     "EarlyStopping",
+    "LoopView",
     "TensorBoardScalars",
     "build_callbacks",
     "check_callback_specs",
@@ -57,14 +60,100 @@ __all__ = [
 ENTRY_POINT_GROUP = "hydragnn.train.callbacks"
 
 
+class LoopView(Protocol):
+    """What a callback sees of the running training loop (:class:`~hydragnn.train.loop.TrainingLoop`
+    is one): read-only facts of the run, the two flags a callback may set, and the requests it may
+    make. Nothing else of the loop is a callback's business."""
+
+    @property
+    def strategy(self) -> Strategy:
+        """The distributed strategy (``is_main``, ``device``, ...)."""
+        ...
+
+    @property
+    def module(self) -> TrainableModel:
+        """The plain model (not a DDP / compiled wrapper)."""
+        ...
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+
+    @property
+    def callbacks(self) -> Sequence[Callback]:
+        """Every callback of the run, in the order the hooks run."""
+        ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def start_epoch(self) -> int:
+        """The first epoch of this segment (after a resume: the one after the checkpoint's)."""
+        ...
+
+    @property
+    def resumed(self) -> bool: ...
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Per-epoch records so far."""
+        ...
+
+    @property
+    def best_epoch(self) -> int: ...
+
+    @property
+    def best_state(self) -> dict[str, torch.Tensor] | None:
+        """The best weights so far (None before the first validated epoch)."""
+        ...
+
+    @property
+    def stop_reason(self) -> str | None: ...
+
+    step_scheduler: bool
+    """Whether the loop steps the LR scheduler after each epoch (the second stage turns it off)."""
+    best_loss: float
+    """The best validation loss so far (the second stage restarts the choice: ``inf``)."""
+    since_best: int
+    """Epochs since the validation loss last improved."""
+    best_kind: str
+    """What the best state is, in the run's words (``"weights"``; the EMA keeps ``"EMA weights"``)."""
+    train_batches: int
+    """Training batches of the whole run (resumed segments included); the epoch counts them."""
+
+    def log(self, line: str) -> None:
+        """A line for the run log (rank 0, at the run's verbosity)."""
+        ...
+
+    def train_time_s(self) -> float:
+        """Seconds of training loop over the whole run."""
+        ...
+
+    def request_stop(self, reason: str, message: str) -> None:
+        """End training after this epoch (the first request names the reason)."""
+        ...
+
+    def validation_loss(self) -> float | None:
+        """The validation loss of the live weights (for :meth:`Callback.on_training_end`)."""
+        ...
+
+    def live_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the live weights."""
+        ...
+
+    def keep_state(self, state: dict[str, torch.Tensor], loss: float, epoch: int, kind: str) -> None:
+        """Offer ``state`` as the best model (kept when ``loss`` beats the best)."""
+        ...
+
+
 class Callback:
     """Base of every callback: each hook does nothing until a subclass overrides it.
 
-    ``loop`` is the running :class:`~hydragnn.train.loop.TrainingLoop`: its ``cfg``,
-    ``strategy``, ``module`` (the plain model), ``optimizer``, ``epoch``, ``history``,
-    ``best_loss`` / ``best_epoch`` / ``since_best``, ``log(line)``, ``train_time_s()``,
-    ``request_stop(reason, message)``, and for :meth:`on_training_end` ``validation_loss()``,
-    ``live_state()`` and ``keep_state(state, loss, epoch, kind)``.
+    ``loop`` is a :class:`LoopView` of the running loop: ``strategy``, ``module`` (the plain
+    model), ``optimizer``, ``epoch``, ``history``, ``best_loss`` / ``best_epoch`` / ``since_best``,
+    ``log(line)``, ``train_time_s()``, ``request_stop(reason, message)``, and for
+    :meth:`on_training_end` ``validation_loss()``, ``live_state()`` and
+    ``keep_state(state, loss, epoch, kind)``.
     """
 
     key: ClassVar[str] = ""
@@ -74,34 +163,34 @@ class Callback:
     def name(self) -> str:
         return self.key or type(self).__name__
 
-    def on_fit_start(self, loop: TrainingLoop) -> None:
+    def on_fit_start(self, loop: LoopView) -> None:
         """Once, before the first epoch (states restored from a checkpoint already)."""
 
-    def on_epoch_start(self, loop: TrainingLoop, epoch: int) -> None:
+    def on_epoch_start(self, loop: LoopView, epoch: int) -> None:
         """Before the first batch of ``epoch``."""
 
-    def before_forward(self, loop: TrainingLoop, batch_index: int) -> None:
+    def before_forward(self, loop: LoopView, batch_index: int) -> None:
         """Before the forward of training batch ``batch_index`` of the epoch."""
 
-    def before_step(self, loop: TrainingLoop) -> None:
+    def before_step(self, loop: LoopView) -> None:
         """After the backward, right before the optimizer step."""
 
-    def after_step(self, loop: TrainingLoop, graphs: int, loss: float) -> None:
+    def after_step(self, loop: LoopView, graphs: int, loss: float) -> None:
         """Right after an optimizer step on ``graphs`` graphs whose batch loss was ``loss``."""
 
-    def evaluating(self, loop: TrainingLoop) -> contextlib.AbstractContextManager[None]:
+    def evaluating(self, loop: LoopView) -> contextlib.AbstractContextManager[None]:
         """The context validation runs in (and the best model's state is copied in)."""
         return contextlib.nullcontext()
 
-    def on_epoch_end(self, loop: TrainingLoop, record: dict[str, Any]) -> None:
+    def on_epoch_end(self, loop: LoopView, record: dict[str, Any]) -> None:
         """After validation. ``record`` (epoch, losses, errors, lr, seconds...) goes to the history
         after every callback has seen it; ``loop.request_stop`` ends training after this epoch."""
 
-    def on_training_end(self, loop: TrainingLoop) -> None:
+    def on_training_end(self, loop: LoopView) -> None:
         """After the last epoch, before the best state is restored and tested: a callback may
         offer another state with ``loop.keep_state`` (validated by ``loop.validation_loss()``)."""
 
-    def on_fit_end(self, loop: TrainingLoop) -> None:
+    def on_fit_end(self, loop: LoopView) -> None:
         """When training ends, normally or by an exception."""
 
     def summary(self) -> Mapping[str, Any]:
@@ -125,7 +214,7 @@ class EarlyStopping(Callback):
     def __init__(self, patience: int) -> None:
         self.patience = patience
 
-    def on_epoch_end(self, loop: TrainingLoop, record: dict[str, Any]) -> None:
+    def on_epoch_end(self, loop: LoopView, record: dict[str, Any]) -> None:
         if loop.since_best >= self.patience:
             loop.request_stop(
                 "early_stopping",
@@ -142,7 +231,7 @@ class TensorBoardScalars(Callback):
     def __init__(self, writer: Any) -> None:
         self.writer = writer
 
-    def on_epoch_end(self, loop: TrainingLoop, record: dict[str, Any]) -> None:
+    def on_epoch_end(self, loop: LoopView, record: dict[str, Any]) -> None:
         if not loop.strategy.is_main:
             return
         w, epoch = self.writer, record["epoch"]

@@ -22,7 +22,7 @@ from .progress import Progress, fmt_losses
 from .strategies.base import Strategy
 
 if TYPE_CHECKING:
-    from .loop import TrainingLoop
+    from .callbacks import LoopView
 
 
 def train_epoch(
@@ -31,7 +31,7 @@ def train_epoch(
     epoch: int,
     nan_policy: str,
     progress: Progress,
-    loop: TrainingLoop | None = None,
+    loop: LoopView | None = None,
 ) -> tuple[float, dict[str, float], int, float]:
     """One pass over ``loader``; with a ``loop``, its callbacks run around each batch and its
     ``train_batches`` counts every forward (skipped batches too).
@@ -55,7 +55,7 @@ def train_epoch(
         for i, batch in enumerate(bar if bar is not None else loader):
             batch = strategy.to_device(batch)
             for cb in callbacks:
-                cb.before_forward(cast("TrainingLoop", loop), i)  # callbacks come from the loop
+                cb.before_forward(cast("LoopView", loop), i)  # callbacks come from the loop
             out = strategy.forward(batch)
             if loop is not None:
                 loop.train_batches += 1
@@ -78,11 +78,11 @@ def train_epoch(
                 )
             strategy.backward(loss)
             for cb in callbacks:
-                cb.before_step(cast("TrainingLoop", loop))
+                cb.before_step(cast("LoopView", loop))
             strategy.step()
             n = int(getattr(batch, "num_graphs", 1))
             for cb in callbacks:
-                cb.after_step(cast("TrainingLoop", loop), n, values[0])
+                cb.after_step(cast("LoopView", loop), n, values[0])
             graphs += n
             for j, value in enumerate(values):
                 sums[j] += value * n

@@ -31,7 +31,7 @@ from .config_sections import SecondStageConfig
 from .strategies.base import Strategy
 
 if TYPE_CHECKING:
-    from .loop import TrainingLoop
+    from .callbacks import LoopView
 
 __all__ = ["ProjectionRedraw", "SecondStage", "TimeBudget", "Warmup", "rank0_values"]
 
@@ -62,7 +62,7 @@ class Warmup(Callback):
     def active(self) -> bool:
         return self.done < self.steps
 
-    def before_step(self, loop: TrainingLoop) -> None:
+    def before_step(self, loop: LoopView) -> None:
         """Scale every group's learning rate for the coming step."""
         if not self.active:
             return
@@ -72,7 +72,7 @@ class Warmup(Callback):
         for group, lr in zip(groups, self._saved, strict=True):
             group["lr"] = lr * factor
 
-    def after_step(self, loop: TrainingLoop, graphs: int, loss: float) -> None:
+    def after_step(self, loop: LoopView, graphs: int, loss: float) -> None:
         """Restore the scheduled learning rates and count the step."""
         if self._saved is not None:
             for group, lr in zip(loop.optimizer.param_groups, self._saved, strict=True):
@@ -154,12 +154,12 @@ class SecondStage(Callback):
         parts = [f"{name} {old:g} -> {new:g}" for name, (old, new) in changed.items() if old != new]
         return "loss weights " + (", ".join(parts) if parts else "unchanged")
 
-    def on_fit_start(self, loop: TrainingLoop) -> None:
+    def on_fit_start(self, loop: LoopView) -> None:
         if self.started:  # resumed inside the second stage
             self.reweigh(loop.module)
             loop.step_scheduler = False
 
-    def on_epoch_start(self, loop: TrainingLoop, epoch: int) -> None:
+    def on_epoch_start(self, loop: LoopView, epoch: int) -> None:
         if not self.config.enabled or self.started:
             return
         elapsed = rank0_values(loop.strategy, loop.train_time_s())[0] if self.max_time_s is not None else 0.0
@@ -175,10 +175,10 @@ class SecondStage(Callback):
             "second-stage epochs"
         )
 
-    def on_epoch_end(self, loop: TrainingLoop, record: dict[str, Any]) -> None:
+    def on_epoch_end(self, loop: LoopView, record: dict[str, Any]) -> None:
         record["second_stage"] = self.started
 
-    def on_fit_end(self, loop: TrainingLoop) -> None:
+    def on_fit_end(self, loop: LoopView) -> None:
         for line in self.worse_heads(loop.history, loop.best_epoch):
             loop.log(f"warning: {line}")
 
@@ -222,12 +222,12 @@ class TimeBudget(Callback):
     def __init__(self, max_time_s: float, num_epoch: int) -> None:
         self.max_time_s, self.num_epoch = max_time_s, num_epoch
 
-    def check(self, loop: TrainingLoop, last_epoch_s: float) -> tuple[float, bool]:
+    def check(self, loop: LoopView, last_epoch_s: float) -> tuple[float, bool]:
         """Rank 0's elapsed time and whether one more epoch of ``last_epoch_s`` would overrun."""
         elapsed, last = rank0_values(loop.strategy, loop.train_time_s(), last_epoch_s)
         return elapsed, elapsed + last > self.max_time_s
 
-    def on_fit_start(self, loop: TrainingLoop) -> None:
+    def on_fit_start(self, loop: LoopView) -> None:
         if not (loop.resumed and loop.history and loop.start_epoch < self.num_epoch):
             return
         last = loop.history[-1].get("seconds", 0.0)
@@ -240,7 +240,7 @@ class TimeBudget(Callback):
                 "NeuralNetwork.Training.max_time_s to train more",
             )
 
-    def on_epoch_end(self, loop: TrainingLoop, record: dict[str, Any]) -> None:
+    def on_epoch_end(self, loop: LoopView, record: dict[str, Any]) -> None:
         if loop.stop_reason is not None or record["epoch"] + 1 >= self.num_epoch:
             return
         elapsed, out_of_time = self.check(loop, record["seconds"])
@@ -275,7 +275,7 @@ class ProjectionRedraw(Callback):
         self.interval, self.seed = interval, seed
         self.redraws = 0
 
-    def before_forward(self, loop: TrainingLoop, batch_index: int) -> None:
+    def before_forward(self, loop: LoopView, batch_index: int) -> None:
         count = loop.train_batches
         if self.interval is None or count == 0 or count % self.interval:
             return

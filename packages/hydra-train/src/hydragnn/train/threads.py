@@ -28,7 +28,7 @@ from hydragnn.models.execution.process import set_intra_op_threads
 from .callbacks import Callback
 
 if TYPE_CHECKING:
-    from .loop import TrainingLoop
+    from .callbacks import LoopView
 
 __all__ = ["ThreadTuner"]
 
@@ -124,14 +124,14 @@ class ThreadTuner(Callback):
         if self.chosen is not None or self.schedule:
             set_intra_op_threads(self._running)
 
-    def on_fit_start(self, loop: TrainingLoop) -> None:
+    def on_fit_start(self, loop: LoopView) -> None:
         self.start()
 
-    def on_epoch_start(self, loop: TrainingLoop, epoch: int) -> None:
+    def on_epoch_start(self, loop: LoopView, epoch: int) -> None:
         self.new_epoch()
 
-    def after_step(self, loop: TrainingLoop, graphs: int, loss: float) -> None:
+    def after_step(self, loop: LoopView, graphs: int, loss: float) -> None:
         self.step_done(graphs)
 
-    def on_fit_end(self, loop: TrainingLoop) -> None:
+    def on_fit_end(self, loop: LoopView) -> None:
         self.restore()

@@ -31,7 +31,8 @@ from ..calculator import HydraCalculator
 from ..errors import InferenceError
 from ..model_info import ModelInfo, model_info
 from .formats import FORMATS, metadata, write_aoti, write_torchscript
-from .graph import ExportError, check_species, example_inputs, export_problems, fcc_lattice, potential_function, trace
+from .graph import ExportError, check_species, export_problems, fcc_lattice, potential_function, trace
+from .runtime import example_inputs
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -293,7 +294,7 @@ def _reference(model: HydraModel, info: ModelInfo, atoms: Any, fixed: Mapping[st
 def _exported(path: Path, fmt: str, atoms: Any, info: ModelInfo, device: str) -> dict[str, np.ndarray]:
     """The written file's outputs for ``atoms``, loaded as its users load it."""
     if fmt == "metatomic":
-        from .metatomic import pyg_index_select_restored
+        from .pyg_patch import pyg_index_select_restored
 
         with pyg_index_select_restored():
             from metatomic_ase import MetatomicCalculator

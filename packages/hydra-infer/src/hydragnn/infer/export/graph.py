@@ -161,18 +161,6 @@ def _volume(cell: torch.Tensor) -> torch.Tensor:
     return (a * cross).sum().abs()
 
 
-def example_inputs(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """A 32-atom periodic structure to trace with (sizes above 1, so nothing specialises on them)."""
-    from ase.build import bulk
-
-    atoms = bulk("Cu", "fcc", a=fcc_lattice(info.cutoff), cubic=True) * (2, 2, 2)
-    atoms.rattle(0.05, seed=0)
-    atoms.numbers[:] = check_species(info)[0]
-    from .runtime import structure_inputs
-
-    return structure_inputs(atoms, info.cutoff, dtype, device)
-
-
 def fcc_lattice(cutoff: float) -> float:
     """The fcc lattice constant of the trace's and the checks' cells, Å: 3.6, or smaller where the
     model's cutoff would leave its nearest neighbours (a / sqrt(2)) without edges; an edgeless

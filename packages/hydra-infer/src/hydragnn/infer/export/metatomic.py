@@ -16,32 +16,14 @@ when a model is saved; :func:`pyg_index_select_restored` puts torch's own back f
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .formats import METADATA_KEY, scriptable
-
-
-@contextlib.contextmanager
-def pyg_index_select_restored() -> Iterator[None]:
-    """``torch.index_select`` as torch defines it for the duration (undoing PyG's patch, then redoing it)."""
-    hash_tensor = sys.modules.get("torch_geometric.hash_tensor")
-    original = getattr(hash_tensor, "_old_index_select", None)
-    patched = torch.index_select
-    if original is None or patched is original:
-        yield
-        return
-    torch.index_select = original
-    try:
-        yield
-    finally:
-        torch.index_select = patched
+from .pyg_patch import pyg_index_select_restored
 
 
 def metatomic_torch() -> Any:

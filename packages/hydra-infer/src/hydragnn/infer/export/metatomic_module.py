@@ -8,7 +8,7 @@ from typing import Dict, List, Optional  # noqa: UP035 (TorchScript reads these)
 
 import torch
 
-from .metatomic import pyg_index_select_restored
+from .pyg_patch import pyg_index_select_restored
 
 with pyg_index_select_restored():
     from metatensor.torch import Labels, TensorBlock, TensorMap  # pyright: ignore[reportAttributeAccessIssue]  # defined when the optional metatensor-torch library loads

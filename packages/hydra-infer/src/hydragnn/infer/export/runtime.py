@@ -23,8 +23,9 @@ import torch
 
 from hydragnn.data.pyg_compat import torchscript_quietly
 
+from ..model_info import ModelInfo
 from .formats import METADATA_KEY
-from .graph import ExportError
+from .graph import ExportError, check_species, fcc_lattice
 
 
 def file_format(path: str | os.PathLike) -> str:
@@ -158,3 +159,13 @@ def structure_inputs(atoms: Any, cutoff: float, dtype: torch.dtype, device: torc
         torch.tensor(np.stack([i, j]), dtype=torch.long, device=device),
         torch.tensor(shifts, dtype=dtype, device=device),
     )
+
+
+def example_inputs(info: ModelInfo, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """A 32-atom periodic structure to trace with (sizes above 1, so nothing specialises on them)."""
+    from ase.build import bulk
+
+    atoms = bulk("Cu", "fcc", a=fcc_lattice(info.cutoff), cubic=True) * (2, 2, 2)
+    atoms.rattle(0.05, seed=0)
+    atoms.numbers[:] = check_species(info)[0]
+    return structure_inputs(atoms, info.cutoff, dtype, device)
