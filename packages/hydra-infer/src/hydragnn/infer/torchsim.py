@@ -28,8 +28,8 @@ except ImportError as exc:  # pragma: no cover - depends on the optional extra
         "HydraTorchSimModel needs torch-sim: pip install 'hydra-infer[torchsim]' (torch-sim-atomistic)"
     ) from exc
 
-from . import torchsim_check  # noqa: E402  (after the friendly ImportError above)
 from .neighbors import md_skin  # noqa: E402
+from .torchsim_checks import check_interface  # noqa: E402  (after the friendly ImportError above)
 
 
 class HydraTorchSimModel(ModelInterface):
@@ -122,11 +122,11 @@ def check_model(
     atol: float | None = None,
     rtol: float | None = None,
 ) -> dict[str, Any]:
-    """:func:`hydragnn.infer.torchsim_check.check_model` (what torch-sim relies on, on structures of
-    the model's own species) of any torch-sim model, or of what :class:`HydraTorchSimModel` takes
-    (a ``HydraCalculator``, ``HydraModel`` or artifact path: :func:`as_torchsim_model`). The
-    arguments, the report and the ``InferenceError`` are that function's."""
-    return torchsim_check.check_model(
+    """What torch-sim relies on, checked on structures of the model's own species
+    (:func:`~.torchsim_checks.check_interface`, whose arguments, report and ``InferenceError``
+    these are), for any torch-sim model or what :class:`HydraTorchSimModel` takes (a
+    ``HydraCalculator``, ``HydraModel`` or artifact path: :func:`as_torchsim_model`)."""
+    return check_interface(
         as_torchsim_model(model), species=species, spacing=spacing, seed=seed, step=step, atol=atol, rtol=rtol
     )
 

@@ -11,7 +11,7 @@ may offer another state (``on_training_end``), the best state is restored and re
 test set evaluated.
 
 Everything else is a :class:`~hydragnn.train.callbacks.Callback`
-(:func:`hydragnn.train.seed_api.builtin_callbacks` builds those the ``Training`` section asks
+(:func:`hydragnn.train.fit.builtin_callbacks` builds those the ``Training`` section asks
 for); the loop never branches on which callbacks run. The checkpoint keeps ``{"callbacks": {key:
 state}}``. :func:`~hydragnn.train.seed_api.train_validate_test` (the seed API) drives it.
 """

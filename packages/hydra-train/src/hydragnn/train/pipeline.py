@@ -36,13 +36,13 @@ from .energy_check import composition_baseline, energy_warnings, force_warnings,
 from .errors import CheckpointError, TrainError
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
 from .finetune import initialise_from, load_base
+from .fit import fit
 from .loop import CHECKPOINT_NAME
 from .output_scaling import fill_output_scaling
 from .plots import parity_plots
 from .progress import LOG_NAME, Progress, run_log
 from .references import resolve_reference_energies, resolve_scale_shift
 from .run_folder import check_fingerprint, fingerprint, prepare_run_folder
-from .seed_api import train_validate_test
 from .strategies import build_optimizer_factory, make_strategy
 from .strategies.base import Strategy
 
@@ -177,9 +177,9 @@ class _Run:
         scheduler = build_scheduler(cfg, cast(torch.optim.Optimizer, self.strategy.optimizer))  # built by setup()
         writer = _writer(self.run_dir, self.strategy.is_main, self.progress)
         try:
-            summary = train_validate_test(
-                model, self.strategy.optimizer, *loaders, writer, scheduler, tr, cfg.dataset.name, self.level,
-                strategy=self.strategy, run_dir=self.run_dir, resume=resume, fingerprint=meaning, callbacks=callbacks,
+            summary = fit(
+                tr, self.strategy, scheduler, *loaders, log_name=cfg.dataset.name, verbosity=self.level,
+                writer=writer, run_dir=self.run_dir, resume=resume, fingerprint=meaning, callbacks=callbacks,
             )  # fmt: skip
         finally:
             if writer is not None:

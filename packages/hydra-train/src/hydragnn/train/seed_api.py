@@ -1,40 +1,28 @@
 """``train_validate_test``, the seed API: a model, an optimizer and loaders in, a trained model out.
 
-It takes the seed's argument list and any form of the ``Training`` section (a config's
-``NeuralNetwork`` dict, the section itself, a ``TrainingConfig`` or a ``RunConfig``), has the
-single-process strategy adopt the optimizer when no strategy is given, applies the execution
-profile (``Training.execution`` or the ``execution`` argument; :mod:`hydragnn.models.execution`:
-the process tuning, the primitive backends and derivative engine switched into the model for the
-run and out again after it, the optimizer step, the thread policy), builds the callbacks the
-section asks for (:func:`builtin_callbacks`: performer redraws, warmup, the weight average
-(``EMA``), intra-op thread tuning, the second stage, early stopping, the time budget
-(``max_time_s``), TensorBoard scalars; then the user's, from ``Training.callbacks`` and the
-``callbacks`` argument), and runs a :class:`~hydragnn.train.loop.TrainingLoop`.
+A shim over :func:`~hydragnn.train.fit.fit`, the one main path: it takes the seed's argument list
+and any form of the ``Training`` section (a config's ``NeuralNetwork`` dict, the section itself, a
+``TrainingConfig`` or a ``RunConfig``), has the single-process strategy adopt the optimizer when
+no strategy is given (its step as the execution profile says), and fits.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from hydragnn.models.execution import Execution, ExecutionError, get_profile
+from hydragnn.models.execution import Execution
 
-from .averaging import WeightAverage
-from .callbacks import Callback, EarlyStopping, TensorBoardScalars, build_callbacks
+from .callbacks import Callback
 from .config import TrainingConfig, parse_training
-from .config_training import TRAINING
-from .errors import ConfigError, TrainingAborted
-from .loop import CHECKPOINT_NAME, TrainingLoop
-from .progress import Progress
-from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
+from .errors import TrainingAborted
+from .fit import builtin_callbacks, fit, run_profile
 from .strategies.base import Strategy
 from .strategies.optim import adopt_fast_step
-from .threads import ThreadTuner
 
 __all__ = ["builtin_callbacks", "train_validate_test"]
 
@@ -51,54 +39,28 @@ def _training_config(nn_config: Any) -> TrainingConfig:
     return parse_training(nn_config)
 
 
-def _profile(choice: str | Execution | None, cfg: TrainingConfig) -> Execution:
-    """The run's execution profile: the argument, else ``Training.execution``, else the default."""
-    try:
-        return get_profile(choice if choice is not None else cfg.execution)
-    except ExecutionError as exc:
-        raise ConfigError(f"{TRAINING}.execution: {exc}") from None
-
-
 def _adopt(
-    strategy: Strategy | None, model: nn.Module, optimizer: torch.optim.Optimizer | None, execution: Execution
+    strategy: Strategy | None,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    execution: Execution,
+    clip_grad_norm: float | None,
 ) -> Strategy:
     """A set-up strategy: the single-process one adopting ``optimizer`` when none is given (with
     the fused / foreach step when its user left that choice to torch and the profile's
-    ``optimizer_step`` is not ``"torch"``: :func:`adopt_fast_step`)."""
+    ``optimizer_step`` is not ``"torch"``: :func:`adopt_fast_step`), its ``max_grad_norm`` from
+    ``Training.clip_grad_norm`` unless set (before setup: DeepSpeed reads it there)."""
     if strategy is None:
         strategy = Strategy()
+    if strategy.max_grad_norm is None:
+        strategy.max_grad_norm = clip_grad_norm
     if strategy.optimizer is None:
         if optimizer is None:
             raise TrainingAborted("train_validate_test: give an optimizer or a strategy that is set up")
         if execution.optimizer_step != "torch":
             adopt_fast_step(optimizer)
         strategy.setup(model, lambda _params: optimizer)
-    strategy.execution = execution
     return strategy
-
-
-def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, progress: Progress) -> list[Callback]:
-    """The callbacks the ``Training`` section asks for, in the order they run."""
-    module = strategy.unwrap()
-    callbacks: list[Callback] = [ProjectionRedraw(cfg.global_attn_redraw_interval, cfg.seed)]
-    if cfg.scheduler.warmup_steps:
-        callbacks.append(Warmup(cfg.scheduler.warmup_steps))
-    if cfg.ema.enabled:
-        callbacks.append(WeightAverage(module, cfg.ema.decay, cfg.ema.warmup))
-    threads = cfg.intra_op_threads
-    if threads is None and strategy.execution.tunes_threads:
-        threads = "auto"
-    if threads is not None:
-        measure = strategy.device.type == "cpu" and not strategy.distributed and not cfg.compile
-        callbacks.append(ThreadTuner(threads, measure=measure, log=lambda line: progress.log(1, line)))
-    callbacks.append(SecondStage(cfg.second_stage, cfg.num_epoch, cfg.max_time_s))
-    if cfg.early_stopping.enabled:
-        callbacks.append(EarlyStopping(cfg.early_stopping.patience))
-    if cfg.max_time_s is not None:
-        callbacks.append(TimeBudget(cfg.max_time_s, cfg.num_epoch))
-    if writer is not None:
-        callbacks.append(TensorBoardScalars(writer))
-    return callbacks
 
 
 def train_validate_test(
@@ -171,30 +133,10 @@ def train_validate_test(
             options it does not take.
     """
     cfg = _training_config(nn_config)
-    profile = _profile(execution, cfg)
-    if strategy is not None and strategy.optimizer is None and cfg.clip_grad_norm is not None:
-        strategy.max_grad_norm = cfg.clip_grad_norm  # before setup: DeepSpeed reads it there
-    strategy = _adopt(strategy, model, optimizer, profile)
-    progress = Progress(verbosity, strategy.is_main)
-    if (notice := profile.configure_process()) is not None:
-        progress.log(3, notice)  # (run_training logs it at level 1, before the data loads)
-    module = strategy.unwrap()
-    profile.switch_in(module)
-    ran = profile.report(module)
-    progress.log(1, profile.describe())
-    try:
-        if cfg.compile:
-            strategy.compile()
-        if strategy.max_grad_norm is None:
-            strategy.max_grad_norm = cfg.clip_grad_norm
-        run_dir = Path(run_dir) if run_dir is not None else Path("logs") / log_name
-        user = build_callbacks(cfg.callbacks, f"{TRAINING}.callbacks") + list(callbacks)
-        every = builtin_callbacks(cfg, strategy, writer, progress) + user
-        loop = TrainingLoop(cfg, strategy, scheduler, progress, run_dir / CHECKPOINT_NAME, every, fingerprint)
-        if resume:
-            loop.resume()
-        summary = loop.run(train_loader, val_loader, test_loader, log_name)
-    finally:
-        profile.switch_out(module)
-    summary["execution"] = ran
-    return summary
+    profile = run_profile(execution, cfg)
+    strategy = _adopt(strategy, model, optimizer, profile, cfg.clip_grad_norm)
+    return fit(
+        cfg, strategy, scheduler, train_loader, val_loader, test_loader, log_name=log_name, verbosity=verbosity,
+        writer=writer, run_dir=run_dir, resume=resume, fingerprint=fingerprint, callbacks=callbacks,
+        execution=profile,
+    )  # fmt: skip
