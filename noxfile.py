@@ -173,7 +173,7 @@ layers (``nox -s typecheck -- packages/<layer>/src`` checks one)."""
 
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
-    """pyright (basic) over the ``src/`` of :data:`TYPED`, against the four layers installed editable.
+    """pyright (standard mode, pyrightconfig.json) over the ``src/`` of :data:`TYPED`, against the four layers installed editable.
 
     The layers only, not the ``hydragnn`` distribution: its regular ``hydragnn/__init__.py``
     extends ``__path__`` at run time, which a static checker cannot follow, so with it installed

@@ -80,7 +80,7 @@ class GraphLoader(DataLoader):
         packable = self.num_workers == 0 and not self.pin_memory and self.batch_sampler is not None
         self.packed = PackedGraphs.build(dataset) if packable else None
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:  # pyright: ignore[reportIncompatibleMethodOverride]  (torch's iterator class is private)
         batches = self._packed_batches(self.packed) if self.packed is not None else super().__iter__()
         if self.prefetch <= 0 or self.num_workers > 0:
             return batches

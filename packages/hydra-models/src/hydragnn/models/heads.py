@@ -97,7 +97,7 @@ class NodeHead(nn.Module):
         self, hidden_dim: int, dim: int, config: NodeHeadConfig, activation: str, cutoff: float | None
     ) -> None:
         super().__init__()
-        self.type: str = config.type  # the head layout (an instance attribute hiding nn.Module.type)
+        self.type: str = config.type  # pyright: ignore[reportIncompatibleMethodOverride]  (the head layout, hiding nn.Module.type)
         if config.type == "mlp":
             self.net = mlp(hidden_dim, config.head_dims, dim, activation)
             self.convs = nn.ModuleList()

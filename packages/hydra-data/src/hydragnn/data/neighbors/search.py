@@ -158,6 +158,7 @@ def _nvalchemi_candidates(inputs: GraphInputs) -> Candidates:
         max_atoms,
         cell_list=max_atoms >= CELL_LIST_MIN_ATOMS,
     )
+    found = 0
     for attempt in range(1, 4):
         _last_attempts = attempt
         matrix, num, shifts = search(width)

@@ -102,6 +102,7 @@ def plan_grid(
         hi = _scatter_extreme(pos, batch, num_graphs, "amax")
         counts = torch.bincount(batch, minlength=num_graphs)
         width = torch.full((num_graphs,), radius, dtype=dtype, device=dev)
+        dims = torch.ceil((hi - lo) / width.unsqueeze(1)).long().clamp(min=1) + 2
         for _ in range(64):  # widen the bins of sparse structures until they have few per atom
             dims = torch.ceil((hi - lo) / width.unsqueeze(1)).long().clamp(min=1) + 2
             too_many = dims.prod(dim=1) > MAX_BINS_PER_ATOM * counts + 27
@@ -226,11 +227,8 @@ def search(
     # pairs compacted into the edge buffer as they come, overflowing ones sent to a dump slot
     dims = grid["grid_dims"].index_select(0, batch)  # [N, 3]
     first = grid["grid_offsets"].index_select(0, batch)
-    if cell is not None:
-        cells = cell.index_select(0, batch)
-        wrapped = pos - torch.einsum("nk,nkj->nj", off, cells)
-    else:
-        wrapped = pos
+    cells = cell.index_select(0, batch) if cell is not None else None
+    wrapped = pos - torch.einsum("nk,nkj->nj", off, cells) if cells is not None else pos
     padded = torch.cat([wrapped, wrapped.new_zeros(1, 3)])
     me = torch.arange(n, device=dev).unsqueeze(1)
     fill = torch.full((capacity + 1,), sink, dtype=torch.long, device=dev)
@@ -248,7 +246,7 @@ def search(
             bins = torch.where(exists, first + _local(torch.minimum(around.clamp(min=0), dims - 1), dims), total)
         cand = table.index_select(0, bins)  # [N, M]
         vec = padded.index_select(0, cand.reshape(-1)).view(n, bin_capacity, 3) - wrapped.unsqueeze(1)
-        if cell is not None:
+        if cells is not None:
             vec = vec + torch.einsum("nk,nkj->nj", wrap.to(pos.dtype), cells).unsqueeze(1)
         valid = ((cand < sink) & (cand != me) & ((vec * vec).sum(-1) < radius * radius)).reshape(-1)
         at = count + torch.cumsum(valid, 0) - 1

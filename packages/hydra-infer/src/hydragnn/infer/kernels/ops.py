@@ -85,7 +85,7 @@ class SchNetFilter(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, g):
+    def backward(ctx, g):  # pyright: ignore[reportIncompatibleMethodOverride]  (once_differentiable's typing)
         r, centers, consts, w1, b1 = ctx.saved_tensors
         need_r, _, _, need_w, need_b = ctx.needs_input_grad
         E, (F, R) = r.shape[0], w1.shape
@@ -150,7 +150,7 @@ class CFConv(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, g):
+    def backward(ctx, g):  # pyright: ignore[reportIncompatibleMethodOverride]  (once_differentiable's typing)
         x, w, r, src, dst, consts = ctx.saved_tensors
         need_x, need_w, need_r = ctx.needs_input_grad[:3]
         E, F = w.shape
@@ -254,7 +254,7 @@ class PaiNNMessage(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, gs, gv):
+    def backward(ctx, gs, gv):  # pyright: ignore[reportIncompatibleMethodOverride]  (once_differentiable's typing)
         phi, v, r, u, freqs, wf, bf, src, dst, consts = ctx.saved_tensors
         need_phi, need_v, need_r, need_u, need_freqs, need_wf, need_bf = ctx.needs_input_grad[:7]
         E, (H3, R) = r.shape[0], wf.shape

@@ -205,6 +205,7 @@ class EquivariantTransformer(nn.Module):
                 v = self.vector_in(local.vector.to(s.dtype))
             else:
                 v = s.new_zeros((s.shape[0], 3, s.shape[1]))
+        where: tuple[torch.Tensor, torch.Tensor] | None = None
         if self.training:  # per graph: [B, n_max] blocks (a host sync; training is never captured)
             slot, width = graph_layout(inputs.batch, inputs.num_graphs)
             where = (inputs.batch, slot)
@@ -223,6 +224,6 @@ class EquivariantTransformer(nn.Module):
         filter_rbf = self.filter_rbf(dist)  # [B, n, n, R]
         for layer in self.layers:
             s, v = call_layer(layer, self.checkpointing, s, v, rbf, filter_rbf, envelope, unit, same)
-        if self.training:
+        if where is not None:
             return NodeEmbedding(scalar=s[where], vector=v[where])
         return NodeEmbedding(scalar=s[0], vector=v[0])

@@ -41,7 +41,7 @@ _ENCODER_MODULES: tuple[str, ...] = (
 
 for _module in _ENCODER_MODULES:
     importlib.import_module(f"{__name__}.{_module}")
-del _module
+del _module  # pyright: ignore[reportPossiblyUnbound, reportPossiblyUnboundVariable]  (the tuple is not empty)
 
 __all__ = [
     "ENCODERS",

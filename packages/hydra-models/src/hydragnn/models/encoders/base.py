@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import nn
@@ -99,8 +99,12 @@ class EncoderDims:
     EquivariantTransformer; no head does). An encoder may skip vectors nothing else needs."""
 
 
-class Encoder(nn.Module):
-    """Base class of message-passing stacks.
+ConfigT = TypeVar("ConfigT", bound=EncoderConfig)
+"""An encoder's own config class (``Encoder[SchNetConfig]``): what its hooks receive."""
+
+
+class Encoder(nn.Module, Generic[ConfigT]):
+    """Base class of message-passing stacks, generic in their config class.
 
     Subclasses set ``Config`` (their :class:`EncoderConfig` subclass, defined and registered
     torch-free in :mod:`hydragnn.models.encoder_configs` for the built-in encoders), ``equivariant``
@@ -127,7 +131,7 @@ class Encoder(nn.Module):
     registry records it too (config checks read it without torch); registration checks they agree."""
 
     @classmethod
-    def data_statistics(cls, config: EncoderConfig, trainset: Sequence[Any]) -> dict[str, Any]:
+    def data_statistics(cls, config: ConfigT, trainset: Sequence[Any]) -> dict[str, Any]:
         """``Architecture`` keys to fill from the training set before the model is built.
 
         ``trainset``: prepared samples (``edge_index [2, E]``, ``num_nodes``, ...). Returns
@@ -140,10 +144,10 @@ class Encoder(nn.Module):
         """
         return {}
 
-    def __init__(self, dims: EncoderDims, config: EncoderConfig) -> None:
+    def __init__(self, dims: EncoderDims, config: ConfigT) -> None:
         super().__init__()
         self.dims = dims
-        self.config = config
+        self.config: ConfigT = config
         self.mixers: nn.ModuleList | None = None
         """One module per conv layer, set by the model when a global attention engine (GPS)
         wraps this encoder; see :meth:`mix`."""

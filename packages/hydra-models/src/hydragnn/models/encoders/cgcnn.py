@@ -33,7 +33,7 @@ from .invariant_utils import InvariantEncoder
 
 
 @register_encoder("CGCNN")
-class CGCNNEncoder(InvariantEncoder):
+class CGCNNEncoder(InvariantEncoder[CGCNNConfig]):
     """Stack of :class:`EnvelopeCGConv`, each followed by the activation.
 
     ``residual`` defaults to False here: the convolution already adds its input.
@@ -41,5 +41,5 @@ class CGCNNEncoder(InvariantEncoder):
 
     Config = CGCNNConfig
 
-    def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
+    def make_conv(self, dims: EncoderDims, config: CGCNNConfig, edge_dim: int) -> nn.Module:
         return EnvelopeCGConv(dims.hidden_dim, edge_dim)

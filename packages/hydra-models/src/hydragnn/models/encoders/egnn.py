@@ -98,7 +98,7 @@ def squared_distance(rel: torch.Tensor, inv_r2: float) -> torch.Tensor:
 
 
 @register_encoder("EGNN")
-class EGNN(EquivariantEncoder):
+class EGNN(EquivariantEncoder[EGNNConfig]):
     """EGNN encoder: returns ``NodeEmbedding(scalar h [N, H], vector [N, 3, C])`` (``vector``
     None when nothing reads it, see the module docstring)."""
 

@@ -8,17 +8,16 @@ have finite values *and* finite gradients at zero.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..encoder_configs import EncoderConfig
 from ..errors import ModelConfigError, ModelError
 from ..nn import BesselRBF, CosineCutoff
 from ..nn.geometry import safe_norm, safe_unit_vectors
-from .base import Encoder, EncoderDims, GraphInputs
+from .base import ConfigT, Encoder, EncoderDims, GraphInputs
 
 
 class AtomEmbedding(nn.Module):
@@ -113,7 +112,7 @@ def check_dims(dims: EncoderDims, encoder: str) -> None:
         raise ModelConfigError(f"{encoder}: needs node input features (node_in > 0) or num_species > 0")
 
 
-class EquivariantEncoder(Encoder):
+class EquivariantEncoder(Encoder[ConfigT]):
     """Base of the encoders that carry invariant scalars ``s [N, H]`` and equivariant vectors
     ``v [N, 3, C]`` per atom from positions (PAINN, PNAEq, EGNN).
 
@@ -130,8 +129,8 @@ class EquivariantEncoder(Encoder):
     layers: nn.ModuleList
     """The conv layers (built by the subclass after this base)."""
 
-    def __init__(self, dims: EncoderDims, config: EncoderConfig | None = None) -> None:
-        config = self.Config() if config is None else config
+    def __init__(self, dims: EncoderDims, config: ConfigT | None = None) -> None:
+        config = cast(ConfigT, self.Config()) if config is None else config
         super().__init__(dims, config)
         check_dims(dims, self.name)
         self.embedding = AtomEmbedding(dims)

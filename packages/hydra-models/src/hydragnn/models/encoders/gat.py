@@ -39,12 +39,12 @@ from .invariant_utils import InvariantEncoder
 
 
 @register_encoder("GAT")
-class GATEncoder(InvariantEncoder):
+class GATEncoder(InvariantEncoder[GATConfig]):
     """Stack of :class:`EnvelopeGATv2Conv` (see the module docstring)."""
 
     Config = GATConfig
 
-    def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
+    def make_conv(self, dims: EncoderDims, config: GATConfig, edge_dim: int) -> nn.Module:
         check_at_least("heads", config.heads)
         if config.concat and dims.hidden_dim % config.heads:
             raise ModelConfigError(

@@ -16,10 +16,10 @@ from .invariant_utils import InvariantEncoder
 
 
 @register_encoder("GIN")
-class GINEncoder(InvariantEncoder):
+class GINEncoder(InvariantEncoder[GINConfig]):
     """Stack of :class:`GatedGINConv` (see the module docstring)."""
 
     Config = GINConfig
 
-    def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
+    def make_conv(self, dims: EncoderDims, config: GINConfig, edge_dim: int) -> nn.Module:
         return GatedGINConv(dims.hidden_dim, edge_dim, config.activation, config.eps, config.train_eps)

@@ -20,7 +20,7 @@ no data-dependent shape.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -128,7 +128,10 @@ class RadialEdgeFeatures(nn.Module):
         return feat, env
 
 
-class InvariantEncoder(Encoder):
+InvariantConfigT = TypeVar("InvariantConfigT", bound=InvariantConfig)
+
+
+class InvariantEncoder(Encoder[InvariantConfigT]):
     """Base of the invariant encoders: embedding, edge features, a stack of convolutions.
 
     Subclasses set ``Config`` and implement :meth:`make_conv`; a convolution is called as
@@ -141,7 +144,7 @@ class InvariantEncoder(Encoder):
     equivariant: ClassVar[bool] = False
     needs_pos: ClassVar[bool] = False
 
-    def __init__(self, dims: EncoderDims, config: InvariantConfig) -> None:
+    def __init__(self, dims: EncoderDims, config: InvariantConfigT) -> None:
         super().__init__(dims, config)
         check_at_least("hidden_dim", dims.hidden_dim)
         check_at_least("num_conv_layers", dims.num_conv_layers)
@@ -154,7 +157,7 @@ class InvariantEncoder(Encoder):
             [self.make_conv(dims, config, self.edges.out_dim) for _ in range(dims.num_conv_layers)]
         )
 
-    def make_conv(self, dims: EncoderDims, config: InvariantConfig, edge_dim: int) -> nn.Module:
+    def make_conv(self, dims: EncoderDims, config: InvariantConfigT, edge_dim: int) -> nn.Module:
         """One convolution ``hidden_dim -> hidden_dim`` taking ``edge_dim`` edge features."""
         raise NotImplementedError
 

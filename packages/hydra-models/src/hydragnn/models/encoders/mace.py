@@ -57,7 +57,7 @@ def _geometry_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 @register_encoder("MACE")
-class MACEEncoder(Encoder):
+class MACEEncoder(Encoder[MACEConfig]):
     """MACE stack of ``num_conv_layers`` interaction + product layers (equivariant)."""
 
     Config = MACEConfig

@@ -20,11 +20,11 @@ from .invariant_utils import InvariantEncoder
 
 
 @register_encoder("MFC")
-class MFCEncoder(InvariantEncoder):
+class MFCEncoder(InvariantEncoder[MFCConfig]):
     """Stack of :class:`SmoothMFConv` (see the module docstring)."""
 
     Config = MFCConfig
 
-    def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
+    def make_conv(self, dims: EncoderDims, config: MFCConfig, edge_dim: int) -> nn.Module:
         check_at_least("max_degree", config.max_degree)
         return SmoothMFConv(dims.hidden_dim, edge_dim, config.max_degree)

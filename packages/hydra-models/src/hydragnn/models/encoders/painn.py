@@ -57,7 +57,7 @@ class PaiNNMessage(nn.Module):
 
 
 @register_encoder("PAINN")
-class PAINN(EquivariantEncoder):
+class PAINN(EquivariantEncoder[PAINNConfig]):
     """PaiNN encoder: returns ``NodeEmbedding(scalar [N, H], vector [N, 3, C])``."""
 
     Config = PAINNConfig

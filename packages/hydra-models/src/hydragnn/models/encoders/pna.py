@@ -92,7 +92,7 @@ def pna_kwargs(dims: EncoderDims, config: PNAConfig) -> dict:
 
 
 @register_encoder("PNA")
-class PNAEncoder(InvariantEncoder):
+class PNAEncoder(InvariantEncoder[PNAConfig]):
     """Stack of envelope-weighted PNA convolutions (see the module docstring)."""
 
     Config = PNAConfig

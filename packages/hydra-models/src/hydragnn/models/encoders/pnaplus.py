@@ -38,15 +38,15 @@ from .pna import degree_statistics, pna_kwargs
 
 
 @register_encoder("PNAPlus")
-class PNAPlusEncoder(InvariantEncoder):
+class PNAPlusEncoder(InvariantEncoder[PNAPlusConfig]):
     """Stack of :class:`~hydragnn.models.nn.pna.GatedPNAConv` (see the module docstring)."""
 
     Config = PNAPlusConfig
 
     @classmethod
-    def data_statistics(cls, config: Config, trainset: Sequence[Any]) -> dict[str, Any]:
+    def data_statistics(cls, config: PNAPlusConfig, trainset: Sequence[Any]) -> dict[str, Any]:
         """``pna_deg`` from the training set's in-degrees (see :func:`.pna.degree_statistics`)."""
         return degree_statistics(config, trainset)
 
-    def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
+    def make_conv(self, dims: EncoderDims, config: PNAPlusConfig, edge_dim: int) -> nn.Module:
         return GatedPNAConv(edge_dim, config.aggregators, **pna_kwargs(dims, config))

@@ -16,10 +16,10 @@ from .invariant_utils import InvariantEncoder
 
 
 @register_encoder("SAGE")
-class SAGEEncoder(InvariantEncoder):
+class SAGEEncoder(InvariantEncoder[SAGEConfig]):
     """Stack of :class:`GatedSAGEConv` (see the module docstring)."""
 
     Config = SAGEConfig
 
-    def make_conv(self, dims: EncoderDims, config: Config, edge_dim: int) -> nn.Module:
+    def make_conv(self, dims: EncoderDims, config: SAGEConfig, edge_dim: int) -> nn.Module:
         return GatedSAGEConv(dims.hidden_dim, edge_dim)

@@ -31,7 +31,7 @@ STD_EPS = 1e-2
 class SmoothStdAggregation(Aggregation):
     """``sqrt(var + eps^2) - eps`` per node, with the two-pass variance ``mean((x - mean)^2)``."""
 
-    def forward(
+    def forward(  # pyright: ignore[reportIncompatibleMethodOverride]  (PyG's own signature, positional)
         self,
         x: Tensor,
         index: Tensor | None = None,
