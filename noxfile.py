@@ -5,7 +5,7 @@
     nox -s tests-torch-newest    all tests on the newest torch the packages admit (2.14.1)
     nox -s slow                  the long training runs (@pytest.mark.slow) that tests leaves out
     nox -s lint                  ruff
-    nox -s typecheck             pyright (basic) over the src/ of the four layers
+    nox -s typecheck             pyright (standard) over the src/ of the four layers
     nox -s docs                  the documentation site in site/ (mkdocs build --strict)
     nox -s wheels                a wheel and an sdist per distribution in dist/ (twine-checked)
     nox -s build                 the wheels, then README.md's install lines in a fresh virtual
@@ -167,7 +167,7 @@ RUFF = "ruff==0.17.6"
 """The ruff of ``nox -s lint`` and of the pre-commit hooks (keep ``.pre-commit-config.yaml``'s rev equal)."""
 
 TYPED = ("hydra-data", "hydra-models", "hydra-train", "hydra-infer")
-"""Distributions whose ``src/`` pyright (basic, ``pyrightconfig.json``) checks clean in CI: the four
+"""Distributions whose ``src/`` pyright (standard, ``pyrightconfig.json``) checks clean in CI: the four
 layers (``nox -s typecheck -- packages/<layer>/src`` checks one)."""
 
 
