@@ -8,7 +8,8 @@ execution profile (``Training.execution`` or the ``execution`` argument;
 switched into the model for the run and out again after it, the strategy's optimizer step, the
 thread policy), compiles where ``Training.compile`` asks, builds the callbacks the section asks for
 (:func:`builtin_callbacks`: performer redraws, warmup, the weight average (EMA), intra-op thread
-tuning, the second stage, early stopping, the time budget (``max_time_s``), TensorBoard scalars;
+tuning, the second stage, early stopping, the time budget (``max_time_s``), TensorBoard scalars,
+the dead-head-unit report;
 then the user's, from ``Training.callbacks`` and the ``callbacks`` argument) and runs a
 :class:`~hydragnn.train.loop.TrainingLoop`.
 """
@@ -26,6 +27,7 @@ from .averaging import WeightAverage
 from .callbacks import Callback, EarlyStopping, TensorBoardScalars, build_callbacks
 from .config_training import TRAINING, TrainingConfig
 from .errors import ConfigError
+from .health import DeadHeadUnits
 from .loop import CHECKPOINT_NAME, TrainingLoop
 from .progress import Progress
 from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
@@ -68,6 +70,7 @@ def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, prog
         callbacks.append(TimeBudget(cfg.max_time_s, cfg.num_epoch))
     if writer is not None:
         callbacks.append(TensorBoardScalars(writer))
+    callbacks.append(DeadHeadUnits())
     return callbacks
 
 
