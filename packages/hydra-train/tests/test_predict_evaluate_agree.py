@@ -66,3 +66,20 @@ def test_predict_and_evaluate_agree(files, capsys):
         assert mine[0] == theirs[0] and mine[3:] == theirs[3:]
         for a, b in zip(mine[1:3], theirs[1:3], strict=True):
             assert math.isclose(float(a), float(b), rel_tol=1e-4), (mine, theirs)
+
+
+def test_predict_refuses_species_the_model_never_saw(files, tmp_path, capsys):
+    """A Cu-Au model scored on a cell with a Ni atom: refused, naming the structure and the species
+    (the calculator and hydragnn-evaluate refuse them too)."""
+    from ase.calculators.emt import EMT
+
+    structures = generate_cuau_atoms(3, seed=4)
+    structures[1].numbers[0] = 28
+    for atoms in structures:
+        atoms.calc = EMT()
+        atoms.get_forces()
+        atoms.arrays["atomic_energy"] = atoms.calc.results["energies"]
+    ase.io.write(tmp_path / "nickel.extxyz", structures)
+    assert predict_main([str(files / "model.hydra"), str(tmp_path / "nickel.extxyz")]) == 2
+    err = capsys.readouterr().err
+    assert "structure 1 holds species [28] that the model was not trained on (its species: [29, 79])" in err
