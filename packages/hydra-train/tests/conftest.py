@@ -22,3 +22,12 @@ def _no_global_state_left():
         yield
     assert torch.get_default_dtype() == dtype, "a test changed the default dtype"
     assert not (dist.is_available() and dist.is_initialized()), "a test left a process group behind"
+
+
+@pytest.fixture
+def four_threads():
+    """torch's intra-op thread count at 4 for the test (restored after it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    yield
+    torch.set_num_threads(before)

@@ -17,14 +17,6 @@ from hydragnn.train import ConfigError, create_dataloaders, train_validate_test
 from hydragnn.train.pipeline import run_training
 
 
-@pytest.fixture
-def four_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(4)
-    yield
-    torch.set_num_threads(before)
-
-
 def _is_view(p: torch.Tensor) -> bool:
     """Whether ``p`` is a view of a larger buffer (what the flat step lays parameters out as)."""
     return p.untyped_storage().nbytes() > p.numel() * p.element_size()

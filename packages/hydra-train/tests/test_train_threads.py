@@ -12,14 +12,6 @@ from hydragnn.train.config import parse_training
 from hydragnn.train.threads import ThreadTuner
 
 
-@pytest.fixture
-def four_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(4)
-    yield
-    torch.set_num_threads(before)
-
-
 def _tune(cost: dict[int, float]) -> tuple[ThreadTuner, list[str], set[int]]:
     """Drive a tuner with a clock on which a step of 2 graphs takes ``cost[threads]`` seconds."""
     now, lines, ran = [0.0], [], set()

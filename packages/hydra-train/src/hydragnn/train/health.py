@@ -88,7 +88,7 @@ class DeadHeadUnits(Callback):
             self.reported.append(path)
             units = int(self.alive[path].numel())
             loop.log(
-                f"warning: epoch {record['epoch']}: all {units} units of {path} ({type(_module(loop.module, path)).__name__}) "
+                f"warning: epoch {record['epoch']}: all {units} units of {path} ({type(loop.module.get_submodule(path)).__name__}) "
                 "were zero on every validation sample: the outputs this layer feeds are a constant (a dead ReLU "
                 "layer gets no gradient and rarely recovers; the loss of those outputs stays at a constant "
                 'prediction\'s). Use a smooth activation (Architecture.activation: "silu"), wider head layers, or '
@@ -99,7 +99,3 @@ class DeadHeadUnits(Callback):
 
     def summary(self) -> Mapping[str, Any]:
         return {"dead_head_layers": list(self.reported)}
-
-
-def _module(model: nn.Module, path: str) -> nn.Module:
-    return model.get_submodule(path)

@@ -1,39 +1,18 @@
 """Execution profiles: how a run computes, chosen by name, never what it computes.
 
 The equations live once (encoders, heads, the derivatives of a potential). Every speed device is
-one field of an :class:`Execution`, and nothing else in HydraGNN switches one on:
+one field of an :class:`Execution`, and nothing else in HydraGNN switches one on: primitive
+``backends`` (``"distinct"``, MACE's ``"dense"``, switched in with
+:func:`~hydragnn.models.nn.use_backend`), the ``optimizer_step`` (``"torch"``, ``"fused"``,
+``"flat"``), the intra-op ``threads`` policy (``"keep"`` or timed ``"auto"``), ``process`` tuning
+(:func:`~.process.configure_threads`), ``compile_threads`` and the ``derivatives`` engine
+(``"autograd"`` / ``"func"``). docs/execution.md explains each field and gives the measurements.
 
-* ``backends``: implementations of primitives switched in with
-  :func:`~hydragnn.models.nn.use_backend`, in order (a later one replaces an earlier one where both
-  implement a primitive): ``"distinct"`` (a function of edge lengths evaluated once per distinct
-  length, :mod:`hydragnn.models.nn.distinct`) and ``"dense"`` (MACE's channel-wise e3nn products
-  as dense matrix products, :mod:`hydragnn.models.nn.channel_tp`). Each declines, per call, what
-  it cannot serve exactly, and the primitive's stock forward runs.
-* ``optimizer_step``: ``"torch"`` (the optimizer as built: torch's own default), ``"fused"``
-  (torch's fused step, or ``foreach``, where the user left the choice to torch) or ``"flat"``
-  (fused, with every parameter group laid out flat in one buffer while training: hydra-train's
-  ``FlatStep``).
-* ``threads``: ``"keep"`` (the process's intra-op thread count) or ``"auto"`` (a training run
-  times its first steps at each halving of the count and keeps the fastest: hydra-train's
-  ``ThreadTuner``); a count in ``Training.intra_op_threads`` overrides either.
-* ``process``: apply :func:`~.process.configure_threads` (passive OpenMP waiting where torch has
-  not loaded yet, the thread count per torchrun rank, MKL threads per call, malloc block reuse),
-  each setting yielding to the user's environment.
-* ``compile_threads``: ``torch.compile`` on CPU runs its generated kernels on one thread under
-  passive waiting (:func:`~.process.compile_kwargs`).
-* ``derivatives``: how a potential takes forces and stress, ``"autograd"`` or ``"func"``
-  (:func:`hydragnn.models.derivatives.set_derivatives`; ``Training.compile`` needs ``"func"`` and
-  takes it whatever the profile says).
-
-Two profiles ship (:data:`PROFILES`): ``"reference"``, stock PyTorch (every field off), and
-``"cpu"``, every device above, measured on small graphs on shared CPUs (docs/execution.md gives
-the tables). :data:`DEFAULT_PROFILE` is what the command lines, ``train_validate_test`` and the
-calculator use when given none. The devices of ``"cpu"`` decline or are harmless on a GPU
-(``"distinct"`` and the thread timing are CPU-only; the fused step is torch's recommended one on
-CUDA). Invariant, checked by :func:`hydragnn.models.testing.check_execution_profile` for every
-profile and encoder: a profile changes speed, never an answer beyond rounding.
-
-This module imports no torch: a config names a profile and is checked before torch loads.
+``"reference"`` is stock PyTorch; ``"cpu"`` (:data:`DEFAULT_PROFILE`, chosen by measurement) turns
+every device on; each declines per call what it cannot serve exactly, and on a GPU they decline
+or cost nothing. Invariant, checked by :func:`hydragnn.models.testing.check_execution_profile` for
+every profile and encoder: a profile changes speed, never an answer beyond rounding. This module
+imports no torch: a config names a profile and is checked before torch loads.
 """
 
 from __future__ import annotations
