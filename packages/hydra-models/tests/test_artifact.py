@@ -142,17 +142,65 @@ def test_one_flipped_manifest_bit_is_refused(model, tmp_path):
         read_manifest(path)
 
 
-def test_format_1_artifacts_are_still_read(model, batch, tmp_path):
-    path = save_artifact(model, tmp_path / "m.hydra")
+def _old_writer_model(seed=1):
+    """A model as writers before format 3 built it: graph heads without input standardisation."""
+    heads = {"graph": {"num_sharedlayers": 1, "num_headlayers": 1, "input_norm": "none"}, "node": {"num_headlayers": 1}}
+    return build("SchNet", seed=seed, output_heads=heads)
+
+
+def _as_written_by(path, version, tmp_path):
+    """``path`` rewritten as format ``version`` did: its architecture without ``input_norm``."""
     _, manifest, weights = _parts(path)
-    manifest["format_version"] = 1
-    old = tmp_path / "old.hydra"
+    manifest["format_version"] = version
+    del manifest["architecture"]["output_heads"]["graph"]["input_norm"]
+    old = tmp_path / f"format{version}.hydra"
     _write(old, manifest, weights)
-    assert not old.read_bytes().endswith(hashlib.sha256(old.read_bytes()[:-CHECKSUM_BYTES]).digest())
+    return old
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_formats_are_still_read_as_they_were_written(version, batch, tmp_path):
+    """Format 1 (no trailing checksum) and 2 files: graph heads without input standardisation."""
+    model = _old_writer_model()
+    old = _as_written_by(save_artifact(model, tmp_path / "m.hydra"), version, tmp_path)
+    if version == 1:
+        assert not old.read_bytes().endswith(hashlib.sha256(old.read_bytes()[:-CHECKSUM_BYTES]).digest())
     loaded = load_artifact(old)
+    assert loaded.graph_heads is not None and loaded.graph_heads.input_norm is None
     for key, value in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value)
-    assert read_manifest(old)["format_version"] == 1
+    ref, out = model(batch), loaded(batch)
+    for key in ref:
+        assert torch.equal(ref[key], out[key]), key
+    manifest = read_manifest(old)
+    assert manifest["format_version"] == version
+    assert manifest["architecture"]["output_heads"]["graph"]["input_norm"] == "none"
+
+
+def test_the_current_format_standardises_graph_head_inputs(model, batch, tmp_path):
+    """A model built now has the standardisation; its statistics travel in the artifact."""
+    assert model.graph_heads is not None and model.graph_heads.input_norm is not None
+    model.train()
+    model(batch)  # one training forward sets the running statistics
+    model.eval()
+    loaded = load_artifact(save_artifact(model, tmp_path / "m.hydra"))
+    assert loaded.graph_heads is not None and loaded.graph_heads.input_norm is not None
+    stats = loaded.graph_heads.input_norm.running_mean
+    assert torch.equal(stats, model.graph_heads.input_norm.running_mean) and stats.abs().sum() > 0
+    ref, out = model(batch), loaded(batch)
+    for key in ref:
+        assert torch.equal(ref[key], out[key]), key
+
+
+def test_weights_holding_nan_are_refused_naming_the_tensor(model, tmp_path):
+    """A diverged model would answer NaN energies silently: its artifact is refused at load."""
+    with torch.no_grad():
+        first = next(model.parameters())
+        first.view(-1)[0] = float("nan")
+    name = next(k for k, v in model.state_dict().items() if v.is_floating_point() and v.isnan().any())
+    path = save_artifact(model, tmp_path / "nan.hydra")
+    with pytest.raises(ArtifactError, match=f"nan.hydra: the weights hold NaN or inf values, in \\['{name}'\\]"):
+        load_artifact(path)
 
 
 def test_architecture_too_large_for_its_weights_is_refused_before_allocating(model, tmp_path):

@@ -197,8 +197,10 @@ def test_schnet_shares_filters_without_changing_predictions(monkeypatch):
     num_edges = batch.edge_index.shape[1]
     rows = _filter_rows(model.encoder.interactions[0].filter)
     results = []
+    state = {k: v.clone() for k, v in model.state_dict().items()}
     for fraction in (edges_module.SHARED_MAX_FRACTION, -1.0):
         monkeypatch.setattr(edges_module, "SHARED_MAX_FRACTION", fraction)
+        model.load_state_dict(state)  # the same running statistics for both passes
         model.zero_grad()
         out = model(batch, compute_forces=False, compute_stress=False)
         sum(v.square().sum() for v in out.values()).backward()

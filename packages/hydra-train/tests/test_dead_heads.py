@@ -1,5 +1,5 @@
-"""A head layer whose ReLU units all died is reported while training, naming the layer; healthy
-heads and smooth activations say nothing."""
+"""A head layer whose ReLU units all died, and an output that is a constant, are reported while
+training, naming the layer or output; healthy heads and smooth activations say nothing."""
 
 from __future__ import annotations
 
@@ -35,15 +35,54 @@ def test_a_dead_shared_layer_is_reported_once_while_training(tmp_path, capsys):
     assert len(lines) == 1 and "epoch 0: all " in lines[0] and "graph_heads.shared.1 (ReLU)" in lines[0]
     assert 'Architecture.activation: "silu"' in lines[0]
     assert summary["history"][0]["dead_head_layers"] == ["graph_heads.shared.1"]
+    # what the dead layer feeds is a constant: both outputs are named, once
+    outputs = ["graph_heads.energy_per_atom", "graph_heads.au_fraction"]
+    assert sorted(summary["constant_outputs"]) == sorted(outputs)
+    assert sorted(summary["history"][0]["constant_outputs"]) == sorted(outputs)
+    constant = [line for line in out.splitlines() if "for all 4 validation rows" in line]
+    assert len(constant) == 2 and all("the model predicts a constant" in line for line in constant)
 
 
 def test_healthy_and_smooth_heads_say_nothing(tmp_path, capsys):
     for activation, kill in (("relu", False), ("silu", True)):
         summary, out = _train(tmp_path / f"{activation}{kill}", activation, kill, capsys)
         assert summary["dead_head_layers"] == [] and "were zero on every validation sample" not in out
+        assert summary["constant_outputs"] == [] and "predicts a constant" not in out
 
 
 def test_only_the_heads_activations_are_watched():
     model = build_model({**GRAPH_ARCH, "activation": "relu"}, Schema.from_dict(GRAPH_VARIABLES))
     watched = head_activations(model)
     assert watched and all(path.startswith("graph_heads.") for path in watched)
+
+
+def test_a_layer_that_revives_is_reported_again_and_leaves_the_summary():
+    from types import SimpleNamespace
+
+    from hydragnn.data.collate import collate_graphs
+    from hydragnn.train.health import DeadHeadUnits
+
+    torch.manual_seed(0)
+    model = build_model({**GRAPH_ARCH, "activation": "relu"}, Schema.from_dict(GRAPH_VARIABLES)).eval()
+    batch = collate_graphs(samples("graph", 6))
+    first = model.graph_heads.shared[0]
+    saved = {k: v.clone() for k, v in first.state_dict().items()}
+    lines: list[str] = []
+    loop = SimpleNamespace(log=lines.append, module=model)
+    watch = DeadHeadUnits()
+    with torch.no_grad():
+        first.weight.zero_()
+        first.bias.fill_(-1.0)
+        for epoch in range(2):  # dead for two epochs: reported once
+            with watch.evaluating(loop):
+                model(batch)
+            watch.on_epoch_end(loop, record := {"epoch": epoch})
+        assert record["dead_head_layers"] == ["graph_heads.shared.1"]
+        first.load_state_dict(saved)
+        with watch.evaluating(loop):
+            model(batch)
+        watch.on_epoch_end(loop, record := {"epoch": 2})
+    assert "dead_head_layers" not in record and watch.summary() == {"dead_head_layers": [], "constant_outputs": []}
+    assert sum("were zero on every validation sample" in line for line in lines) == 1
+    assert "epoch 2: graph_heads.shared.1 is alive again" in "\n".join(lines)
+    assert sum("varies again" in line for line in lines) == 2  # both outputs it fed

@@ -204,6 +204,20 @@ def test_load_existing_model_refuses_another_architecture(tmp_path):
         load_existing_model(build("mlip"), "run", path=str(tmp_path))
 
 
+def test_a_checkpoint_from_before_head_standardisation_says_how_to_continue_it(tmp_path):
+    """A graph model's checkpoint without the heads' input_norm buffers (hydra-models 0.2) names the key to set."""
+    model = build()
+    state = {k: v for k, v in model.state_dict().items() if ".input_norm." not in k}
+    assert len(state) < len(model.state_dict())
+    save_model(model, None, "run", path=str(tmp_path))
+    ckpt = tmp_path / "run" / "run.pt"
+    blob = torch.load(ckpt, weights_only=True)
+    blob["model_state_dict"] = state
+    torch.save(blob, ckpt)
+    with pytest.raises(CheckpointError, match='output_heads.graph.input_norm to "none"'):
+        load_existing_model(build(), "run", path=str(tmp_path))
+
+
 def test_a_checkpoint_holding_code_is_refused_with_its_cause(tmp_path):
     import os
 

@@ -9,7 +9,9 @@ Layout (little-endian)::
     weights                 safetensors bytes
     sha256                  32 bytes (format 2): SHA-256 of everything before it
 
-Format 2 covers the header, the manifest and the weights with one checksum, verified before
+Format 3 adds no field: it marks files whose graph heads standardise their input by default
+(``output_heads.graph.input_norm``); older files read with that key set to ``"none"``, as they
+were written (:func:`_migrate`). Format 2 covers the header, the manifest and the weights with one checksum, verified before
 anything is parsed (one flipped bit of ``radius`` is an error, not a different model); format 1
 files (no trailing checksum, the weights alone checked) are still read. Before the model is
 built, every size the manifest declares is bounded by the stored weights
@@ -52,7 +54,7 @@ from .errors import ArtifactError
 from .model import HydraModel
 
 MAGIC = b"HYDRAGNN"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The newest artifact format this version writes and reads."""
 CHECKSUM_BYTES = 32
 """Length of the trailing SHA-256 of format 2."""
@@ -187,7 +189,25 @@ def _read(path: str | os.PathLike) -> tuple[dict[str, Any], bytes]:
         )
     if hashlib.sha256(weights).hexdigest() != manifest.get("weights_sha256"):
         raise ArtifactError(f"{path}: corrupted artifact: the weights do not match their SHA-256 checksum")
-    return manifest, weights
+    return _migrate(manifest, version), weights
+
+
+def _migrate(manifest: dict[str, Any], version: int) -> dict[str, Any]:
+    """The manifest of an older format, with the defaults it was written under made explicit.
+
+    Before format 3, graph heads had no input standardisation: their ``input_norm`` is ``"none"``
+    unless the file says otherwise. Anything malformed is left for the model build to refuse.
+    """
+    arch = manifest.get("architecture")
+    if version >= 3 or not isinstance(arch, dict):
+        return manifest
+    if arch.get("output_heads") is None:
+        arch["output_heads"] = {}
+    heads = arch["output_heads"]
+    graph = heads.setdefault("graph", {}) if isinstance(heads, dict) else None
+    if isinstance(graph, dict):
+        graph.setdefault("input_norm", "none")
+    return manifest
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
@@ -221,6 +241,12 @@ def load_artifact(path: str | os.PathLike, *, device: str | torch.device = "cpu"
     except Exception as exc:  # safetensors raises its own error types
         raise ArtifactError(f"{path}: corrupted artifact weights: {exc}") from exc
     check_declared_sizes(manifest, state, path)
+    bad = [k for k, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ArtifactError(
+            f"{path}: the weights hold NaN or inf values, in {_first(bad)}: the model would answer NaN "
+            "(a training that diverged?); use an earlier checkpoint or artifact"
+        )
     try:
         with torch.random.fork_rng(devices=[]), _AllocationGuard(_allocation_limits(state)):  # RNG untouched
             model = build_model(manifest["architecture"], Schema.from_dict(manifest["schema"]))

@@ -2,8 +2,9 @@
 ``conv``) and edge-level (MLP on ``[h_src, h_dst, edge features]``).
 
 Every head reads the encoder's invariant node features ``NodeEmbedding.scalar [N, H]`` and the
-:class:`~hydragnn.models.encoders.GraphInputs`; none of them normalises over the whole batch,
-so padding by a sink graph leaves the real outputs unchanged.
+:class:`~hydragnn.models.encoders.GraphInputs`; none of them normalises by the current batch's
+statistics (the graph heads' input standardisation uses running statistics only), so padding by
+a sink graph leaves the real outputs unchanged.
 """
 
 from __future__ import annotations
@@ -18,16 +19,21 @@ from .heads_config import EdgeHeadConfig, GraphHeadConfig, NodeHeadConfig
 from .nn.activations import make_activation, mlp
 from .nn.radial import CosineCutoff
 from .nn.scatter import POOLINGS, scatter_sum
+from .nn.standardise import RunningStandardise
+
+GRAPH_HEAD_INPUT = "@graph_head_input"
+"""Output key, in training mode only, of the rows the graph heads standardised ``[B, F]``: the model
+pops it after its forward and updates the statistics with it (:meth:`GraphHeads.update_statistics`)."""
 
 
 class GraphHeads(nn.Module):
-    """Pool node features per graph, apply shared layers, then one MLP per graph output.
+    """Pool node features per graph, standardise them, apply shared layers, then one MLP per graph output.
 
     Args:
         hidden_dim: width H of the node embedding.
         graph_in: width G of ``graph_attr`` (concatenated to the pooled features; 0 for none).
         outputs: ``(name, dim)`` of every graph output.
-        config: layer widths.
+        config: layer widths and the input standardisation (``config.input_norm``).
         pooling: ``add``/``sum``, ``mean`` or ``max`` (accumulated in float32 for bf16).
         activation: activation name.
         fuse_graph_attr: conditioning mode ``fuse_pool``: instead of concatenating ``graph_attr``
@@ -52,6 +58,7 @@ class GraphHeads(nn.Module):
         )
         layers: list[nn.Module] = []
         width = hidden_dim if self.fuse is not None else hidden_dim + graph_in
+        self.input_norm = RunningStandardise(width) if config.input_norm == "running" else None
         for d in config.shared_dims:
             layers += [nn.Linear(width, d), make_activation(activation)]
             width = d
@@ -59,13 +66,25 @@ class GraphHeads(nn.Module):
         self.heads = nn.ModuleDict({name: mlp(width, config.head_dims, dim, activation) for name, dim in outputs})
 
     def forward(self, h: torch.Tensor, inputs: GraphInputs) -> dict[str, torch.Tensor]:
-        """``h [N, H]`` -> ``{name: [B, dim]}``."""
+        """``h [N, H]`` -> ``{name: [B, dim]}`` (+ :data:`GRAPH_HEAD_INPUT` in training mode)."""
         pooled = self.pool(h, inputs.batch, inputs.num_graphs)
         if inputs.graph_attr is not None:
             joined = torch.cat([pooled, inputs.graph_attr.to(pooled.dtype)], dim=-1)
             pooled = pooled + self.fuse(joined) if self.fuse is not None else joined
+        rows = pooled
+        if self.input_norm is not None:
+            pooled = self.input_norm(pooled)
         shared = self.shared(pooled)
-        return {name: self.heads[name](shared) for name in self.names}
+        out = {name: self.heads[name](shared) for name in self.names}
+        if self.input_norm is not None and self.training:
+            out[GRAPH_HEAD_INPUT] = rows.detach()
+        return out
+
+    def update_statistics(self, rows: torch.Tensor) -> None:
+        """Update the input standardisation from the training rows a forward returned under
+        :data:`GRAPH_HEAD_INPUT` (the model calls it once its forward, derivatives included, is done)."""
+        if self.input_norm is not None:
+            self.input_norm.update(rows)
 
 
 class NodeConvLayer(nn.Module):

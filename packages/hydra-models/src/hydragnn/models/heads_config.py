@@ -16,6 +16,7 @@ from .errors import ModelConfigError
 
 ROOT = "NeuralNetwork.Architecture"
 NODE_HEAD_TYPES: tuple[str, ...] = ("mlp", "conv")
+GRAPH_INPUT_NORMS: tuple[str, ...] = ("running", "none")
 _COUNT = {"min": 0}
 Widths = int | tuple[int, ...] | None
 
@@ -26,6 +27,7 @@ class _GraphKeys:
     dim_sharedlayers: Widths = None
     num_headlayers: int = field(default=2, metadata=_COUNT)
     dim_headlayers: Widths = None
+    input_norm: str = field(default="running", metadata={"choices": GRAPH_INPUT_NORMS})
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,19 @@ def _layer_dims(num: int, dims: int | tuple[int, ...] | None, default: int, wher
 
 @dataclass(frozen=True)
 class GraphHeadConfig:
-    """Graph heads: pooled embedding -> shared MLP layers -> one MLP per graph output."""
+    """Graph heads: pooled embedding -> (standardised) -> shared MLP layers -> one MLP per graph output.
+
+    ``input_norm`` ``"running"`` standardises each feature of the pooled embedding by running
+    statistics of the training batches (:class:`~hydragnn.models.nn.standardise.RunningStandardise`).
+    Without it, the offset that all graphs' pooled features share can fix the sign of every
+    pre-activation of a narrow ReLU shared layer, and the heads then predict the training mean
+    (docs/notes/upstream_configs_dead_heads.md). ``"none"`` is how artifacts written before
+    format version 3 read.
+    """
 
     shared_dims: tuple[int, ...]
     head_dims: tuple[int, ...]
+    input_norm: str = "running"
 
 
 @dataclass(frozen=True)
@@ -96,6 +107,7 @@ class HeadsConfig:
         graph = GraphHeadConfig(
             shared_dims=_layer_dims(g.num_sharedlayers, g.dim_sharedlayers, hidden_dim, f"{w}.dim_sharedlayers"),
             head_dims=_layer_dims(g.num_headlayers, g.dim_headlayers, hidden_dim, f"{w}.dim_headlayers"),
+            input_norm=g.input_norm,
         )
         w = f"{where}.node"
         n = parse_dataclass(_NodeKeys, sections.get("node"), w, ModelConfigError)

@@ -24,7 +24,7 @@ from .config import ModelConfig
 from .derivatives import DERIVATIVES, EnergyDerivatives, set_derivatives
 from .encoders import EncoderDims, GraphInputs, NodeEmbedding, get_encoder
 from .errors import ModelConfigError, ModelError
-from .heads import EdgeHeads, GraphHeads, NodeHeads
+from .heads import GRAPH_HEAD_INPUT, EdgeHeads, GraphHeads, NodeHeads
 from .loss import compute_loss
 from .mlip import EnergyHead, dynamic_edges, strain, stress_from_virial
 from .nn.geometry import safe_norm
@@ -288,6 +288,16 @@ class HydraModel(nn.Module):
             Called under ``torch.no_grad()``, the outputs are detached. Forces and stress are
             differentiable (``create_graph``) only in training mode.
         """
+        out = self._predict(batch, compute_forces, compute_stress)
+        rows = out.pop(GRAPH_HEAD_INPUT, None)
+        if rows is not None and self.graph_heads is not None:  # training: after every derivative
+            self.graph_heads.update_statistics(rows)
+        return out
+
+    def _predict(
+        self, batch: Data, compute_forces: bool | None, compute_stress: bool | None
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`forward`'s outputs, with :data:`~.heads.GRAPH_HEAD_INPUT` in training mode."""
         outer_grad = torch.is_grad_enabled()
         pos = cast(torch.Tensor, batch.pos).to(self.geometry_dtype) if self.geometric else None  # (a 'pos' input)
         edge_index = getattr(batch, "edge_index", None)

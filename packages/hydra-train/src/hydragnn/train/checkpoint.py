@@ -87,8 +87,14 @@ def load_state_strict(model: nn.Module, state: Mapping[str, torch.Tensor], where
             parts.append(f"unexpected keys {unexpected}")
         if shapes:
             parts.append(f"shape mismatches {shapes}")
+        hint = ""
+        if missing and all(".input_norm." in k for k in missing):
+            hint = (
+                ". The checkpoint's graph heads have no input standardisation (written before hydra-models 0.3): "
+                'set NeuralNetwork.Architecture.output_heads.graph.input_norm to "none" to continue it'
+            )
         raise CheckpointError(
-            f"{where}: checkpoint does not match the model (other architecture?): " + "; ".join(parts)
+            f"{where}: checkpoint does not match the model (other architecture?): " + "; ".join(parts) + hint
         )
     model.load_state_dict(state, strict=True)
 

@@ -1,18 +1,21 @@
-"""``DeadHeadUnits``: say while training when a head layer can no longer learn.
+"""``DeadHeadUnits``: say while training when an output head can no longer learn.
 
 A ReLU unit whose pre-activation is negative for every input outputs zero and gets no gradient:
 it stays dead. When every unit of one layer of an output head is dead, the head's output is a
 constant (what the bias after it says), the loss of that output sits at what predicting a constant
-gives, and the layer gets no gradient to recover by (only a change of the layers before it could). Upstream HydraGNN's ci.json (ReLU heads with shared
-layers of width 4) does this to PAINN and EGNN here: the pooled embedding carries an offset
-common to every graph, larger than its spread between graphs, which fixes each unit's sign for the
-whole data set (docs/notes/upstream_configs_dead_heads.md).
+gives, and the layer gets no gradient to recover by (only a change of the layers before it could).
+Upstream HydraGNN's ci.json (ReLU heads with shared layers of width 4) did this to PAINN and EGNN
+before the graph heads standardised their input (``output_heads.graph.input_norm``): the pooled
+embedding carries an offset common to every graph, larger than its spread between graphs, which
+fixes each unit's sign for the whole data set (docs/notes/upstream_configs_dead_heads.md).
 
-The callback watches the ReLU-family activations inside the model's output heads during each
-validation pass (forward hooks, registered only inside :meth:`~DeadHeadUnits.evaluating`) and
-records, per unit, whether it was ever non-zero. At the end of the epoch a layer with every unit
-dead is reported once, naming the layer, the outputs it feeds and the fixes. Nothing about the
-training changes.
+The callback watches, during each validation pass (forward hooks registered only inside
+:meth:`~DeadHeadUnits.evaluating`), the ReLU-family activations inside the model's output heads
+(per unit: was it ever non-zero?) and the heads' outputs (per output: the smallest and largest
+value of each column). At the end of the epoch a layer with every unit dead, and an output that
+was the same for every validation sample, whatever the cause, are each reported when it happens, naming the
+layer or output and the fixes, and again if they recover (a change of the layers before a dead
+layer can revive it). Nothing about the training changes.
 """
 
 from __future__ import annotations
@@ -29,13 +32,24 @@ from .callbacks import Callback
 if TYPE_CHECKING:
     from .callbacks import LoopView
 
-__all__ = ["DEAD_ACTIVATIONS", "DeadHeadUnits", "head_activations"]
+__all__ = ["DEAD_ACTIVATIONS", "DeadHeadUnits", "head_activations", "output_heads"]
 
 DEAD_ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ReLU, nn.ReLU6)
 """Activations whose units can die (exactly zero output and gradient for negative inputs)."""
 
 HEAD_PREFIXES = ("graph_heads", "node_heads", "edge_heads")
 """Submodule names of a ``HydraModel`` that hold output heads (a committee's members' too)."""
+
+FIXES = (
+    'Use a smooth activation (Architecture.activation: "silu"), keep the graph heads\' input standardisation '
+    '(output_heads.graph.input_norm: "running"), wider head layers, or a lower learning rate'
+)
+
+
+def output_heads(model: nn.Module) -> dict[str, nn.Module]:
+    """``{module path: heads}`` of the graph / node / edge head modules of ``model`` (each returns
+    ``{output name: tensor}``)."""
+    return {path: m for path, m in model.named_modules() if path.split(".")[-1] in HEAD_PREFIXES}
 
 
 def head_activations(model: nn.Module) -> dict[str, nn.Module]:
@@ -49,14 +63,18 @@ def head_activations(model: nn.Module) -> dict[str, nn.Module]:
 
 
 class DeadHeadUnits(Callback):
-    """Report a head layer whose units are all zero on every validation sample (see the module
-    docstring). ``reported``: the layers reported so far (module paths), also in :meth:`summary`."""
+    """Report a head layer whose units are all zero, and an output that is the same, on every
+    validation sample (see the module docstring), once when it happens and once when it recovers.
+    ``reported``: the layers dead at the last validation (module paths); ``constant``: the outputs
+    constant there (``<heads path>.<output name>``); both in :meth:`summary`."""
 
     key = "dead_head_units"
 
     def __init__(self) -> None:
         self.alive: dict[str, torch.Tensor] = {}
         self.reported: list[str] = []
+        self.ranges: dict[str, tuple[torch.Tensor, torch.Tensor, int]] = {}
+        self.constant: list[str] = []
 
     @contextlib.contextmanager
     def _watching(self, model: nn.Module) -> Iterator[None]:
@@ -70,9 +88,28 @@ class DeadHeadUnits(Callback):
 
             return record
 
+        def outputs(path: str):
+            def record(module: nn.Module, args: Any, out: Mapping[str, torch.Tensor]) -> None:
+                for name, value in out.items():
+                    key = f"{path}.{name}"
+                    rows = value.detach().reshape(-1, value.shape[-1]) if value.ndim else value.detach().reshape(1, 1)
+                    if rows.shape[0] == 0:
+                        continue
+                    lo, hi = rows.amin(0), rows.amax(0)
+                    if key in self.ranges:
+                        old_lo, old_hi, n = self.ranges[key]
+                        lo, hi, rows_seen = torch.minimum(lo, old_lo), torch.maximum(hi, old_hi), n + rows.shape[0]
+                    else:
+                        rows_seen = rows.shape[0]
+                    self.ranges[key] = (lo, hi, rows_seen)
+
+            return record
+
+        self.ranges = {}
         for path, module in head_activations(model).items():
-            if path not in self.reported:
-                handles.append(module.register_forward_hook(hook(path)))
+            handles.append(module.register_forward_hook(hook(path)))
+        for path, module in output_heads(model).items():
+            handles.append(module.register_forward_hook(outputs(path)))
         try:
             yield
         finally:
@@ -83,19 +120,41 @@ class DeadHeadUnits(Callback):
         return self._watching(loop.module)
 
     def on_epoch_end(self, loop: LoopView, record: dict[str, Any]) -> None:
+        epoch = record["epoch"]
         dead = [path for path, alive in self.alive.items() if not bool(alive.any())]
         for path in dead:
+            if path in self.reported:
+                continue
             self.reported.append(path)
             units = int(self.alive[path].numel())
             loop.log(
-                f"warning: epoch {record['epoch']}: all {units} units of {path} ({type(loop.module.get_submodule(path)).__name__}) "
+                f"warning: epoch {epoch}: all {units} units of {path} ({type(loop.module.get_submodule(path)).__name__}) "
                 "were zero on every validation sample: the outputs this layer feeds are a constant (a dead ReLU "
-                "layer gets no gradient and rarely recovers; the loss of those outputs stays at a constant "
-                'prediction\'s). Use a smooth activation (Architecture.activation: "silu"), wider head layers, or '
-                "a lower learning rate"
+                "layer gets no gradient of its own; only a change of the layers before it can revive it, and "
+                f"until then the loss of those outputs stays at a constant prediction's). {FIXES}"
             )
+        for path in [p for p in self.reported if p in self.alive and p not in dead]:
+            self.reported.remove(path)
+            loop.log(f"epoch {epoch}: {path} is alive again (some of its units are non-zero on validation samples)")
         if dead:
             record["dead_head_layers"] = dead
+        constant = [key for key, (lo, hi, rows) in self.ranges.items() if rows > 1 and bool(torch.equal(lo, hi))]
+        for key in constant:
+            if key in self.constant:
+                continue
+            self.constant.append(key)
+            value = self.ranges[key][0]
+            shown = f"{value.item():.6g}" if value.numel() == 1 else f"{value.numel()} columns"
+            loop.log(
+                f"warning: epoch {epoch}: output {key} was the same ({shown}) for all "
+                f"{self.ranges[key][2]} validation rows: the model predicts a constant for it, and its loss "
+                f"is a constant prediction's. {FIXES}"
+            )
+        for key in [k for k in self.constant if k in self.ranges and k not in constant]:
+            self.constant.remove(key)
+            loop.log(f"epoch {epoch}: output {key} varies again")
+        if constant:
+            record["constant_outputs"] = constant
 
     def summary(self) -> Mapping[str, Any]:
-        return {"dead_head_layers": list(self.reported)}
+        return {"dead_head_layers": list(self.reported), "constant_outputs": list(self.constant)}

@@ -6,6 +6,7 @@ Each takes a :class:`~.subjects.Subject` (or the name of an encoder or variant) 
 
 from __future__ import annotations
 
+import copy
 import pathlib
 from typing import cast
 
@@ -230,7 +231,9 @@ def check_padding(subject: Subject | str) -> None:
         torch.testing.assert_close(value[:rows], ref[key], rtol=s.tol.batching[0], atol=s.tol.batching[1])
     grads = []
     model.train()
+    state = copy.deepcopy(model.state_dict())  # both steps from the same state (a step moves running statistics)
     for x in (batch, padded):
+        model.load_state_dict(state)
         model.zero_grad()
         o = model(x)
         (o["energy"][:b].sum() + o["forces"][:n].square().sum() + o["gap"][:b].sum()).backward()
