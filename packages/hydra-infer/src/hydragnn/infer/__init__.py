@@ -22,11 +22,14 @@ from .__about__ import __version__
 # public name -> submodule defining it
 _LAZY: dict[str, str] = {
     "ENV_CUDA_GRAPH": "modes",
+    "ExtrapolationError": "uncertainty",
     "HydraASECalculator": "ase",
     "HydraCalculator": "calculator",
     "HydraInferWarning": "errors",
     "HydraTorchSimModel": "torchsim",
     "InferenceError": "errors",
+    "NonFiniteOutput": "finite",
+    "UncertaintyLimit": "uncertainty",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

@@ -33,7 +33,7 @@ import hydragnn.data.pyg_import  # noqa: F401 (PyG as HydraGNN needs it)
 import torch
 from torch_geometric.data import Batch
 
-from hydragnn.models import HydraModel, load_artifact
+from hydragnn.models import Committee, HydraModel, load_artifact
 from hydragnn.models.execution import Execution, ExecutionError, get_profile
 
 from .errors import InferenceError
@@ -76,6 +76,11 @@ class HydraCalculator:
             default :data:`~hydragnn.models.execution.DEFAULT_PROFILE`). Its primitive backends run
             on a view of the model (the same parameter and buffer tensors; the model given is not
             modified), its process tuning is applied by the first calculator of a process.
+        uncertainty: also return a committee's spread (``Architecture.committee`` >= 2) as
+            ``energy_uncertainty [B]`` (eV: the members' standard deviation of the energy) and,
+            with forces, ``forces_uncertainty [N]`` (eV/Å: per atom, the root mean square deviation
+            of the members' force vectors from their mean), from the same pass (the committee
+            runs every member anyway). Sets the committee's ``with_spread``.
 
     Attributes:
         neighbor_stats: ``{"builds": int, "reuses": int}``, neighbour lists searched and reused.
@@ -110,6 +115,7 @@ class HydraCalculator:
         skin: float = 0.0,
         execution: str | Execution | None = None,
         graph_backend: Any = None,
+        uncertainty: bool = False,
     ) -> None:
         self._neighbors = NeighborCache(check_skin(skin))
         try:
@@ -130,6 +136,14 @@ class HydraCalculator:
                 model.select_head(head)
             except (ModelError, AttributeError) as exc:
                 raise InferenceError(f"head: {exc}") from None
+        if uncertainty:
+            if not isinstance(model, Committee):
+                raise InferenceError(
+                    "uncertainty: needs a committee of models (Architecture.committee >= 2: their spread is the "
+                    f"uncertainty); this is a single {type(model).__name__}"
+                )
+            model.with_spread = True
+        self.uncertainty = bool(uncertainty)
         self.info: ModelInfo = model_info(model, species)
         if device is None:
             device = cast(torch.device, next(iter(model.parameters())).device)

@@ -37,6 +37,7 @@ from typing import Any, cast
 import numpy as np
 
 from .errors import InferenceError
+from .finite import require_finite
 from .lammps_potentials import INSTALL_HINT, is_model
 
 MPI_SONAME = "libmpi.so.12"
@@ -157,17 +158,18 @@ def _type_numbers(elements: Sequence[str | int], ntypes: int) -> np.ndarray:
 class ExternalPotentialFix:
     """The callback of one ``fix external``: what :func:`attach_potential` returns.
 
-    On each force evaluation it reads the box and the rank's atoms, calls the potential and sets
-    the fix's forces (every local atom, in LAMMPS's local order), energy and virial (Voigt
-    ``xx, yy, zz, xy, xz, yz``). If the potential raises, the forces are zeroed, the run is stopped
-    at the next step (``lammps_force_timeout``) and the exception is raised from the LAMMPS command
-    that was running (see :func:`attach_potential`).
+        On each force evaluation it reads the box and the rank's atoms, calls the potential and sets
+        the fix's forces (every local atom, in LAMMPS's local order), energy and virial (Voigt
+        ``xx, yy, zz, xy, xz, yz``). If the potential raises, or returns a NaN or inf
+    (:class:`~.finite.NonFiniteOutput`, naming the step and the LAMMPS atom ids), the forces are zeroed, the run is stopped
+        at the next step (``lammps_force_timeout``) and the exception is raised from the LAMMPS command
+        that was running (see :func:`attach_potential`).
 
-    Attributes:
-        fix_id: the ``fix external`` it serves.
-        potential: the :class:`LammpsPotential`.
-        type_numbers: ``[ntypes + 1]`` atomic number of each atom type (index 0 unused).
-        evaluations: potential calls so far.
+        Attributes:
+            fix_id: the ``fix external`` it serves.
+            potential: the :class:`LammpsPotential`.
+            type_numbers: ``[ntypes + 1]`` atomic number of each atom type (index 0 unused).
+            evaluations: potential calls so far.
     """
 
     def __init__(
@@ -190,14 +192,14 @@ class ExternalPotentialFix:
             f[:] = 0.0
             return
         try:
-            self._evaluate(nlocal, x, f)
+            self._evaluate(step, nlocal, tag, x, f)
         except BaseException as exc:  # noqa: BLE001 (ctypes would print and drop it; LAMMPS would go on)
             f[:] = 0.0
             exc.add_note(f"raised by the HydraGNN potential of LAMMPS fix {self.fix_id!r} at step {step}")
             self._pending = exc
             self.lmp.force_timeout()
 
-    def _evaluate(self, nlocal: int, x: np.ndarray, f: np.ndarray) -> None:
+    def _evaluate(self, step: int, nlocal: int, tag: np.ndarray, x: np.ndarray, f: np.ndarray) -> None:
         lmp = self.lmp
         boxlo, boxhi, xy, yz, xz, periodicity, _ = lmp.extract_box()
         lo = np.asarray(boxlo, dtype=np.float64)
@@ -223,6 +225,13 @@ class ExternalPotentialFix:
                 f"potential {type(self.potential).__name__}: returned forces {forces.shape} and virial "
                 f"{virial.shape}; expected ({nlocal}, 3) and (3, 3)"
             )
+        require_finite(
+            f"LAMMPS fix {self.fix_id!r} at step {step}",
+            {"forces": forces},
+            {"energy": energy, "virial": virial},
+            atom_ids=np.asarray(tag)[:nlocal],
+            id_name="LAMMPS atom id",
+        )
         energy = float(energy)
         if nlocal:
             f[:] = forces

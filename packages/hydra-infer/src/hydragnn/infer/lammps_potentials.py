@@ -62,21 +62,37 @@ class CalculatorPotential:
             results, fewer neighbour searches).
         virial: compute the stress on every call. ``False`` saves its cost (about 30 % of a call
             on CPU for a small SchNet) in NVE / NVT runs that need no pressure.
+        uncertainty_limit: a :class:`~.uncertainty.UncertaintyLimit` (or a threshold in eV/Å:
+            stop) applied to every call's force uncertainty; needs a committee (a calculator
+            passed in must have been built with ``uncertainty=True``). ``"stop"`` ends the LAMMPS
+            run at that step with :class:`~.uncertainty.ExtrapolationError` (atoms by their
+            index in the call); ``"flag"`` records it in the limit's ``flagged``.
 
     Raises:
         InferenceError: the model predicts no forces.
     """
 
-    def __init__(self, calc_or_model: Any, *, skin: float | None = None, virial: bool = True) -> None:
+    def __init__(
+        self,
+        calc_or_model: Any,
+        *,
+        skin: float | None = None,
+        virial: bool = True,
+        uncertainty_limit: Any = None,
+    ) -> None:
         from .calculator import HydraCalculator
         from .neighbors import md_skin
+        from .uncertainty import md_uncertainty
 
+        options: dict[str, Any] = {}
+        self.uncertainty_limit = md_uncertainty(calc_or_model, uncertainty_limit, options)
+        self.calls = 0
         if isinstance(calc_or_model, HydraCalculator):
             self.calc = calc_or_model
             if skin is not None:
                 self.calc.skin = skin
         else:
-            self.calc = HydraCalculator(calc_or_model)
+            self.calc = HydraCalculator(calc_or_model, **options)
             self.calc.skin = md_skin(self.calc, skin)
         if self.calc.info.forces is None:
             raise InferenceError("potential: the model predicts no forces (an interatomic potential is needed)")
@@ -102,6 +118,9 @@ class CalculatorPotential:
             forces=True,
             stress=stress,
         )
+        self.calls += 1
+        if self.uncertainty_limit is not None and "forces_uncertainty" in out:
+            self.uncertainty_limit.check(f"CalculatorPotential, call {self.calls}", out["forces_uncertainty"])
         energy = float(out["energy"][0])
         forces = out["forces"].detach().cpu().numpy().astype(np.float64)
         if stress:

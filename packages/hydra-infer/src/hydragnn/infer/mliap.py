@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InferenceError
+from .finite import require_finite, require_finite_pairs
 
 __all__ = ["HydraMLIAP"]
 
@@ -109,6 +110,9 @@ class HydraMLIAP:
         nlocal = int(data.nlistatoms)
         energy, atomic = local_energy(self.model, species, torch.stack([pair_j, pair_i]), rij, nlocal)
         (pair_forces,) = torch.autograd.grad(energy, rij)
+        where = "LAMMPS pair_style mliap unified"
+        require_finite(where, {"atomic energies": atomic[:nlocal]}, {"energy": energy})
+        require_finite_pairs(where, pair_forces, data.pair_i, data.pair_j)
         data.energy = float(energy)
         data.eatoms = np.ascontiguousarray(atomic[:nlocal].detach().cpu().double().numpy())
         data.update_pair_forces(np.ascontiguousarray(pair_forces.detach().cpu().double().numpy()))

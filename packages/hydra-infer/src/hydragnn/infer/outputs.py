@@ -12,6 +12,8 @@ from typing import Protocol, cast
 
 import torch
 
+from hydragnn.models.committee import SPREAD_SUFFIX
+
 from .model_info import ModelInfo, energy_scale
 
 
@@ -56,6 +58,27 @@ def full_stress(stress: torch.Tensor) -> torch.Tensor:
     return stress.reshape(-1, 3, 3)
 
 
+def _uncertainty(
+    results: dict[str, torch.Tensor],
+    name: str,
+    spread: torch.Tensor,
+    call: CallLayout,
+    info: ModelInfo,
+    scale: torch.Tensor | None,
+) -> None:
+    """A committee's spread of the energy or forces as ``energy_uncertainty [B]`` (eV, the members'
+    standard deviation) or ``forces_uncertainty [N]`` (eV/Å, the root mean square deviation of the
+    members' force vectors from their mean, per atom); other outputs' spreads are not served."""
+    if name == info.energy:
+        value = spread.to(torch.float64).reshape(-1)
+        results["energy_uncertainty"] = (value * scale if scale is not None else value).to(spread.dtype)
+    elif name == info.forces:
+        value = spread.to(torch.float64).square().sum(-1).sqrt()
+        if scale is not None:
+            value = value * scale[call.batch]
+        results["forces_uncertainty"] = _per_atom_layout(value.to(spread.dtype), call)
+
+
 def convert(
     raw: dict[str, torch.Tensor], call: CallLayout, info: ModelInfo, *, detach: bool = True
 ) -> dict[str, torch.Tensor]:
@@ -70,7 +93,8 @@ def convert(
 
     Returns:
         ``{name: tensor}``: ``energy``, ``forces`` and ``stress`` under those names whatever the
-        model calls them, every other head under its own name.
+        model calls them, every other head under its own name, and a committee's
+        ``energy_uncertainty`` / ``forces_uncertainty`` when it returned its spread.
     """
     counts = call.counts
     scale = energy_scale(info, counts)
@@ -79,7 +103,9 @@ def convert(
     for name, value in raw.items():
         value = value.detach() if detach else value
         dtype = value.dtype
-        if name == info.energy:
+        if name.endswith(SPREAD_SUFFIX):
+            _uncertainty(results, name[: -len(SPREAD_SUFFIX)], value, call, info, scale)
+        elif name == info.energy:
             if norm is not None and name in norm:
                 value = norm.invert(value.to(torch.float64), name, num_nodes=counts).to(dtype)
             results["energy"] = value.reshape(-1).clone()

@@ -18,6 +18,8 @@ from hydragnn.data.pyg_compat import torchscript_quietly
 
 from .calculator import HydraCalculator, md_calculator
 from .errors import InferenceError
+from .finite import require_finite
+from .uncertainty import UncertaintyLimit, md_uncertainty
 
 try:
     with torchscript_quietly():  # torch-sim scripts functions at import (deprecated by torch >= 2.14)
@@ -46,6 +48,11 @@ class HydraTorchSimModel(ModelInterface):
             (positions wrapped back into the cell do not count; a strained cell, NPT, uses up
             part of the skin; see :mod:`.neighbors`), with the outputs of a fresh search.
             Counters: ``model.hydra.neighbor_stats``.
+        uncertainty_limit: a :class:`~.uncertainty.UncertaintyLimit` (or a threshold in eV/Å:
+            stop) applied on every call to the force uncertainty of all systems together; needs
+            a committee (a calculator passed in must have been built with ``uncertainty=True``).
+            With a committee served that way the outputs also hold ``energy_uncertainty [B]``
+            and ``forces_uncertainty [N]``.
         **calculator_kwargs: passed to :class:`HydraCalculator` when it is built here.
     """
 
@@ -56,9 +63,11 @@ class HydraTorchSimModel(ModelInterface):
         compute_forces: bool = True,
         compute_stress: bool = True,
         skin: float | None = None,
+        uncertainty_limit: UncertaintyLimit | float | None = None,
         **calculator_kwargs: Any,
     ) -> None:
         super().__init__()
+        self.uncertainty_limit = md_uncertainty(calc_or_path, uncertainty_limit, calculator_kwargs)
         self.hydra = md_calculator(calc_or_path, skin, **calculator_kwargs)
         if compute_forces and self.hydra.info.forces is None:
             raise InferenceError("compute_forces: the model predicts no forces")
@@ -69,6 +78,7 @@ class HydraTorchSimModel(ModelInterface):
         self._compute_forces = bool(compute_forces)
         self._compute_stress = bool(compute_stress)
         self._memory_scales_with = "n_atoms_x_density"
+        self.calls = 0  # forward() calls so far (named when an output is not finite)
 
     def forward(self, state: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
         """Energies, forces and stress of a ``SimState`` (or its dict form)."""
@@ -86,8 +96,20 @@ class HydraTorchSimModel(ModelInterface):
             stress=stress,
             mol_idx=state.system_idx,
         )
+        self.calls += 1
+        require_finite(
+            f"HydraTorchSimModel, call {self.calls}",
+            {"forces": out.get("forces"), "forces uncertainty": out.get("forces_uncertainty")},
+            {"energy": out["energy"], "stress": out.get("stress")},
+        )
+        if self.uncertainty_limit is not None and "forces_uncertainty" in out:
+            self.uncertainty_limit.check(f"HydraTorchSimModel, call {self.calls}", out["forces_uncertainty"])
         n_systems = int(state.n_systems)
         result = {"energy": out["energy"][:n_systems].to(self._dtype)}
+        if "energy_uncertainty" in out:
+            result["energy_uncertainty"] = out["energy_uncertainty"][:n_systems].to(self._dtype)
+        if "forces_uncertainty" in out and self._compute_forces:
+            result["forces_uncertainty"] = out["forces_uncertainty"].to(self._dtype)
         if self._compute_forces:
             result["forces"] = out["forces"].to(self._dtype)
         if stress:

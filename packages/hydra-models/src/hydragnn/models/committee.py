@@ -10,7 +10,9 @@ training mode ``forward`` also returns the members' predictions stacked under
 ``"<name>@members"`` (``[K, rows, dim]``) and :meth:`loss` is the mean of the members' losses,
 so no member learns to correct another (a loss on the mean would train one wide model, not K).
 Validation and test losses are the loss of the mean. The spread of the members
-(:meth:`member_outputs`) is a cheap error estimate on structures unlike the training data.
+(:meth:`member_outputs`) is a cheap error estimate on structures unlike the training data: with
+``with_spread`` set, the evaluation-mode ``forward`` also returns it, ``"<name>@spread"``, the
+members' standard deviation of every output (same shape as the output), in the same pass.
 
 Why: on small training sets the error on unseen chemistry varies more between seeds than
 between settings; averaging K members cancels that variance (docs/notes/organic_benchmark.md).
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
 
 MEMBERS_SUFFIX = "@members"
 """Suffix of the training-mode outputs holding the members' stacked predictions."""
+SPREAD_SUFFIX = "@spread"
+"""Suffix of the evaluation-mode outputs holding the members' spread (with ``with_spread``)."""
 
 
 def member_config(config: ModelConfig) -> ModelConfig:
@@ -64,6 +68,7 @@ class Committee(nn.Module):
         self.config = config
         one = member_config(config)
         self.members = nn.ModuleList(HydraModel(one, schema) for _ in range(config.committee))
+        self.with_spread = False  # evaluation: also return each output's spread over the members
 
     @property
     def _models(self) -> Sequence[HydraModel]:
@@ -146,7 +151,9 @@ class Committee(nn.Module):
         self, batch: Data, *, compute_forces: bool | None = None, compute_stress: bool | None = None
     ) -> dict[str, torch.Tensor]:
         """The members' mean of every output (``HydraModel.forward``'s names and shapes); in
-        training mode also ``"<name>@members"``: the stacked predictions ``[K, rows, dim]``."""
+        training mode also ``"<name>@members"``: the stacked predictions ``[K, rows, dim]``; in
+        evaluation mode with :attr:`with_spread`, ``"<name>@spread"``: the members' standard
+        deviation (population, over K) of each value, the output's shape."""
         outs = self.member_outputs(batch, compute_forces=compute_forces, compute_stress=compute_stress)
         mean: dict[str, torch.Tensor] = {}
         for name in outs[0]:
@@ -154,6 +161,8 @@ class Committee(nn.Module):
             mean[name] = stacked.mean(0)
             if self.training:
                 mean[name + MEMBERS_SUFFIX] = stacked
+            elif self.with_spread:
+                mean[name + SPREAD_SUFFIX] = stacked.std(0, correction=0)
         return mean
 
     def loss(self, outputs: Mapping[str, torch.Tensor], batch: Data) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -134,16 +134,21 @@ def run_training(
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.dataset.name
     strategy = make_strategy(cfg.training)  # may initialise the process group (before the loaders)
     progress = Progress(level, strategy.is_main)
+    lock = None
     try:
-        prepare_run_folder(run_dir, resume=resume, overwrite=overwrite, modify=strategy.is_main)
+        lock = prepare_run_folder(run_dir, resume=resume, overwrite=overwrite, modify=strategy.is_main)
         strategy.barrier()
         with run_log(run_dir, level, is_main=strategy.is_main, append=resume):
+            if lock is not None and lock.taken_over is not None:
+                progress.log(1, f"{run_dir}: {lock.taken_over}")
             if (notice := profile.configure_process()) is not None:
                 progress.log(1, notice)
             progress.log(1, _device_line(strategy.device, cfg.training.device))
             run = _Run(cfg, run_dir, strategy, progress, level)
             return run.execute(resume, callbacks, t_start)
     finally:
+        if lock is not None:
+            lock.release()
         strategy.teardown()
 
 

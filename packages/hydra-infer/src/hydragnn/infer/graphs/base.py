@@ -12,6 +12,8 @@ from typing import Any, cast
 
 import torch
 
+from hydragnn.models.committee import SPREAD_SUFFIX
+
 from ..batching import model_batch
 from ..inputs import CallInputs
 from .backends import Captured, Outputs, tensor_bytes
@@ -127,6 +129,9 @@ class StaticEngine:
         info = self.info
         node_names = {info.forces, info.atomic_energy, *info.node_outputs} - {None}
         graph_names = {info.energy, *info.graph_outputs} - {None}
+        # a committee's spreads (served with uncertainty) have their output's rows
+        node_names |= {name + SPREAD_SUFFIX for name in node_names}
+        graph_names |= {name + SPREAD_SUFFIX for name in graph_names}
         nodes = self.node_index(call)
         raw: Outputs = {}
         for name, value in outputs.items():

@@ -255,7 +255,7 @@ class GraphEngineCache:
     @staticmethod
     def _compare(host: EngineHost, got: Outputs, want: Outputs, call: CallInputs) -> str | None:
         info = host.info
-        per_atom = {"forces", info.atomic_energy, *info.node_outputs} - {None}
+        per_atom = {"forces", "forces_uncertainty", info.atomic_energy, *info.node_outputs} - {None}
         return mismatch(convert(got, call, info), convert(want, call, info), call.counts, per_atom)
 
     def _build(self, host: EngineHost, call: CallInputs, key: tuple, forces: bool, edges: int | None) -> StaticEngine:
