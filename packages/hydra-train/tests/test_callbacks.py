@@ -160,6 +160,43 @@ def test_config_callbacks_come_from_an_installed_entry_point(tmp_path, monkeypat
     assert summary["history"][0]["tag"] == "hello"
 
 
+def test_a_config_callback_that_fails_is_refused_before_the_data_loads(tmp_path):
+    """A constructor that raises, and a key taken by a built-in (``ema``) or by another config
+    callback: ConfigErrors naming Training.callbacks[i], from run_training before it reads any
+    data (the data set here does not exist: its error would come first otherwise)."""
+    from hydragnn.train.pipeline import run_training
+
+    class Clash(Callback):
+        key = "ema"
+
+    @register_callback("test-raises")
+    def raises(level: int = 1) -> Callback:
+        raise RuntimeError(f"no licence for level {level}")
+
+    register_callback("test-clash")(Clash)
+    register_callback("test-counter-2")(Counter)
+    cfg = config("graph", n=8, epochs=1)
+    del cfg["Dataset"]["generator"], cfg["Dataset"]["split"]
+    cfg["Dataset"]["train_file"] = str(tmp_path / "missing.xyz")
+    cases = {
+        "test-raises": r"callbacks\[0\]: callback 'test-raises' failed to build with options \{'level': 3\}: "
+        r"RuntimeError: no licence for level 3",
+        "test-clash": r"callbacks\[0\]: callback 'test-clash' has the checkpoint key 'ema' of a built-in callback",
+    }
+    for name, message in cases.items():
+        cfg["NeuralNetwork"]["Training"]["callbacks"] = [
+            {"name": name, **({"level": 3} if name == "test-raises" else {})}
+        ]
+        with pytest.raises(ConfigError, match=message):
+            run_training(cfg, tmp_path / name, verbosity=0)
+    cfg["NeuralNetwork"]["Training"]["callbacks"] = []
+    with pytest.raises(Exception, match="missing.xyz"):  # noqa: B017,PT011 (without them: the data's error)
+        run_training(cfg, tmp_path / "none", verbosity=0)
+    cfg["NeuralNetwork"]["Training"]["callbacks"] = [{"name": "test-counter-2"}, {"name": "test-counter-2"}]
+    with pytest.raises(ConfigError, match=r"callbacks\[1\]: callback key 'counter' is also that of .*callbacks\[0\]"):
+        run_training(cfg, tmp_path / "twice", verbosity=0)
+
+
 def test_two_callbacks_with_one_key_are_refused(tmp_path):
     with pytest.raises(ValueError, match="two callbacks are named 'counter'"):
         _train(tmp_path, 1, [Counter(), Counter()])

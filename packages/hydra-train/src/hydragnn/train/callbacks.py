@@ -312,7 +312,8 @@ def build_callbacks(specs: Sequence[Mapping[str, Any]], where: str) -> list[Call
     """The callbacks of ``Training.callbacks`` (see :func:`check_callback_specs`).
 
     Raises:
-        ConfigError: an unknown name, or options its factory does not take (naming ``where[i]``).
+        ConfigError: an unknown name, options its factory does not take, or a factory that
+            raised (naming ``where[i]``).
     """
     out = []
     for i, spec in enumerate(specs):
@@ -323,7 +324,12 @@ def build_callbacks(specs: Sequence[Mapping[str, Any]], where: str) -> list[Call
             inspect.signature(factory).bind(**options)
         except TypeError as exc:
             raise ConfigError(f"{at}: options {sorted(options)} do not fit callback {spec['name']!r}: {exc}") from exc
-        callback = factory(**options)
+        try:
+            callback = factory(**options)
+        except Exception as exc:  # a plugin's own constructor: its error, named where the config asks for it
+            raise ConfigError(
+                f"{at}: callback {spec['name']!r} failed to build with options {options}: {type(exc).__name__}: {exc}"
+            ) from exc
         if not isinstance(callback, Callback):
             raise ConfigError(f"{at}: {spec['name']!r} built a {type(callback).__name__}, not a Callback")
         out.append(callback)

@@ -74,6 +74,43 @@ def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, prog
     return callbacks
 
 
+BUILTIN_KEYS: frozenset[str] = frozenset(
+    c.key
+    for c in (
+        ProjectionRedraw, Warmup, WeightAverage, ThreadTuner, SecondStage, EarlyStopping, TimeBudget,
+        TensorBoardScalars, DeadHeadUnits,
+    )
+)  # fmt: skip
+"""Checkpoint keys of the built-in callbacks: a callback from the config may not take one."""
+
+
+def config_callbacks(cfg: TrainingConfig) -> list[Callback]:
+    """The callbacks of ``Training.callbacks``, built and checked against the built-in ones'
+    checkpoint keys (:data:`BUILTIN_KEYS`) and each other's. ``run_training`` calls it before any
+    data loads (the config alone decides these errors); :func:`fit` for the seed API.
+
+    Raises:
+        ConfigError: naming ``Training.callbacks[i]`` (see :func:`~.callbacks.build_callbacks`), or a key
+            that is taken.
+    """
+    where = f"{TRAINING}.callbacks"
+    built = build_callbacks(cfg.callbacks, where)
+    seen: dict[str, int] = {}
+    for i, callback in enumerate(built):
+        key = callback.name
+        if key in BUILTIN_KEYS:
+            raise ConfigError(
+                f"{where}[{i}]: callback {cfg.callbacks[i]['name']!r} has the checkpoint key {key!r} of a built-in "
+                "callback; give its class another `key`"
+            )
+        if key in seen:
+            raise ConfigError(
+                f"{where}[{i}]: callback key {key!r} is also that of {where}[{seen[key]}]; give one another `key`"
+            )
+        seen[key] = i
+    return built
+
+
 def fit(
     cfg: TrainingConfig,
     strategy: Strategy,
@@ -118,7 +155,7 @@ def fit(
         if cfg.compile:
             strategy.compile()
         run_dir = Path(run_dir) if run_dir is not None else Path("logs") / log_name
-        user = build_callbacks(cfg.callbacks, f"{TRAINING}.callbacks") + list(callbacks)
+        user = config_callbacks(cfg) + list(callbacks)
         every = builtin_callbacks(cfg, strategy, writer, progress) + user
         loop = TrainingLoop(cfg, strategy, scheduler, progress, run_dir / CHECKPOINT_NAME, every, fingerprint)
         if resume:

@@ -36,7 +36,7 @@ from .energy_check import composition_baseline, energy_warnings, force_warnings,
 from .errors import CheckpointError, TrainError
 from .evaluate import evaluate_losses, gather_rows, head_units, mae_report
 from .finetune import initialise_from, load_base
-from .fit import fit
+from .fit import config_callbacks, fit
 from .loop import CHECKPOINT_NAME
 from .output_scaling import fill_output_scaling
 from .plots import parity_plots
@@ -167,8 +167,10 @@ class _Run:
         self.log = lambda line: progress.log(1, line)
 
     def execute(self, resume: bool, callbacks: Sequence[Callback], t_start: float) -> dict[str, Any]:
-        data = self._data()
         cfg, tr = self.cfg, self.cfg.training
+        callbacks = [*config_callbacks(tr), *callbacks]  # before the data: the config alone decides their errors
+        tr = dataclasses.replace(tr, callbacks=())
+        data = self._data()
         loaders = create_dataloaders(data.train, data.val, data.test, tr.batch_size, batching=tr.batching, seed=tr.seed)
         model, facts = self._model(data, loaders, resume)
         cfg = self.cfg  # with an "auto" committee resolved: what the fingerprint and config.json hold
