@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -333,3 +334,32 @@ def test_cli(tmp_path, artifact, capsys):
     assert export_main([str(capped), str(tmp_path / "capped.pt")]) == 2
     assert "max_neighbours" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["capped.hydra", "cli.pt"]
+
+
+def test_bad_destinations_are_refused_before_the_trace_and_leave_nothing(tmp_path, artifact):
+    """A folder as destination is refused at once; a missing folder is created; a file-size limit
+    (as a full disk) is an ExportError from the CLI (rc 2, no abort) with no temporary file left."""
+    import resource
+    import subprocess
+    import sys
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(ExportError, match=r"out: is a folder: name the file to write in it"):
+        export_model(artifact, folder, format="torchscript")
+    made = export_model(artifact, tmp_path / "new" / "deeper" / "m.pt")
+    assert made.path.is_file()
+    limit = made.size_bytes // 2
+    code = (
+        "import resource, sys; "
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+        "from hydragnn.infer.export.cli import main; "
+        f"sys.exit(main([{str(artifact)!r}, {str(folder / 'm.pt')!r}]))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert re.search(
+        rf"{re.escape(str(folder / 'm.pt'))}: cannot write the exported file \(\d+ bytes\): File too large", run.stderr
+    )
+    assert sorted(p.name for p in folder.iterdir()) == []  # no temporary file left
+    assert resource.getrlimit(resource.RLIMIT_FSIZE)  # (the limit applied to the child only)

@@ -83,3 +83,30 @@ def test_predict_refuses_species_the_model_never_saw(files, tmp_path, capsys):
     assert predict_main([str(files / "model.hydra"), str(tmp_path / "nickel.extxyz")]) == 2
     err = capsys.readouterr().err
     assert "structure 1 holds species [28] that the model was not trained on (its species: [29, 79])" in err
+
+
+def test_predict_output_paths(files, tmp_path, capsys):
+    """--output: a folder there is refused before any work; a missing folder is created; a
+    file-size limit is an error (rc 2, the errors still printed) with no file left behind."""
+    import subprocess
+    import sys
+
+    args = [str(files / "model.hydra"), str(files / "data.extxyz")]
+    (tmp_path / "folder").mkdir()
+    assert predict_main([*args, "--output", str(tmp_path / "folder")]) == 2
+    assert (
+        "--output" in (err := capsys.readouterr()).err and "is a folder" in err.err and "errors per head" not in err.out
+    )
+    out = tmp_path / "new" / "p.pt"
+    assert predict_main([*args, "--output", str(out)]) == 0
+    saved = torch.load(out, weights_only=True)
+    assert set(saved) == {"targets", "predictions"}
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512)); "
+        "from hydragnn.train.cli import predict_main; "
+        f"sys.exit(predict_main([*{args!r}, '--output', {str(tmp_path / 'capped' / 'p.pt')!r}]))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "cannot write it: File too large" in run.stderr and "errors per head" in run.stdout
+    assert list((tmp_path / "capped").iterdir()) == []

@@ -137,11 +137,15 @@ def predict_main(argv: list[str] | None = None) -> int:
     import torch
 
     from hydragnn.data import DataError
+    from hydragnn.data.io.atomic import atomic_write, destination_problem
     from hydragnn.models import ModelError
     from hydragnn.models.metrics import format_errors
 
     from .predict import predict
 
+    if args.output is not None and (problem := destination_problem(args.output)) is not None:
+        print(f"hydragnn-predict: error: --output {args.output}: {problem}", file=sys.stderr)
+        return 2
     try:
         labels = {f"{k}_key": getattr(args, f"{k}_key") for k in ("energy", "forces", "stress")}
         labels = {k: v for k, v in labels.items() if v is not None}
@@ -163,7 +167,14 @@ def predict_main(argv: list[str] | None = None) -> int:
         print(f"{args.dataset}: errors per head")
         print("\n".join(format_errors(result["mae"])))
     if args.output is not None:
-        torch.save({"targets": trues, "predictions": preds}, args.output)
+        try:
+            atomic_write(args.output, lambda fh: torch.save({"targets": trues, "predictions": preds}, fh))
+        except OSError as exc:  # a full disk, a file-size limit: the errors above stand, the file is not there
+            print(
+                f"hydragnn-predict: error: --output {args.output}: cannot write it: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            return 2
         print(f"predictions written to {args.output}")
     return 0
 

@@ -102,3 +102,22 @@ def atomic_write(
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def destination_problem(path: str | os.PathLike) -> str | None:
+    """Why a file cannot be written at ``path`` (checked before the work that produces it), or
+    ``None``: a folder there, or a folder that cannot be created or written. A missing folder is
+    created, as :func:`atomic_write` would. A full disk or a file-size limit shows only when
+    writing: :func:`atomic_write` then raises ``OSError`` and leaves nothing behind."""
+    path = Path(path)
+    if path.is_dir():
+        return "is a folder: name the file to write in it"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"its folder {path.parent} cannot be created ({exc.strerror or exc})"
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        return f"its folder {path.parent} is not writable"
+    if path.exists() and not os.access(path, os.W_OK) and not os.access(path.parent, os.W_OK):
+        return "exists and cannot be replaced"
+    return None

@@ -13,6 +13,7 @@ or an :class:`~.graph.ExportError` saying why.
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import time
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hydragnn.data.io.atomic import destination_problem
 from hydragnn.models import Committee, HydraModel, load_artifact
 from hydragnn.models.execution import Execution
 
@@ -106,7 +108,9 @@ def export_model(
     Args:
         model_or_artifact: a ``.hydra`` artifact path or a :class:`~hydragnn.models.HydraModel`
             (not modified: a copy is exported).
-        path: destination; replaced only by a file that passed the check.
+        path: destination; replaced only by a file that passed the check (its folder is created;
+            a folder there, an unwritable folder, a full disk or a file-size limit is an
+            ``ExportError`` and leaves no file behind).
         format: ``"aoti"`` (AOTInductor ``.pt2``), ``"torchscript"`` or ``"metatomic"``; default
             from the suffix (``.pt2`` / ``.pt``).
         dtype: ``"float32"`` or ``"float64"`` (default: the model's).
@@ -120,6 +124,8 @@ def export_model(
             is missing, or the written file does not compute what the calculator computes.
     """
     fmt = format_for(path, format)
+    if (problem := destination_problem(path)) is not None:  # before the trace: a refusal costs no compile
+        raise ExportError(f"{path}: {problem}")
     say = progress or (lambda line: None)
     model = _prepared(model_or_artifact, dtype, device, head)
     try:
@@ -155,20 +161,32 @@ def export_model(
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # AOTInductor wants its suffix
     try:
         start = time.perf_counter()
+        buffer = io.BytesIO()  # the writers fill memory; the file is written here, where an OSError is caught
         if fmt == "aoti":
-            write_aoti(gm, example, tmp, meta)
+            write_aoti(gm, example, buffer, meta)
         elif fmt == "torchscript":
-            write_torchscript(gm, tmp, meta)
+            write_torchscript(gm, buffer, meta)
         else:
             from .metatomic import write_metatomic
 
-            write_metatomic(gm, tmp, meta)
+            write_metatomic(gm, buffer, meta)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(buffer.getbuffer())
+        except OSError as exc:  # a full disk, a file-size limit, ...
+            raise ExportError(
+                f"{path}: cannot write the exported file ({buffer.getbuffer().nbytes} bytes): {exc.strerror or exc}; "
+                "nothing was written"
+            ) from None
         seconds["write"] = time.perf_counter() - start
         start = time.perf_counter()
         tolerance = TOLERANCE[model.geometry_dtype]
         errors = check_file(tmp, fmt, model, info, references=references, tolerance=tolerance)
         seconds["check"] = time.perf_counter() - start
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise ExportError(f"{path}: cannot replace it with the exported file: {exc.strerror or exc}") from None
     finally:
         tmp.unlink(missing_ok=True)
     return ExportReport(

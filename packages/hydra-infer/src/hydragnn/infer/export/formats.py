@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -41,8 +41,11 @@ def metadata(**facts: Any) -> dict[str, Any]:
     }
 
 
-def write_aoti(gm: torch.fx.GraphModule, example: tuple[torch.Tensor, ...], path: Path, meta: dict[str, Any]) -> None:
-    """``torch.export`` of ``gm`` with symbolic atom and edge counts, compiled by AOTInductor to ``path`` (``.pt2``).
+def write_aoti(
+    gm: torch.fx.GraphModule, example: tuple[torch.Tensor, ...], path: Path | BinaryIO, meta: dict[str, Any]
+) -> None:
+    """``torch.export`` of ``gm`` with symbolic atom and edge counts, compiled by AOTInductor to ``path``
+    (a ``.pt2`` file or a binary file object).
 
     On CPU the C++ code generator's vectorised scatter-add fails an assertion (torch 2.13), so the
     CPU build is scalar (``cpp.simdlen = 1``); CUDA builds keep the default.
@@ -57,7 +60,8 @@ def write_aoti(gm: torch.fx.GraphModule, example: tuple[torch.Tensor, ...], path
     with warnings.catch_warnings():  # torch 2.13 copies its own pytree specs with a deprecated check
         warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
         program = torch.export.export(gm, example, dynamic_shapes=dynamic, strict=False)
-        torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
+        target = str(path) if isinstance(path, Path) else path
+        torch._inductor.aoti_compile_and_package(program, package_path=target, inductor_configs=configs)
 
 
 def scriptable(gm: torch.fx.GraphModule) -> torch.jit.ScriptModule:
@@ -87,11 +91,13 @@ def scriptable(gm: torch.fx.GraphModule) -> torch.jit.ScriptModule:
         return torch.jit.script(gm)
 
 
-def write_torchscript(gm: torch.fx.GraphModule, path: Path, meta: dict[str, Any]) -> None:
-    """The scripted graph (:func:`scriptable`) to ``path``, metadata as the extra file ``hydragnn.json``."""
+def write_torchscript(gm: torch.fx.GraphModule, path: Path | BinaryIO, meta: dict[str, Any]) -> None:
+    """The scripted graph (:func:`scriptable`) to ``path`` (a file or a binary file object), metadata
+    as the extra file ``hydragnn.json``."""
     script = scriptable(gm)
     with torchscript_quietly():
-        torch.jit.save(script, str(path), _extra_files={f"{METADATA_KEY}.json": json.dumps(meta)})
+        target = str(path) if isinstance(path, Path) else path
+        torch.jit.save(script, target, _extra_files={f"{METADATA_KEY}.json": json.dumps(meta)})
 
 
 FORMATS: dict[str, dict[str, Any]] = {

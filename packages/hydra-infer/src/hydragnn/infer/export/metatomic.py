@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
@@ -38,8 +38,8 @@ def metatomic_torch() -> Any:
     return mta
 
 
-def write_metatomic(gm: torch.fx.GraphModule, path: Path, meta: dict[str, Any]) -> None:
-    """The metatomic file of an energy-only graph (``gradients=False``) and its metadata.
+def write_metatomic(gm: torch.fx.GraphModule, path: Path | BinaryIO, meta: dict[str, Any]) -> None:
+    """The metatomic file (a path or a binary file object) of an energy-only graph (``gradients=False``) and its metadata.
 
     ``meta`` must hold ``cutoff``, ``species``, ``dtype``, ``device``, ``interaction_range`` and
     ``per_atom_energy`` (see :func:`hydragnn.infer.export.export_model`).
@@ -64,4 +64,4 @@ def write_metatomic(gm: torch.fx.GraphModule, path: Path, meta: dict[str, Any]) 
             description="exported by hydragnn-export",
             extra={METADATA_KEY: json.dumps(meta)},
         )
-        mta.AtomisticModel(module, info, capabilities).save(str(path))
+        mta.AtomisticModel(module, info, capabilities).save(str(path) if isinstance(path, Path) else path)
