@@ -195,6 +195,70 @@ def test_pt_directory(pt_dir, samples, tmp_path_factory, target, changes, cut):
     _error_or_intact(path, samples)
 
 
+def _forge_chunk(path: Path, edit) -> None:
+    """Chunk 0 of the ``.pt`` dataset at ``path`` loaded, changed by ``edit``, saved back with its
+    manifest's size and CRC recomputed (a careful forger)."""
+    import zlib
+
+    file = open_dataset(path).file_of(0)
+    obj = torch.load(file, weights_only=True)
+    edit(obj)
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    file.write_bytes(buf.getvalue())
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"]["sizes"][0] = len(buf.getvalue())
+    manifest["files"]["crc32"][0] = zlib.crc32(buf.getvalue())
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+@FUZZ
+@given(
+    how=st.sampled_from(["expand data", "expand shapes", "widen", "table"]),
+    size=st.sampled_from([0, 1, 7, 2**20, 2**31, 2**40]),
+    width=st.sampled_from([1, 3, 4096, 2**20]),
+    pick=st.integers(0, 100),
+)
+def test_pt_chunk_declared_sizes(pt_dir, samples, tmp_path_factory, how, size, width, pick):
+    """Format-3 chunk fields whose declared sizes say more than the bytes hold: zero-stride data
+    or shapes, narrowed integers widened, tables indexed far beyond the file (manifest consistent)."""
+    path = tmp_path_factory.mktemp("case") / "ds.pt"
+    shutil.copytree(pt_dir, path)
+
+    def edit(obj):
+        packed = [k for k, v in obj["fields"].items() if isinstance(v, dict) and "shapes" in v]
+        key = packed[pick % len(packed)]
+        field, count = obj["fields"][key], obj["n"]
+        rows = torch.zeros(1, field["shapes"].shape[1], dtype=torch.int64)
+        if how == "expand data":
+            field.pop("table", None), field.pop("index", None)
+            field["data"] = torch.zeros(1, dtype=torch.float32).expand(size)
+        elif how == "expand shapes":
+            field["shapes"] = rows.expand(max(size, 1), -1)
+        elif how == "widen":
+            field.pop("table", None), field.pop("index", None)
+            field["data"], field["dtype"] = torch.zeros(size % 2**22, dtype=torch.int8), "int64"
+        else:
+            field.pop("data", None), field.pop("dtype", None)
+            field["table"] = torch.zeros(2, width % 2**16 or 1, dtype=torch.float64)
+            field["index"] = torch.zeros(size % 2**20, dtype=torch.int8)
+        if how != "expand shapes":  # shapes that cover the data: one sample takes it all
+            declared = field["data"].numel() if "data" in field else field["index"].numel() * field["table"].shape[1]
+            shapes = torch.zeros(count, 1, dtype=torch.int64)
+            shapes[0, 0] = declared
+            field["shapes"] = shapes
+
+    _forge_chunk(path, edit)
+    with case_deadline(20):  # a forged but consistent chunk may read; whatever it declares, nothing big is built
+        try:
+            ds = open_dataset(path)
+            got = [ds[i] for i in range(len(ds))]
+        except DataError:
+            return
+    assert len(got) == len(samples)
+    assert sum(t.numel() * t.element_size() for d in got for t in d.to_dict().values() if torch.is_tensor(t)) < 2**26
+
+
 @pytest.fixture(scope="module")
 def adios_dir(tmp_path_factory, samples):
     pytest.importorskip("adios2")

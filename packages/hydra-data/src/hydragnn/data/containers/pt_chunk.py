@@ -8,7 +8,10 @@ instead of eight), and a field given as :class:`~.packed_chunk.Rows` as ``{"tabl
 "index": [R], "shapes"}`` (a periodic cell's edge offsets: 27 rows per cell and an index per edge
 instead of three float64 per edge). A read restores the exact tensors and refuses, as a
 ``ContainerError``, any field whose parts do not fit together (an index past its table
-included). Format 2 chunks (no narrowing, no tables) read the same way.
+included). Decoding (widening narrowed integers, expanding a table) may make a chunk at most
+:data:`DECODE_FACTOR` times its file's bytes: what a field would decode to is computed from its
+declared sizes and refused, by name, before anything is allocated. Format 2 chunks (no narrowing,
+no tables) read the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +29,29 @@ from .packed_chunk import PackedChunk, Rows
 __all__ = ["ChunkField", "narrowed", "pack_chunk", "pack_samples", "unpack_chunk"]
 
 _NARROW = (torch.int8, torch.int16, torch.int32)
+DECODE_FACTOR = 64
+"""Most bytes a chunk's fields may decode to, per byte of its file (int8 -> int64 is 8, a periodic
+cell's offset table about 24 per edge; a crafted table or width asks for hundreds)."""
+DECODE_FLOOR = 1 << 20
+"""Bytes any chunk may decode to whatever its size."""
+
+
+class DecodeBudget:
+    """What the fields of one chunk may still decode to (bytes); :meth:`take` refuses the rest."""
+
+    def __init__(self, file_bytes: int | None) -> None:
+        self.left = None if file_bytes is None else DECODE_FACTOR * file_bytes + DECODE_FLOOR
+        self.file_bytes = file_bytes
+
+    def take(self, nbytes: int, key: str, where: str) -> None:
+        if self.left is None:
+            return
+        if nbytes > self.left:
+            raise ContainerError(
+                f"{where}: field {key!r} would decode to {nbytes} bytes from a chunk file of {self.file_bytes} bytes "
+                f"(more than {DECODE_FACTOR} times its size: a crafted size); refused before decoding"
+            )
+        self.left -= nbytes
 
 
 def narrowed(data: torch.Tensor) -> dict[str, Any]:
@@ -80,7 +106,7 @@ class ChunkField:
     """One packed field of a decoded chunk: sample ``j``'s value by :meth:`get` (a fresh tensor,
     JSON text, or ``None`` when the sample has no such field)."""
 
-    def __init__(self, key: str, packed: Any, count: int, where: str) -> None:
+    def __init__(self, key: str, packed: Any, count: int, where: str, budget: DecodeBudget | None = None) -> None:
         self.key = key
         bad = ContainerError(f"{where}: field {key!r} is not a packed field of {count} samples")
         if not isinstance(packed, dict):
@@ -96,7 +122,7 @@ class ChunkField:
             self.values: list[Any] | None = values
             return
         self.values = None
-        data, shapes = decoded(packed, bad), packed.get("shapes")
+        data, shapes = decoded(packed, bad, budget or DecodeBudget(None), key, where), packed.get("shapes")
         if not (
             isinstance(data, torch.Tensor)
             and data.dim() == 1
@@ -124,9 +150,10 @@ class ChunkField:
         return self.data[start:end].view(self.shapes[j]).clone()
 
 
-def decoded(packed: dict[Any, Any], bad: ContainerError) -> Any:
+def decoded(packed: dict[Any, Any], bad: ContainerError, budget: DecodeBudget, key: str, where: str) -> Any:
     """A packed field's 1-D data: ``data`` as stored, widened to ``dtype`` when named, or
-    ``table[index]`` (version 3); ``bad`` for anything else, out-of-range indices included."""
+    ``table[index]`` (version 3); ``bad`` for anything else, out-of-range indices included. What a
+    widening or a table would allocate is taken from ``budget`` first."""
     if "table" in packed:
         table, index = packed.get("table"), packed.get("index")
         if not (
@@ -138,6 +165,7 @@ def decoded(packed: dict[Any, Any], bad: ContainerError) -> Any:
             and (not index.numel() or (int(index.min()) >= 0 and int(index.max()) < table.shape[0]))
         ):
             raise bad
+        budget.take(index.numel() * table.shape[1] * table.element_size(), key, where)
         return table.index_select(0, index.long()).reshape(-1)
     data, name = packed.get("data"), packed.get("dtype")
     if name is None:
@@ -152,16 +180,19 @@ def decoded(packed: dict[Any, Any], bad: ContainerError) -> Any:
         or data.dtype not in _NARROW
     ):
         raise bad
+    budget.take(data.numel() * dtype.itemsize, key, where)
     return data.to(dtype)
 
 
 def unpack_chunk(
-    fields: dict[Any, Any], orders: Any, count: int, where: str
+    fields: dict[Any, Any], orders: Any, count: int, where: str, file_bytes: int | None = None
 ) -> tuple[list[ChunkField], list[Any] | None]:
-    """A chunk's packed fields decoded, and its per-sample key orders (checked against them)."""
+    """A chunk's packed fields decoded, and its per-sample key orders (checked against them);
+    with ``file_bytes`` (the chunk file's size), decoding is bounded by :class:`DecodeBudget`."""
     if not all(isinstance(k, str) for k in fields):
         raise ContainerError(f"{where}: attribute names must be strings")
-    packed = [ChunkField(key, value, count, where) for key, value in fields.items()]
+    budget = DecodeBudget(file_bytes)
+    packed = [ChunkField(key, value, count, where, budget) for key, value in fields.items()]
     if orders is not None:
         if not isinstance(orders, list) or len(orders) != count:
             raise ContainerError(f"{where}: 'orders' is not a list of {count} key orders")

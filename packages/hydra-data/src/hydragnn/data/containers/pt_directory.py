@@ -54,6 +54,8 @@ from .packed_chunk import PackedChunk, each_sample
 from .pt_chunk import ChunkField, pack_chunk, pack_samples, unpack_chunk
 
 MANIFEST = "manifest.json"
+MAX_DIGITS = 20
+"""Widest file number a manifest may declare (``digits``: a crafted 2**30 would format a GiB name)."""
 CHUNK_SAMPLES = 256
 """Most samples in one chunk file."""
 CHUNK_BYTES = 16 << 20
@@ -182,6 +184,10 @@ class PtDirectoryDataset(ContainerDataset):
             raise ContainerError(
                 f"{manifest_path}: manifest 'files' entry is missing or inconsistent with {self._n} samples"
             )
+        if isinstance(files["digits"], bool) or not 1 <= files["digits"] <= MAX_DIGITS:
+            raise ContainerError(
+                f"{manifest_path}: manifest 'files.digits' is {files['digits']!r}, expected 1-{MAX_DIGITS}"
+            )
         self._digits: int = files["digits"]
         self._sizes: list[int] = files["sizes"]
         self._crcs: list[int] = files["crc32"]
@@ -239,13 +245,13 @@ class PtDirectoryDataset(ContainerDataset):
             where = f"{file}: chunk {k} (samples {self._starts[k]}-{self._starts[k] + count - 1})"
             size, crc = self._sizes[k], self._crcs[k]
             raw = self._file_bytes(file, f"{file}: sample {index}", "chunk", size, size, crc)
-            obj = self._load(raw, where, [])
+            obj = self._load(raw, where, [], max_bytes=2 * len(raw) + 4096)
             if not isinstance(obj, dict) or not isinstance(obj.get("fields"), dict):
                 raise ContainerError(f"{where}: not a HydraGNN .pt chunk (expected a dict with 'fields')")
             check_version(obj.get("hydragnn_pt"), self.VERSION, "pt chunk", where)
             if obj.get("n") != count:
                 raise ContainerError(f"{where}: holds {obj.get('n')!r} samples, the manifest says {count}")
-            self._chunk = (k, unpack_chunk(obj["fields"], obj.get("orders"), count, where))
+            self._chunk = (k, unpack_chunk(obj["fields"], obj.get("orders"), count, where, len(raw)))
         j = index - self._starts[k]
         where = f"{self.file_of(index)}: sample {index}"
         packed, orders = self._chunk[1]
@@ -280,8 +286,8 @@ class PtDirectoryDataset(ContainerDataset):
         raise ContainerError(f"{where}: expected a PyG Data or a dict of tensors, found {type(obj).__name__}")
 
     @staticmethod
-    def _load(raw: bytes, where: str, safe_globals: list[Any]) -> Any:
+    def _load(raw: bytes, where: str, safe_globals: list[Any], max_bytes: int | None = None) -> Any:
         try:
-            return load_tensors(raw, safe_globals)
+            return load_tensors(raw, safe_globals, max_bytes=max_bytes)
         except ValueError as exc:
             raise ContainerError(f"{where}: not a readable .pt sample: {exc}") from None
