@@ -38,6 +38,7 @@ from hydragnn.models.execution import Execution, ExecutionError, get_profile
 
 from .errors import InferenceError
 from .inputs import DEFAULT_MAX_CELL_IMAGES, CallInputs, check_call
+from .memory import DEFAULT_MAX_EDGES, estimated_edges
 from .model_info import ModelInfo, ServedModel, model_info
 from .modes import COMPILE_WITH_GRAPH, COMPILE_WITH_KERNELS, FallbackWarnings, resolve_cuda_graph
 from .neighbors import NeighborCache, check_skin, md_skin
@@ -76,6 +77,10 @@ class HydraCalculator:
             default :data:`~hydragnn.models.execution.DEFAULT_PROFILE`). Its primitive backends run
             on a view of the model (the same parameter and buffer tensors; the model given is not
             modified), its process tuning is applied by the first calculator of a process.
+        max_edges: refuse a call whose estimated edge count (:func:`~.memory.estimated_edges`,
+            from each structure's density, before the neighbour search) passes this, naming both
+            numbers; default :data:`~.memory.DEFAULT_MAX_EDGES` (20 million); ``None``: no limit.
+            An allocation that fails anyway is an ``InferenceError`` with the same numbers.
         uncertainty: also return a committee's spread (``Architecture.committee`` >= 2) as
             ``energy_uncertainty [B]`` (eV: the members' standard deviation of the energy) and,
             with forces, ``forces_uncertainty [N]`` (eV/Å: per atom, the root mean square deviation
@@ -116,6 +121,7 @@ class HydraCalculator:
         execution: str | Execution | None = None,
         graph_backend: Any = None,
         uncertainty: bool = False,
+        max_edges: int | None = DEFAULT_MAX_EDGES,
     ) -> None:
         self._neighbors = NeighborCache(check_skin(skin))
         try:
@@ -144,6 +150,9 @@ class HydraCalculator:
                 )
             model.with_spread = True
         self.uncertainty = bool(uncertainty)
+        if max_edges is not None and (isinstance(max_edges, bool) or not isinstance(max_edges, int) or max_edges < 1):
+            raise InferenceError(f"max_edges: expected an integer >= 1 or None, found {max_edges!r}")
+        self.max_edges = max_edges
         self.info: ModelInfo = model_info(model, species)
         if device is None:
             device = cast(torch.device, next(iter(model.parameters())).device)
@@ -292,8 +301,34 @@ class HydraCalculator:
             self._warnings.warn("inputs", "charge", "charge was given but the model has no charge input; it is ignored")
         if spin is not None and not self.info.spin_input:
             self._warnings.warn("inputs", "spin", "spin was given but the model has no spin input; it is ignored")
-        raw = self.runner.run(call, forces=forces, stress=stress)
+        edges = self._edge_budget(call)
+        try:
+            raw = self.runner.run(call, forces=forces, stress=stress)
+        except (torch.OutOfMemoryError, RuntimeError) as exc:
+            if isinstance(exc, torch.OutOfMemoryError) or "allocate" in str(exc) or "out of memory" in str(exc):
+                raise InferenceError(
+                    f"out of memory for {call.pos.shape[0]} atoms (about {sum(edges):,} edges estimated): "
+                    f"{str(exc).splitlines()[0][:300]}; evaluate fewer or smaller structures, or lower max_edges "
+                    "to refuse such calls before they allocate"
+                ) from None
+            raise
         return convert(raw, call, self.info)
+
+    def _edge_budget(self, call: CallInputs) -> list[int]:
+        """The call's estimated edges per structure (:func:`~.memory.estimated_edges`); refused beyond ``max_edges``."""
+        edges = estimated_edges(
+            call.pos, call.batch, call.num_graphs, call.cell, call.pbc, self.info.cutoff, self.info.max_neighbours
+        )
+        if self.max_edges is not None and sum(edges) > self.max_edges:
+            worst = max(range(len(edges)), key=edges.__getitem__)
+            atoms = int((call.batch == worst).sum())
+            raise InferenceError(
+                f"the call would build about {sum(edges):,} edges, more than max_edges={self.max_edges:,} (structure "
+                f"{worst}: {atoms} atoms with about {edges[worst] // max(atoms, 1):,} neighbours each within "
+                f"{self.info.cutoff:g} Å). Atoms far denser than matter? Else evaluate fewer structures per call, or "
+                "raise max_edges (HydraCalculator(..., max_edges=...)) if your memory holds them"
+            )
+        return edges
 
     def memory_stats(self) -> dict[str, int]:
         """Memory held by captured CUDA graphs and the engine's event counters (zeros without an engine).

@@ -17,6 +17,7 @@ when a model is saved; :func:`pyg_index_select_restored` puts torch's own back f
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -64,4 +65,13 @@ def write_metatomic(gm: torch.fx.GraphModule, path: Path | BinaryIO, meta: dict[
             description="exported by hydragnn-export",
             extra={METADATA_KEY: json.dumps(meta)},
         )
-        mta.AtomisticModel(module, info, capabilities).save(str(path) if isinstance(path, Path) else path)
+        model = mta.AtomisticModel(module, info, capabilities)
+        if isinstance(path, Path):
+            model.save(str(path))
+            return
+        # metatomic writes a path only (a file object comes back empty): the system's temporary
+        # folder, then the bytes to ``path``
+        with tempfile.TemporaryDirectory(prefix="hydragnn-export-") as folder:
+            file = Path(folder) / "model.pt"
+            model.save(str(file))
+            path.write(file.read_bytes())
