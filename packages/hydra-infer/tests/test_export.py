@@ -363,3 +363,42 @@ def test_bad_destinations_are_refused_before_the_trace_and_leave_nothing(tmp_pat
     )
     assert sorted(p.name for p in folder.iterdir()) == []  # no temporary file left
     assert resource.getrlimit(resource.RLIMIT_FSIZE)  # (the limit applied to the child only)
+
+
+def test_the_trust_rule_of_exported_files(tmp_path, artifact, torchscript_file, monkeypatch):
+    """Exported files run code when loaded: a .hydra name or an artifact is never loaded as one,
+    describe reads metadata without loading code, and sha256= refuses any other file before loading."""
+    import shutil
+
+    from hydragnn.infer.export.runtime import file_sha256
+    from hydragnn.infer.lammps import _as_potential
+    from hydragnn.models import ArtifactError
+
+    expected = describe(torchscript_file)
+    digest = file_sha256(torchscript_file)
+    report = export_model(artifact, tmp_path / "again.pt")
+    assert report.sha256 == file_sha256(report.path) and "SHA-256" in report.summary()
+    disguised = tmp_path / "model.hydra"
+    shutil.copy(torchscript_file, disguised)
+    renamed_artifact = tmp_path / "artifact.pt"
+    shutil.copy(artifact, renamed_artifact)
+
+    def no_code(*args, **kwargs):
+        raise AssertionError("torch.jit.load ran")
+
+    monkeypatch.setattr(torch.jit, "load", no_code)
+    assert describe(torchscript_file) == expected  # metadata without loading the code
+    with pytest.raises(
+        ExportError, match=r"model\.hydra: a \.hydra file is a model artifact, never loaded as an exported"
+    ):
+        ExportedModel(disguised)
+    with pytest.raises(ArtifactError, match="not a HydraGNN model artifact"):
+        _as_potential(disguised)  # the LAMMPS driver reads a .hydra name as an artifact only
+    with pytest.raises(ExportError, match=r"artifact\.pt: a HydraGNN model artifact, not an exported model"):
+        ExportedModel(renamed_artifact)
+    with pytest.raises(ExportError, match=rf"SHA-256 {digest} is not the {'0' * 64} you expect"):
+        ExportedModel(torchscript_file, sha256="0" * 64)
+    with pytest.raises(ExportError, match=r"\.hydra names model artifacts"):
+        export_model(artifact, tmp_path / "out.hydra", format="torchscript")
+    monkeypatch.undo()
+    assert ExportedModel(torchscript_file, sha256=digest.upper()).metadata == expected

@@ -116,6 +116,8 @@ def _as_potential(potential: Any) -> LammpsPotential:
     if isinstance(potential, (str, os.PathLike)):
         import zipfile
 
+        if Path(potential).suffix == ".hydra":  # an artifact name is read as an artifact, never as code
+            return CalculatorPotential(potential)
         return ExportedPotential(potential) if zipfile.is_zipfile(potential) else CalculatorPotential(potential)
     if is_model(potential):
         return CalculatorPotential(potential)

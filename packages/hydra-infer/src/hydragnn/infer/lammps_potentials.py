@@ -143,13 +143,15 @@ class ExportedPotential:
     Args:
         path: the exported file (a metatomic file runs through ``pair_style metatomic`` instead).
         skin: Verlet skin (Å) of the neighbour list (default 0.5, as the other MD adapters).
+        sha256: the file's expected SHA-256 (``hydragnn-export`` prints it); any other file is
+            refused before it is loaded (an exported file runs code: see docs/lammps.md).
     """
 
-    def __init__(self, path: str | os.PathLike, *, skin: float | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, *, skin: float | None = None, sha256: str | None = None) -> None:
         from .export import ExportedModel
         from .neighbors import MD_SKIN
 
-        self.model = ExportedModel(path, skin=MD_SKIN if skin is None else skin)
+        self.model = ExportedModel(path, skin=MD_SKIN if skin is None else skin, sha256=sha256)
         if "virial" not in self.model.metadata["outputs"]:
             raise InferenceError(f"potential: {path} gives no virial (re-export it with hydragnn-export)")
 

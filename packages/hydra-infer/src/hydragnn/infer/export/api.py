@@ -34,7 +34,7 @@ from ..errors import InferenceError
 from ..model_info import ModelInfo, model_info
 from .formats import FORMATS, metadata, write_aoti, write_torchscript
 from .graph import ExportError, check_species, export_problems, fcc_lattice, potential_function, trace
-from .runtime import example_inputs
+from .runtime import example_inputs, file_sha256
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -57,6 +57,8 @@ class ExportReport:
         seconds: ``{"trace", "write", "check"}`` wall times (``write`` includes the AOTInductor compile).
         errors: ``{output: largest absolute difference from the calculator}`` over the check structures.
         tolerance: the relative tolerance the check applied.
+        sha256: the written file's SHA-256: record it, and load the file with ``sha256=`` to
+            refuse any other (an exported file runs code).
     """
 
     path: Path
@@ -67,6 +69,7 @@ class ExportReport:
     seconds: dict[str, float] = field(default_factory=dict)
     errors: dict[str, float] = field(default_factory=dict)
     tolerance: float = 0.0
+    sha256: str = ""
 
     def summary(self) -> str:
         """Two lines for a terminal: where, how big, how long; and the check's largest differences."""
@@ -74,7 +77,8 @@ class ExportReport:
         checks = ", ".join(f"{k} {v:.1e}" for k, v in self.errors.items())
         return (
             f"{self.path} ({self.format}, {self.dtype}, {self.device}): {self.size_bytes / 1e6:.2f} MB; {times}\n"
-            f"checked against HydraCalculator (molecule + triclinic cell), largest differences: {checks}"
+            f"checked against HydraCalculator (molecule + triclinic cell), largest differences: {checks}\n"
+            f"SHA-256 {self.sha256} (an exported file runs code: load it with sha256= this to refuse any other)"
         )
 
 
@@ -124,6 +128,10 @@ def export_model(
             is missing, or the written file does not compute what the calculator computes.
     """
     fmt = format_for(path, format)
+    if Path(path).suffix == ".hydra":
+        raise ExportError(
+            f"{path}: .hydra names model artifacts; an exported file runs code and keeps its own name (.pt / .pt2)"
+        )
     if (problem := destination_problem(path)) is not None:  # before the trace: a refusal costs no compile
         raise ExportError(f"{path}: {problem}")
     say = progress or (lambda line: None)
@@ -198,6 +206,7 @@ def export_model(
         seconds=seconds,
         errors=errors,
         tolerance=tolerance,
+        sha256=file_sha256(path),
     )
 
 
@@ -402,15 +411,37 @@ def check_file(
 
 
 def describe(path: str | os.PathLike) -> dict[str, Any]:
-    """The metadata of an exported file (any format), as a dict."""
-    from .runtime import file_format
+    """The metadata of an exported file (any format), as a dict, read from the archive without
+    loading its code (TorchScript's extra file, AOTInductor's metadata JSON, metatomic's reader).
 
+    Raises:
+        ExportError: not an exported file (a ``.hydra`` artifact included), or no metadata in it.
+    """
+    import zipfile
+
+    from .formats import METADATA_KEY
+    from .runtime import check_exported, file_format
+
+    check_exported(path)
     fmt = file_format(path)
     if fmt == "metatomic":
         from .metatomic import metatomic_torch
 
         mta = metatomic_torch()
         return json.loads(mta.read_model_metadata(str(path)).extra["hydragnn"])
-    from .runtime import ExportedModel
-
-    return ExportedModel(path).metadata
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name = info.filename
+            wanted = (
+                name.endswith(f"/extra/{METADATA_KEY}.json")
+                if fmt == "torchscript"
+                else name.endswith("_metadata.json")
+            )
+            if not wanted or info.file_size > 1 << 20:
+                continue
+            try:
+                data = json.loads(archive.read(info))
+                return data if fmt == "torchscript" else json.loads(data[METADATA_KEY])
+            except (ValueError, KeyError, TypeError):
+                continue
+    raise ExportError(f"{path}: an exported {fmt} file without HydraGNN's metadata")

@@ -11,6 +11,7 @@ at 1008 for ``tools/bench/engines.py``'s model, whose TorchScript file takes 13 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -26,6 +27,50 @@ from hydragnn.data.pyg_compat import torchscript_quietly
 from ..model_info import ModelInfo
 from .formats import METADATA_KEY
 from .graph import ExportError, check_species, fcc_lattice
+
+ARTIFACT_SUFFIX = ".hydra"
+ARTIFACT_MAGIC = b"HYDRAGNN"
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file, hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_exported(path: str | os.PathLike, sha256: str | None = None) -> None:
+    """The trust rule of exported files, applied before anything in one is loaded.
+
+    An exported file is code (TorchScript, a compiled library), unlike a ``.hydra`` artifact: a
+    ``.hydra`` name or an artifact's magic bytes are never loaded as an exported model, and with
+    ``sha256`` (what ``hydragnn-export`` printed for the file it wrote) the file must match it.
+
+    Raises:
+        ExportError: naming the file and the rule it breaks.
+    """
+    path = Path(path)
+    if path.suffix == ARTIFACT_SUFFIX:
+        raise ExportError(
+            f"{path}: a .hydra file is a model artifact, never loaded as an exported model (exported files "
+            "run code: they keep their own .pt / .pt2 names)"
+        )
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(ARTIFACT_MAGIC))
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    if head == ARTIFACT_MAGIC:
+        raise ExportError(f"{path}: a HydraGNN model artifact, not an exported model; load it with load_artifact")
+    if sha256 is not None:
+        found = file_sha256(path)
+        if found != sha256.lower():
+            raise ExportError(
+                f"{path}: SHA-256 {found} is not the {sha256} you expect: not the file you exported (or changed "
+                "since); refused before loading, since an exported file runs code"
+            )
 
 
 def file_format(path: str | os.PathLike) -> str:
@@ -67,20 +112,25 @@ class ExportedModel:
         path: the file.
         skin: Verlet skin (Å) of the neighbour list kept between calls (0: a search per call;
             same edges either way, see :mod:`hydragnn.infer.neighbors`).
+        sha256: the file's expected SHA-256 (``hydragnn-export`` prints it): refuse any other file
+            before loading it (:func:`check_exported`). An exported file runs code when loaded:
+            load only files you exported, or pin them this way.
 
     Attributes:
         metadata: what the export recorded (cutoff, species, dtype, device, outputs, ...).
         format: ``"aoti"`` or ``"torchscript"``.
 
     Raises:
-        ExportError: a metatomic file (load it with metatomic) or not an exported model.
+        ExportError: a metatomic file (load it with metatomic), not an exported model, a ``.hydra``
+            name or artifact, or a SHA-256 other than ``sha256``.
     """
 
-    def __init__(self, path: str | os.PathLike, *, skin: float = 0.0) -> None:
+    def __init__(self, path: str | os.PathLike, *, skin: float = 0.0, sha256: str | None = None) -> None:
         from ..neighbors import NeighborCache, check_skin
 
         self._neighbors = NeighborCache(check_skin(skin))
         self.path = Path(path)
+        check_exported(self.path, sha256)
         self.format = file_format(self.path)
         if self.format == "aoti":
             self._fn = load_aoti(self.path)
