@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ class _Server(http.server.ThreadingHTTPServer):
     honour_range: bool
     wrong_range: bool  # answer a Range request with 206 and a Content-Range from byte 0
     cut_after: int | None  # send only this many body bytes, then drop the connection
+    drip_s: float | None  # send the body one byte at a time, this many seconds apart
     requests: list[dict]
 
 
@@ -61,6 +64,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
         record["sent"] = len(payload)  # before writing: the client may assert as soon as it has read
         self.end_headers()
+        if self.server.drip_s is not None:
+            for i in range(len(payload)):
+                try:
+                    self.wfile.write(payload[i : i + 1])
+                    self.wfile.flush()
+                except OSError:  # the client gave up
+                    return
+                time.sleep(self.server.drip_s)
+            return
         self.wfile.write(payload)
 
 
@@ -73,6 +85,7 @@ def server(monkeypatch):
     srv.honour_range = True
     srv.wrong_range = False
     srv.cut_after = None
+    srv.drip_s = None
     srv.requests = []
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -237,3 +250,23 @@ def test_a_symlinked_part_is_never_written_through(server, tmp_path):
     part.symlink_to(victim)
     path = download(server.base + "/data/file.bin", SHA, cache_dir=tmp_path / "cache")
     assert path.read_bytes() == CONTENT and victim.read_bytes() == b"precious" and not path.is_symlink()
+
+
+def test_a_dripping_server_is_cut_at_the_deadline(server, tmp_path):
+    """One byte every 0.2 s: the transfer stops at deadline_s (2 s), not at the socket timeout (30 s)."""
+    server.drip_s = 0.2
+    start = time.perf_counter()
+    with pytest.raises(DownloadError, match=r"longer than deadline_s=2 s; the partial file .* is kept"):
+        download(server.base + "/data/file.bin", SHA, cache_dir=tmp_path, deadline_s=2, timeout=30)
+    assert time.perf_counter() - start < 3.5
+
+
+def test_a_fifo_or_device_is_refused(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    start = time.perf_counter()
+    with pytest.raises(DownloadError, match=r"pipe: not a regular file \(a FIFO, device or socket\); refused"):
+        download(fifo, SHA, cache_dir=tmp_path / "cache")
+    with pytest.raises(DownloadError, match="not a regular file"):
+        download("/dev/zero", SHA, cache_dir=tmp_path / "cache")
+    assert time.perf_counter() - start < 5

@@ -12,11 +12,16 @@ plain tar has no checksum over the content.
 Members are checked as an extracting tool would have to: a name that is absolute, climbs out of
 the archive (``..``), carries a drive or a NUL, a link (symbolic or hard), a device or a FIFO, an
 encrypted zip member, a member larger than :attr:`Limits.max_member_bytes`, more than
-:attr:`Limits.max_members` members or more than :attr:`Limits.max_total_bytes` in all (counted
-while decompressing, so a compression bomb stops at the bound) raise
+:attr:`Limits.max_members` members or more than :attr:`Limits.max_total_bytes` in all raise
 :class:`~hydragnn.data.errors.ArchiveError` naming the archive and the member. Folders are
 skipped, and so are names that are hidden (a component starting with ``.``) or macOS resource
 forks (``__MACOSX/``).
+
+Every decompressed byte of a tar counts, not only the members returned: a skipped (hidden)
+member's data and whatever follows the tar's end are read through the same counter, and the
+whole is bounded by :attr:`Limits.max_total_bytes` and by :attr:`Limits.max_ratio` times the
+archive's size (a compression bomb stops within a second, naming the member or "after the
+archive's end"). A zip's members are read on demand, each counted the same way.
 """
 
 from __future__ import annotations
@@ -46,12 +51,20 @@ class Limits:
     Attributes:
         max_members: most members (files, folders, anything) an archive may list.
         max_member_bytes: largest file, uncompressed.
-        max_total_bytes: most bytes, uncompressed, over all files.
+        max_total_bytes: most bytes, uncompressed, over all files (for a tar, every byte it
+            decompresses to: headers, skipped members and what follows its end included).
+        max_ratio: most bytes an archive may decompress to per byte of its file (beyond
+            :data:`RATIO_FLOOR`): text compresses 5-20 times, a compression bomb a million.
     """
 
     max_members: int = 10_000_000
     max_member_bytes: int = 64 << 20
     max_total_bytes: int = 256 << 30
+    max_ratio: float = 1000.0
+
+
+RATIO_FLOOR = 64 << 20
+"""Bytes any archive may decompress to whatever its ratio."""
 
 
 DEFAULT_LIMITS = Limits()
@@ -106,13 +119,33 @@ class _Budget:
 
     def __init__(self, archive: Path, limits: Limits) -> None:
         self.archive, self.limits, self.members, self.total = archive, limits, 0, 0
+        self.max_total = limits.max_total_bytes
+        if archive.is_file():  # an archive: also bounded by its size
+            self.max_total = min(self.max_total, max(int(limits.max_ratio * archive.stat().st_size), RATIO_FLOOR))
+        self.at = "the start"
+
+    def add(self, nbytes: int) -> None:
+        """Count ``nbytes`` decompressed bytes (refused beyond the bounds)."""
+        self.total += nbytes
+        if self.total > self.max_total:
+            if self.max_total < self.limits.max_total_bytes:
+                raise ArchiveError(
+                    f"{self.archive}: decompresses to more than {self.max_total} bytes (max_ratio="
+                    f"{self.limits.max_ratio:g} times its {self.archive.stat().st_size} bytes), at {self.at}: "
+                    "a compression bomb? refused"
+                )
+            raise ArchiveError(
+                f"{self.archive}: more than max_total_bytes={self.limits.max_total_bytes} uncompressed, at {self.at}"
+            )
 
     def member(self, name: str) -> None:
         self.members += 1
         if self.members > self.limits.max_members:
             raise ArchiveError(f"{self.archive}: more than max_members={self.limits.max_members} members (at {name!r})")
 
-    def read(self, name: str, declared: int, read: Callable[[int], bytes]) -> bytes:
+    def read(self, name: str, declared: int, read: Callable[[int], bytes], *, counted: bool = False) -> bytes:
+        """A member's bytes, bounded by ``max_member_bytes``; ``counted``: its bytes were already
+        counted by the stream they came from (a tar's :class:`_Counted`)."""
         if declared > self.limits.max_member_bytes:
             raise ArchiveError(
                 f"{self.archive}: member {name!r}: {declared} bytes, more than max_member_bytes={self.limits.max_member_bytes}"
@@ -122,9 +155,23 @@ class _Budget:
             raise ArchiveError(
                 f"{self.archive}: member {name!r}: more than max_member_bytes={self.limits.max_member_bytes}"
             )
-        self.total += len(data)
-        if self.total > self.limits.max_total_bytes:
-            raise ArchiveError(f"{self.archive}: more than max_total_bytes={self.limits.max_total_bytes} uncompressed")
+        if not counted:
+            self.at = f"member {name!r}"
+            self.add(len(data))
+        return data
+
+
+class _Counted:
+    """A decompressed stream whose every byte read is counted by a :class:`_Budget`."""
+
+    def __init__(self, raw: IO[bytes], budget: _Budget) -> None:
+        self.raw, self.budget = raw, budget
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:  # to the end, block by block: each block counted before the next
+            return b"".join(iter(lambda: self.read(1 << 20), b""))
+        data = self.raw.read(size)
+        self.budget.add(len(data))
         return data
 
 
@@ -132,15 +179,19 @@ def _tar_files(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes]]:
     with open(path, "rb") as fh:
         magic = fh.read(6)
     opener = next((op for m, op in _COMPRESSED if magic.startswith(m)), None)
-    with (opener or open)(path, "rb") as raw, tarfile.open(fileobj=raw, mode="r|") as tar:  # streamed
-        yield from _tar_members(path, tar, budget)
-        while raw.read(1 << 20):  # to the end: the decompressor checks the stream's CRC and length there
-            pass
+    with (opener or open)(path, "rb") as raw:
+        counted = _Counted(cast(IO[bytes], raw), budget)
+        with tarfile.open(fileobj=cast(IO[bytes], counted), mode="r|") as tar:  # streamed
+            yield from _tar_members(path, tar, budget)
+            budget.at = "after the archive's end"
+            while counted.read(1 << 20):  # to the end: the decompressor checks the stream's CRC and length there
+                pass
 
 
 def _tar_members(path: Path, tar: tarfile.TarFile, budget: _Budget) -> Iterator[tuple[str, bytes]]:
-    for member in tar:
+    for member in tar:  # (reading the next header skips the previous member's data, counted)
         budget.member(member.name)
+        budget.at = f"member {member.name!r}"
         name = _checked_name(path, member.name)
         if member.issym() or member.islnk():
             raise ArchiveError(
@@ -151,7 +202,7 @@ def _tar_members(path: Path, tar: tarfile.TarFile, budget: _Budget) -> Iterator[
         if not member.isfile():
             raise ArchiveError(f"{path}: member {name!r}: not a regular file (a device, FIFO or other special member)")
         fh = cast(IO[bytes], tar.extractfile(member))  # a regular file: never None
-        yield name, budget.read(name, member.size, fh.read)
+        yield name, budget.read(name, member.size, fh.read, counted=True)
 
 
 def _zip_files(path: Path, budget: _Budget) -> Iterator[tuple[str, bytes]]:

@@ -32,13 +32,14 @@ import hashlib
 import http.client
 import os
 import re
+import stat
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from ..errors import ChecksumError, DataError, DownloadError
 
@@ -135,6 +136,10 @@ class _Limits:
                 "was deleted"
             )
 
+    def remaining(self) -> float:
+        """Seconds left before the deadline (a socket read never waits longer; at least 1 ms)."""
+        return max(self.end - time.monotonic(), 0.001)
+
     def check_time(self, part: Path) -> None:
         if time.monotonic() > self.end:
             raise DownloadError(
@@ -152,8 +157,20 @@ def _copy(
     limits: _Limits,
     part: Path,
 ) -> int:
-    """Stream ``src`` into ``dst``; returns the byte count including the ``done`` already there."""
-    while chunk := src.read(_CHUNK):
+    """Stream ``src`` into ``dst``; returns the byte count including the ``done`` already there.
+
+    A socket's reads return what has arrived (``read1``) and never wait past the deadline, so a
+    server that drips a byte at a time, or stops, is cut at ``deadline_s``, not later."""
+    read = getattr(src, "read1", src.read)
+    while True:
+        _socket_timeout(src, limits.remaining())
+        try:
+            chunk = read(_CHUNK)
+        except TimeoutError:
+            limits.check_time(part)
+            raise
+        if not chunk:
+            break
         dst.write(chunk)
         done += len(chunk)
         if progress is not None:
@@ -163,6 +180,13 @@ def _copy(
             limits.check_size(done, part)
         limits.check_time(part)
     return done
+
+
+def _socket_timeout(src: Any, seconds: float) -> None:
+    """Bound the next read of an HTTP response's socket (no-op for anything else)."""
+    sock = getattr(getattr(getattr(src, "fp", None), "raw", None), "_sock", None)
+    if sock is not None:
+        sock.settimeout(seconds)
 
 
 def _open_part(part: Path, append: bool) -> BinaryIO:
@@ -314,6 +338,8 @@ class DownloadCache:
         """Fill ``part`` with the content; ``True`` when it continued an existing part."""
         if kind == "file":
             try:
+                if not stat.S_ISREG(os.stat(location).st_mode):  # a FIFO would block, /dev/zero never end
+                    raise DownloadError(f"{location}: not a regular file (a FIFO, device or socket); refused")
                 with open(location, "rb") as src:
                     total = os.fstat(src.fileno()).st_size
                     limits.check_size(total, part)
@@ -336,7 +362,7 @@ class DownloadCache:
         if offset:
             request.add_header("Range", f"bytes={offset}-")
         try:
-            response = urllib.request.urlopen(request, timeout=timeout)
+            response = urllib.request.urlopen(request, timeout=min(timeout, limits.remaining()))
         except urllib.error.HTTPError as exc:
             exc.close()
             if exc.code == 416 and offset:  # the part may already be complete; verification decides
