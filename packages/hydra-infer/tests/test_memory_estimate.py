@@ -68,6 +68,17 @@ def test_a_structure_far_denser_than_matter_is_refused_at_once(model64, tmp_path
     assert "more than max_edges=20,000,000" in capsys.readouterr().err
 
 
+def test_a_neighbour_cap_does_not_hide_the_search(tmp_path):
+    """20,000 atoms in a 12 Å cube with max_neighbours 100: the model would keep 2 million edges,
+    but the search lists every pair within the cutoff first: refused on the uncapped count."""
+    from infer_helpers import tiny_model
+
+    calc = HydraCalculator(tiny_model(max_neighbours=100))
+    rng = np.random.default_rng(1)
+    with pytest.raises(InferenceError, match=r"more than max_edges=20,000,000 \(structure 0: 20000 atoms"):
+        calc(rng.random((20_000, 3)) * 12.0, np.full(20_000, 29), cell=np.eye(3) * 12.0)
+
+
 def test_a_failed_allocation_names_the_call(model64, monkeypatch):
     calc = HydraCalculator(model64)
     atoms = bulk("Cu", "fcc", a=3.6, cubic=True).repeat(2)

@@ -316,9 +316,8 @@ class HydraCalculator:
 
     def _edge_budget(self, call: CallInputs) -> list[int]:
         """The call's estimated edges per structure (:func:`~.memory.estimated_edges`); refused beyond ``max_edges``."""
-        edges = estimated_edges(
-            call.pos, call.batch, call.num_graphs, call.cell, call.pbc, self.info.cutoff, self.info.max_neighbours
-        )
+        # uncapped: the search lists every pair within the cutoff before it keeps the k nearest
+        edges = estimated_edges(call.pos, call.batch, call.num_graphs, call.cell, call.pbc, self.info.cutoff, None)
         if self.max_edges is not None and sum(edges) > self.max_edges:
             worst = max(range(len(edges)), key=edges.__getitem__)
             atoms = int((call.batch == worst).sum())

@@ -6,8 +6,10 @@ than matter (8,000 atoms in an 8 Å cube) or very large would otherwise end in t
 own error, or the kernel's out-of-memory kill, after minutes. :func:`estimated_edges` reads the
 number density of each structure (atoms per cell volume; a molecule's or cluster's bounding box
 grown by half a cutoff, at least one cutoff wide per direction) and counts ``N * min(density * 4/3 pi r_c^3, cap)`` edges,
-the cap being ``max_neighbours`` and, without a cell, ``N - 1``. The calculator refuses a call
-whose estimate passes its ``max_edges`` (:data:`DEFAULT_MAX_EDGES`), naming both numbers.
+the cap being ``max_neighbours`` (when given) and, without a cell, ``N - 1``. The calculator
+refuses a call whose uncapped estimate passes its ``max_edges`` (:data:`DEFAULT_MAX_EDGES`),
+naming both numbers: the neighbour search lists every pair within the cutoff before a model's
+``max_neighbours`` keeps the nearest, so the cap does not bound its memory.
 """
 
 from __future__ import annotations
