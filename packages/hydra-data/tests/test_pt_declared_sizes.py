@@ -127,3 +127,15 @@ def test_real_chunks_stay_within_the_bounds(tmp_path):
             value = samples[i][key]
             if isinstance(value, torch.Tensor):
                 assert torch.equal(ds[i][key], value), key
+
+
+def test_adios_variables_declaring_more_than_the_files_hold_are_refused(tmp_path):
+    """An ADIOS2 variable may declare a global shape far beyond the blocks written (2**31 values
+    over one 10-value block is a 2.6 KB file): every read is bounded by the files' bytes first."""
+    pytest.importorskip("adios2")
+    path = write_dataset(tmp_path / "ds.bp", make_samples(3), "adios", schema=SCHEMA)
+    ds = open_dataset(path)
+    ds._check_declared("k0/data", 1000, 8)  # within the files' bytes
+    with pytest.raises(ContainerError, match=r"variable 'k0/data' declares 1099511627776 values .* a crafted size"):
+        ds._check_declared("k0/data", 2**40, 8)
+    assert ds[2] is not None

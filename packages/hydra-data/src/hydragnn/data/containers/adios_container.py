@@ -60,6 +60,9 @@ from .base import ContainerDataset, parse_header_bytes
 from .codec import DTYPES, JSON_KIND, build_data, loads_json
 from .packed_chunk import PackedChunk, each_sample
 
+DECLARED_FACTOR = 64
+"""Most bytes a variable may declare per byte of the dataset's files (the writer does not compress;
+the factor leaves room for one that does)."""
 _OPEN: weakref.WeakSet[AdiosDataset] = weakref.WeakSet()
 
 
@@ -158,6 +161,8 @@ class AdiosDataset(ContainerDataset):
                 raise ContainerError(f"{self.path}: malformed key entry {spec!r}")
             offsets = self._read_full(f"k{j}/offsets", n + 1, np.int64)
             total = self._variable(f"k{j}/data").shape()
+            if len(total) == 1:
+                self._check_declared(f"k{j}/data", int(total[0]), np.dtype(storage_dtype(dtype)).itemsize)
             if offsets[0] != 0 or np.any(np.diff(offsets) < 0) or [int(offsets[-1])] != list(total):
                 raise ContainerError(f"{self.path}: offsets of attribute {name!r} are inconsistent with its data")
             shapes = self._read_full(f"k{j}/shapes", n * ndim, np.int64).reshape(n, ndim) if ndim else None
@@ -193,10 +198,23 @@ class AdiosDataset(ContainerDataset):
             variables[name] = var
         return var
 
+    def _check_declared(self, name: str, count: int, itemsize: int) -> None:
+        """Refuse a variable that declares more bytes than the dataset's files can hold (up to
+        :data:`DECLARED_FACTOR` times their size), before anything is allocated."""
+        if not hasattr(self, "_disk_bytes"):
+            self._disk_bytes = sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        limit = DECLARED_FACTOR * self._disk_bytes + (1 << 20)
+        if count * itemsize > limit:
+            raise ContainerError(
+                f"{self.path}: ADIOS2 variable {name!r} declares {count} values ({count * itemsize} bytes), more than "
+                f"its files' {self._disk_bytes} bytes can hold: a crafted size; refused before reading"
+            )
+
     def _read_full(self, name: str, count: int, dtype: Any) -> np.ndarray:
         var = self._variable(name)
         if list(var.shape()) != [count]:
             raise ContainerError(f"{self.path}: ADIOS2 variable {name!r} has shape {var.shape()}, expected [{count}]")
+        self._check_declared(name, count, np.dtype(dtype).itemsize)
         out = np.empty(count, dtype=dtype)
         if count:
             var.set_selection([[0], [count]])
