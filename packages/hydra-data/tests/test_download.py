@@ -232,9 +232,13 @@ def test_size_cap_and_deadline(server, tmp_path):
     with pytest.raises(DownloadError, match=r"10244 bytes, more than max_bytes=1000; the partial file was deleted"):
         download(url, SHA, cache_dir=tmp_path, max_bytes=1000)
     assert not _entry(tmp_path, "file.bin.part").exists()
-    with pytest.raises(DownloadError, match=r"longer than deadline_s=0 s; the partial file .* is kept"):
+    server.drip_s = 0.05  # a slow server: part of the file arrives before the deadline
+    with pytest.raises(DownloadError, match=r"longer than deadline_s=1 s; the partial file .* is kept"):
+        download(url, SHA, cache_dir=tmp_path, deadline_s=1)
+    assert 0 < _entry(tmp_path, "file.bin.part").stat().st_size < len(CONTENT)
+    server.drip_s = None
+    with pytest.raises(DownloadError, match=r"longer than deadline_s=0 s"):  # a deadline already past
         download(url, SHA, cache_dir=tmp_path, deadline_s=0)
-    assert _entry(tmp_path, "file.bin.part").exists()
     assert download(url, SHA, cache_dir=tmp_path).read_bytes() == CONTENT  # and it resumes
     local = tmp_path / "big.bin"
     local.write_bytes(CONTENT)

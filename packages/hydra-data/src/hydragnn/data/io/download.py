@@ -361,6 +361,7 @@ class DownloadCache:
         request = urllib.request.Request(url, headers={"User-Agent": "hydragnn-data"})
         if offset:
             request.add_header("Range", f"bytes={offset}-")
+        limits.check_time(part)  # a deadline already past: its own message, not a connection timeout
         try:
             response = urllib.request.urlopen(request, timeout=min(timeout, limits.remaining()))
         except urllib.error.HTTPError as exc:
@@ -369,6 +370,7 @@ class DownloadCache:
                 return True
             raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
         except (urllib.error.URLError, OSError) as exc:
+            limits.check_time(part)  # the connection outlived the deadline
             raise DownloadError(f"{url}: {getattr(exc, 'reason', exc)}") from exc
         with response:
             status = response.status
