@@ -122,10 +122,8 @@ class DeadHeadUnits(Callback):
     def on_epoch_end(self, loop: LoopView, record: dict[str, Any]) -> None:
         epoch = record["epoch"]
         dead = [path for path, alive in self.alive.items() if not bool(alive.any())]
-        for path in dead:
-            if path in self.reported:
-                continue
-            self.reported.append(path)
+        died, revived = _transitions(self.reported, dead, self.alive)
+        for path in died:
             units = int(self.alive[path].numel())
             loop.log(
                 f"warning: epoch {epoch}: all {units} units of {path} ({type(loop.module.get_submodule(path)).__name__}) "
@@ -133,28 +131,32 @@ class DeadHeadUnits(Callback):
                 "layer gets no gradient of its own; only a change of the layers before it can revive it, and "
                 f"until then the loss of those outputs stays at a constant prediction's). {FIXES}"
             )
-        for path in [p for p in self.reported if p in self.alive and p not in dead]:
-            self.reported.remove(path)
+        for path in revived:
             loop.log(f"epoch {epoch}: {path} is alive again (some of its units are non-zero on validation samples)")
         if dead:
             record["dead_head_layers"] = dead
         constant = [key for key, (lo, hi, rows) in self.ranges.items() if rows > 1 and bool(torch.equal(lo, hi))]
-        for key in constant:
-            if key in self.constant:
-                continue
-            self.constant.append(key)
-            value = self.ranges[key][0]
-            shown = f"{value.item():.6g}" if value.numel() == 1 else f"{value.numel()} columns"
+        fixed, varying = _transitions(self.constant, constant, self.ranges)
+        for key in fixed:
+            lo, _, rows = self.ranges[key]
+            shown = f"{lo.item():.6g}" if lo.numel() == 1 else f"{lo.numel()} columns"
             loop.log(
-                f"warning: epoch {epoch}: output {key} was the same ({shown}) for all "
-                f"{self.ranges[key][2]} validation rows: the model predicts a constant for it, and its loss "
-                f"is a constant prediction's. {FIXES}"
+                f"warning: epoch {epoch}: output {key} was the same ({shown}) for all {rows} validation rows: the "
+                f"model predicts a constant for it, and its loss is a constant prediction's. {FIXES}"
             )
-        for key in [k for k in self.constant if k in self.ranges and k not in constant]:
-            self.constant.remove(key)
+        for key in varying:
             loop.log(f"epoch {epoch}: output {key} varies again")
         if constant:
             record["constant_outputs"] = constant
 
     def summary(self) -> Mapping[str, Any]:
         return {"dead_head_layers": list(self.reported), "constant_outputs": list(self.constant)}
+
+
+def _transitions(held: list[str], now: list[str], watched: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """Update ``held`` (the names reported as in a state) to ``now`` (those in it this epoch, among
+    ``watched``): returns the names that entered the state and those that left it."""
+    entered = [name for name in now if name not in held]
+    left = [name for name in held if name in watched and name not in now]
+    held[:] = [name for name in held if name not in left] + entered
+    return entered, left

@@ -16,7 +16,7 @@ _LAZY: dict[str, str] = {
     "ExportError": "graph",
     "ExportReport": "api",
     "ExportedModel": "runtime",
-    "describe": "api",
+    "describe": "runtime",
     "export_model": "api",
 }
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import io
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -169,23 +168,7 @@ def export_model(
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")  # AOTInductor wants its suffix
     try:
         start = time.perf_counter()
-        buffer = io.BytesIO()  # the writers fill memory; the file is written here, where an OSError is caught
-        if fmt == "aoti":
-            write_aoti(gm, example, buffer, meta)
-        elif fmt == "torchscript":
-            write_torchscript(gm, buffer, meta)
-        else:
-            from .metatomic import write_metatomic
-
-            write_metatomic(gm, buffer, meta)
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(buffer.getbuffer())
-        except OSError as exc:  # a full disk, a file-size limit, ...
-            raise ExportError(
-                f"{path}: cannot write the exported file ({buffer.getbuffer().nbytes} bytes): {exc.strerror or exc}; "
-                "nothing was written"
-            ) from None
+        _write_file(_serialised(fmt, gm, example, meta), tmp, path)
         seconds["write"] = time.perf_counter() - start
         start = time.perf_counter()
         tolerance = TOLERANCE[model.geometry_dtype]
@@ -208,6 +191,32 @@ def export_model(
         tolerance=tolerance,
         sha256=file_sha256(path),
     )
+
+
+def _serialised(fmt: str, gm: torch.fx.GraphModule, example: tuple[torch.Tensor, ...], meta: dict[str, Any]) -> bytes:
+    """The file of format ``fmt``, built in memory (its writer never touches the destination)."""
+    buffer = io.BytesIO()
+    if fmt == "aoti":
+        write_aoti(gm, example, buffer, meta)
+    elif fmt == "torchscript":
+        write_torchscript(gm, buffer, meta)
+    else:
+        from .metatomic import write_metatomic
+
+        write_metatomic(gm, buffer, meta)
+    return buffer.getvalue()
+
+
+def _write_file(data: bytes, tmp: Path, path: Path) -> None:
+    """``data`` to the temporary file ``tmp`` beside ``path``; an ``OSError`` (a full disk, a
+    file-size limit) becomes an ``ExportError`` naming ``path`` (the caller removes ``tmp``)."""
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise ExportError(
+            f"{path}: cannot write the exported file ({len(data)} bytes): {exc.strerror or exc}; nothing was written"
+        ) from None
 
 
 def _prepared(model_or_artifact: Any, dtype: str | None, device: str, head: str | None) -> HydraModel:
@@ -408,40 +417,3 @@ def check_file(
             if name not in got:
                 raise ExportError(f"export check ({kind}): the file gives no {name}")
     return worst
-
-
-def describe(path: str | os.PathLike) -> dict[str, Any]:
-    """The metadata of an exported file (any format), as a dict, read from the archive without
-    loading its code (TorchScript's extra file, AOTInductor's metadata JSON, metatomic's reader).
-
-    Raises:
-        ExportError: not an exported file (a ``.hydra`` artifact included), or no metadata in it.
-    """
-    import zipfile
-
-    from .formats import METADATA_KEY
-    from .runtime import check_exported, file_format
-
-    check_exported(path)
-    fmt = file_format(path)
-    if fmt == "metatomic":
-        from .metatomic import metatomic_torch
-
-        mta = metatomic_torch()
-        return json.loads(mta.read_model_metadata(str(path)).extra["hydragnn"])
-    with zipfile.ZipFile(path) as archive:
-        for info in archive.infolist():
-            name = info.filename
-            wanted = (
-                name.endswith(f"/extra/{METADATA_KEY}.json")
-                if fmt == "torchscript"
-                else name.endswith("_metadata.json")
-            )
-            if not wanted or info.file_size > 1 << 20:
-                continue
-            try:
-                data = json.loads(archive.read(info))
-                return data if fmt == "torchscript" else json.loads(data[METADATA_KEY])
-            except (ValueError, KeyError, TypeError):
-                continue
-    raise ExportError(f"{path}: an exported {fmt} file without HydraGNN's metadata")

@@ -105,6 +105,38 @@ def load_aoti(path: Path) -> Any:
         logger.setLevel(level)
 
 
+def describe(path: str | os.PathLike) -> dict[str, Any]:
+    """The metadata of an exported file (any format), as a dict, read from the archive without
+    loading its code (TorchScript's extra file, AOTInductor's metadata JSON, metatomic's reader).
+
+    Raises:
+        ExportError: not an exported file (a ``.hydra`` artifact included), or no metadata in it.
+    """
+    check_exported(path)
+    fmt = file_format(path)
+    if fmt == "metatomic":
+        from .metatomic import metatomic_torch
+
+        mta = metatomic_torch()
+        return json.loads(mta.read_model_metadata(str(path)).extra["hydragnn"])
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name = info.filename
+            wanted = (
+                name.endswith(f"/extra/{METADATA_KEY}.json")
+                if fmt == "torchscript"
+                else name.endswith("_metadata.json")
+            )
+            if not wanted or info.file_size > 1 << 20:
+                continue
+            try:
+                data = json.loads(archive.read(info))
+                return data if fmt == "torchscript" else json.loads(data[METADATA_KEY])
+            except (ValueError, KeyError, TypeError):
+                continue
+    raise ExportError(f"{path}: an exported {fmt} file without HydraGNN's metadata")
+
+
 class ExportedModel:
     """An exported ``.pt2`` / TorchScript file as a function of one structure.
 
