@@ -33,20 +33,16 @@ import http.client
 import os
 import re
 import stat
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from ..errors import ChecksumError, DataError, DownloadError
+from .transfer import Limits, ProgressCallback, RangeMismatch, content_range, copy_stream, open_part
 
 __all__ = ["DownloadCache", "ProgressCallback", "default_cache_dir", "download", "sha256_file"]
-
-ProgressCallback = Callable[[int, "int | None"], None]
-"""``progress(bytes_done, total)``; ``total`` is ``None`` when the size is unknown."""
 
 _CHUNK = 1 << 20
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -121,94 +117,6 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-class _Limits:
-    """Size cap and wall-clock deadline of one fetch."""
-
-    def __init__(self, where: str, max_bytes: int, deadline_s: float) -> None:
-        self.where, self.max_bytes = where, max_bytes
-        self.deadline_s, self.end = deadline_s, time.monotonic() + deadline_s
-
-    def check_size(self, size: int, part: Path) -> None:
-        if size > self.max_bytes:
-            part.unlink(missing_ok=True)
-            raise DownloadError(
-                f"{self.where}: the content is {size} bytes, more than max_bytes={self.max_bytes}; the partial file "
-                "was deleted"
-            )
-
-    def remaining(self) -> float:
-        """Seconds left before the deadline (a socket read never waits longer; at least 1 ms)."""
-        return max(self.end - time.monotonic(), 0.001)
-
-    def check_time(self, part: Path) -> None:
-        if time.monotonic() > self.end:
-            raise DownloadError(
-                f"{self.where}: the transfer took longer than deadline_s={self.deadline_s:g} s; the partial file "
-                f"{part} is kept, run again to resume"
-            )
-
-
-def _copy(
-    src: BinaryIO,
-    dst: BinaryIO,
-    done: int,
-    total: int | None,
-    progress: ProgressCallback | None,
-    limits: _Limits,
-    part: Path,
-) -> int:
-    """Stream ``src`` into ``dst``; returns the byte count including the ``done`` already there.
-
-    A socket's reads return what has arrived (``read1``) and never wait past the deadline, so a
-    server that drips a byte at a time, or stops, is cut at ``deadline_s``, not later."""
-    read = getattr(src, "read1", src.read)
-    while True:
-        _socket_timeout(src, limits.remaining())
-        try:
-            chunk = read(_CHUNK)
-        except TimeoutError:
-            limits.check_time(part)
-            raise
-        if not chunk:
-            break
-        dst.write(chunk)
-        done += len(chunk)
-        if progress is not None:
-            progress(done, total)
-        if done > limits.max_bytes:
-            dst.close()
-            limits.check_size(done, part)
-        limits.check_time(part)
-    return done
-
-
-def _socket_timeout(src: Any, seconds: float) -> None:
-    """Bound the next read of an HTTP response's socket (no-op for anything else)."""
-    sock = getattr(getattr(getattr(src, "fp", None), "raw", None), "_sock", None)
-    if sock is not None:
-        sock.settimeout(seconds)
-
-
-def _open_part(part: Path, append: bool) -> BinaryIO:
-    """Open the partial file for writing without following a symbolic link planted in its place."""
-    if part.is_symlink():
-        part.unlink()
-    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | (os.O_APPEND if append else os.O_TRUNC)
-    return os.fdopen(os.open(part, flags, 0o666), "ab" if append else "wb")
-
-
-def _content_range(header: str | None) -> tuple[int, int | None] | None:
-    """``(start, total)`` from ``Content-Range: bytes start-end/total``."""
-    m = re.match(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", header or "")
-    if not m:
-        return None
-    return int(m.group(1)), None if m.group(3) == "*" else int(m.group(3))
-
-
-class _RangeMismatch(Exception):
-    """Internal: a resumed request got another byte range than the one asked for."""
-
-
 class DownloadCache:
     """A directory of files addressed by their SHA-256.
 
@@ -275,7 +183,7 @@ class DownloadCache:
             if self.lookup(sha, name) is not None:  # another process finished it meanwhile
                 return final
             part = final.with_name(name + ".part")
-            limits = _Limits(os.fspath(url), max_bytes, deadline_s)
+            limits = Limits(os.fspath(url), max_bytes, deadline_s)
             resumed = self._transfer(kind, location, part, progress, timeout, limits)
             actual = sha256_file(part)
             if actual != sha and resumed:  # a stale partial file: start over once
@@ -325,7 +233,7 @@ class DownloadCache:
             raise DownloadError(f"{os.fspath(url)}: cannot create cache directory {folder}: {exc}") from exc
         with _locked(folder / (name + ".lock")):
             part = folder / (name + ".part")
-            self._transfer(kind, location, part, progress, timeout, _Limits(os.fspath(url), max_bytes, deadline_s))
+            self._transfer(kind, location, part, progress, timeout, Limits(os.fspath(url), max_bytes, deadline_s))
             sha = sha256_file(part)
             final = self.path_for(sha, name)
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -333,7 +241,7 @@ class DownloadCache:
         return final, sha
 
     def _transfer(
-        self, kind: str, location: str, part: Path, progress: ProgressCallback | None, timeout: float, limits: _Limits
+        self, kind: str, location: str, part: Path, progress: ProgressCallback | None, timeout: float, limits: Limits
     ) -> bool:
         """Fill ``part`` with the content; ``True`` when it continued an existing part."""
         if kind == "file":
@@ -343,18 +251,18 @@ class DownloadCache:
                 with open(location, "rb") as src:
                     total = os.fstat(src.fileno()).st_size
                     limits.check_size(total, part)
-                    with _open_part(part, append=False) as dst:
-                        _copy(src, dst, 0, total, progress, limits, part)
+                    with open_part(part, append=False) as dst:
+                        copy_stream(src, dst, 0, total, progress, limits, part)
             except OSError as exc:
                 raise DownloadError(f"{location}: cannot read local file: {exc}") from exc
             return False
         try:
             return self._http(location, part, progress, timeout, limits)
-        except _RangeMismatch:  # the server answered another range: the part cannot be trusted
+        except RangeMismatch:  # the server answered another range: the part cannot be trusted
             part.unlink(missing_ok=True)
             return self._http(location, part, progress, timeout, limits)
 
-    def _http(self, url: str, part: Path, progress: ProgressCallback | None, timeout: float, limits: _Limits) -> bool:
+    def _http(self, url: str, part: Path, progress: ProgressCallback | None, timeout: float, limits: Limits) -> bool:
         if part.is_symlink():
             part.unlink()
         offset = part.stat().st_size if part.is_file() else 0
@@ -374,11 +282,11 @@ class DownloadCache:
             raise DownloadError(f"{url}: {getattr(exc, 'reason', exc)}") from exc
         with response:
             status = response.status
-            crange = _content_range(response.headers.get("Content-Range"))
+            crange = content_range(response.headers.get("Content-Range"))
             resume = offset > 0 and status == 206 and crange is not None and crange[0] == offset
             if status == 206 and not resume:
                 if offset:
-                    raise _RangeMismatch  # restart the part from byte 0 (once)
+                    raise RangeMismatch  # restart the part from byte 0 (once)
                 raise DownloadError(
                     f"{url}: asked for the whole file but the server sent Content-Range "
                     f"{response.headers.get('Content-Range')!r}"
@@ -392,8 +300,8 @@ class DownloadCache:
             if total is not None:
                 limits.check_size(total, part)
             try:
-                with _open_part(part, append=resume) as dst:
-                    done = _copy(response, dst, offset, total, progress, limits, part)
+                with open_part(part, append=resume) as dst:
+                    done = copy_stream(response, dst, offset, total, progress, limits, part)
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 raise DownloadError(f"{url}: transfer interrupted ({exc!r}); run again to resume") from exc
         if total is not None and done < total:
