@@ -52,6 +52,10 @@ def test_a_structure_far_denser_than_matter_is_refused_at_once(model64, tmp_path
     with pytest.raises(InferenceError, match="more than max_edges=1,000"):
         small(atoms.positions, atoms.numbers, cell=atoms.cell.array)
     HydraCalculator(model64, max_edges=None)(atoms.positions, atoms.numbers, cell=atoms.cell.array)
+    mol = molecule("CH3CH2OH")  # no cell: estimated only when its pairs could pass the limit
+    HydraCalculator(model64, species=[1, 6, 8], max_edges=81)(mol.positions, mol.numbers)  # 9 atoms: 81 pairs
+    with pytest.raises(InferenceError, match="more than max_edges=10"):
+        HydraCalculator(model64, species=[1, 6, 8], max_edges=10)(mol.positions, mol.numbers)
     for bad in (0, -5, 1.5, True):
         with pytest.raises(InferenceError, match="max_edges: expected an integer >= 1 or None"):
             HydraCalculator(model64, max_edges=bad)

@@ -307,7 +307,8 @@ class HydraCalculator:
         except (torch.OutOfMemoryError, RuntimeError) as exc:
             if isinstance(exc, torch.OutOfMemoryError) or "allocate" in str(exc) or "out of memory" in str(exc):
                 raise InferenceError(
-                    f"out of memory for {call.pos.shape[0]} atoms (about {sum(edges):,} edges estimated): "
+                    f"out of memory for {call.pos.shape[0]} atoms "
+                    f"({f'about {sum(edges):,} edges estimated' if edges else 'edges not estimated'}): "
                     f"{str(exc).splitlines()[0][:300]}; evaluate fewer or smaller structures, or lower max_edges "
                     "to refuse such calls before they allocate"
                 ) from None
@@ -315,7 +316,12 @@ class HydraCalculator:
         return convert(raw, call, self.info)
 
     def _edge_budget(self, call: CallInputs) -> list[int]:
-        """The call's estimated edges per structure (:func:`~.memory.estimated_edges`); refused beyond ``max_edges``."""
+        """The call's estimated edges per structure (:func:`~.memory.estimated_edges`); refused beyond
+        ``max_edges``. Calls without a cell whose every pair fits the limit skip the estimate (no
+        host synchronisation on the MD path of molecules); their result is then empty."""
+        atoms = int(call.pos.shape[0])
+        if self.max_edges is None or (call.cell is None and atoms * atoms <= self.max_edges):
+            return []
         # uncapped: the search lists every pair within the cutoff before it keeps the k nearest
         edges = estimated_edges(call.pos, call.batch, call.num_graphs, call.cell, call.pbc, self.info.cutoff, None)
         if self.max_edges is not None and sum(edges) > self.max_edges:
