@@ -3,6 +3,7 @@ training, naming the layer or output; healthy heads and smooth activations say n
 
 from __future__ import annotations
 
+import pytest
 import torch
 from train_helpers import GRAPH_ARCH, GRAPH_VARIABLES, config, samples
 
@@ -86,3 +87,37 @@ def test_a_layer_that_revives_is_reported_again_and_leaves_the_summary():
     assert sum("were zero on every validation sample" in line for line in lines) == 1
     assert "epoch 2: graph_heads.shared.1 is alive again" in "\n".join(lines)
     assert sum("varies again" in line for line in lines) == 2  # both outputs it fed
+
+
+def test_a_drifting_head_input_scale_is_reported_at_each_thousandfold_and_survives_a_resume(tmp_path):
+    """The graph heads standardise their input, so the loss cannot hold the encoder's scale back
+    (PNAEq drifted to 1e15 under upstream's ci.json): each thousandfold growth over the first
+    epoch's scale is reported; the reference survives a checkpoint."""
+    from types import SimpleNamespace
+
+    from hydragnn.train.health import HeadInputScale
+
+    torch.manual_seed(0)
+    model = build_model({**GRAPH_ARCH, "activation": "relu"}, Schema.from_dict(GRAPH_VARIABLES)).train()
+    norm = model.graph_heads.input_norm
+    lines: list[str] = []
+    loop = SimpleNamespace(log=lines.append, module=model)
+    watch = HeadInputScale()
+    watch.on_epoch_end(loop, {"epoch": 0})  # no statistics yet: nothing to compare
+    assert watch.summary() == {"head_input_growth": 1.0}
+    rows = torch.randn(8, norm.running_mean.shape[0])
+    for epoch, scale in enumerate((1.0, 50.0, 2e3, 1e5, 3e6), start=1):
+        norm.running_std = torch.ones_like(norm.running_std)  # momentum aside: set by these rows
+        norm.num_batches_tracked.zero_()
+        norm.update(rows * scale)
+        watch.on_epoch_end(loop, {"epoch": epoch})
+        if epoch == 3:
+            path = tmp_path / "state.pt"
+            torch.save(watch.state_dict(), path)
+            watch = HeadInputScale()
+            watch.load_state_dict(torch.load(path, weights_only=True))
+    assert [line.split(":")[0] for line in lines] == ["warning", "warning"]
+    assert "epoch 3: the scale of graph_heads.input_norm's input" in lines[0] and "2.0e+03 times" in lines[0]
+    assert "epoch 5:" in lines[1] and "3.0e+06 times" in lines[1]  # 1e5 is not another 1000x over 2e3
+    assert 'output_heads.graph.input_norm to "none"' in lines[0]
+    assert watch.summary()["head_input_growth"] == pytest.approx(3e6, rel=1e-4)

@@ -27,7 +27,7 @@ from .averaging import WeightAverage
 from .callbacks import Callback, EarlyStopping, TensorBoardScalars, build_callbacks
 from .config_training import TRAINING, TrainingConfig
 from .errors import ConfigError
-from .health import DeadHeadUnits
+from .health import DeadHeadUnits, HeadInputScale
 from .loop import CHECKPOINT_NAME, TrainingLoop
 from .progress import Progress
 from .schedule import ProjectionRedraw, SecondStage, TimeBudget, Warmup
@@ -71,6 +71,7 @@ def builtin_callbacks(cfg: TrainingConfig, strategy: Strategy, writer: Any, prog
     if writer is not None:
         callbacks.append(TensorBoardScalars(writer))
     callbacks.append(DeadHeadUnits())
+    callbacks.append(HeadInputScale())
     return callbacks
 
 
@@ -78,7 +79,7 @@ BUILTIN_KEYS: frozenset[str] = frozenset(
     c.key
     for c in (
         ProjectionRedraw, Warmup, WeightAverage, ThreadTuner, SecondStage, EarlyStopping, TimeBudget,
-        TensorBoardScalars, DeadHeadUnits,
+        TensorBoardScalars, DeadHeadUnits, HeadInputScale,
     )
 )  # fmt: skip
 """Checkpoint keys of the built-in callbacks: a callback from the config may not take one."""

@@ -16,6 +16,11 @@ value of each column). At the end of the epoch a layer with every unit dead, and
 was the same for every validation sample, whatever the cause, are each reported when it happens, naming the
 layer or output and the fixes, and again if they recover (a change of the layers before a dead
 layer can revive it). Nothing about the training changes.
+
+``HeadInputScale``: the standardisation that keeps those units alive hides the scale of the
+pooled embedding from the loss, so an encoder's output can drift up by many orders of magnitude
+(PNAEq at ci.json's learning rate: 1e15 in 40 epochs); the callback reports each thousandfold
+growth of the standardisation's scale over the first epoch's.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hydragnn.models.nn.standardise import RunningStandardise
+
 from .callbacks import Callback
 
 if TYPE_CHECKING:
     from .callbacks import LoopView
 
-__all__ = ["DEAD_ACTIVATIONS", "DeadHeadUnits", "head_activations", "output_heads"]
+__all__ = ["DEAD_ACTIVATIONS", "SCALE_STEP", "DeadHeadUnits", "HeadInputScale", "head_activations", "output_heads"]
 
 DEAD_ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ReLU, nn.ReLU6)
 """Activations whose units can die (exactly zero output and gradient for negative inputs)."""
@@ -151,6 +158,54 @@ class DeadHeadUnits(Callback):
 
     def summary(self) -> Mapping[str, Any]:
         return {"dead_head_layers": list(self.reported), "constant_outputs": list(self.constant)}
+
+
+SCALE_STEP = 1e3
+""":class:`HeadInputScale` reports each time the growth passes another factor of this."""
+
+
+class HeadInputScale(Callback):
+    """Report when the scale a graph heads' input standardisation divides by (its running standard
+    deviation, per feature) has grown by :data:`SCALE_STEP`, then each further :data:`SCALE_STEP`,
+    over its value at the end of the first epoch watched. ``growth``: ``{module path: largest
+    growth of a feature}``; its largest value is ``head_input_growth`` in :meth:`summary` (1.0
+    without standardised heads). A resumed run keeps the reference (:meth:`state_dict`)."""
+
+    key = "head_input_scale"
+
+    def __init__(self) -> None:
+        self.reference: dict[str, torch.Tensor] = {}  # path -> std [F] at the first epoch's end
+        self.growth: dict[str, float] = {}
+        self.reported: dict[str, float] = {}  # path -> growth last reported
+
+    def on_epoch_end(self, loop: LoopView, record: dict[str, Any]) -> None:
+        for path, module in loop.module.named_modules():
+            if not isinstance(module, RunningStandardise) or int(module.num_batches_tracked) == 0:
+                continue
+            std = module.running_std.detach().to("cpu", torch.float64)
+            reference = self.reference.setdefault(path, std.clone())
+            tiny = torch.finfo(module.running_std.dtype).tiny
+            growth = float((std / reference.clamp_min(tiny)).max())
+            self.growth[path] = growth
+            if growth >= SCALE_STEP * self.reported.get(path, 1.0):
+                self.reported[path] = growth
+                loop.log(
+                    f"warning: epoch {record['epoch']}: the scale of {path}'s input (the pooled embedding, standardised "
+                    f"per feature) is {growth:.1e} times what it was after the first epoch: the heads do not see that "
+                    "scale, so nothing in the loss holds the encoder's output back, and values this large lose "
+                    "precision and can overflow. Lower the learning rate, or set "
+                    'NeuralNetwork.Architecture.output_heads.graph.input_norm to "none"'
+                )
+
+    def summary(self) -> Mapping[str, Any]:
+        return {"head_input_growth": max(self.growth.values(), default=1.0)}
+
+    def state_dict(self) -> Mapping[str, Any] | None:
+        return {"reference": dict(self.reference), "reported": dict(self.reported)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.reference = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in state["reference"].items()}
+        self.reported = {k: float(v) for k, v in state["reported"].items()}
 
 
 def _transitions(held: list[str], now: list[str], watched: Mapping[str, Any]) -> tuple[list[str], list[str]]:

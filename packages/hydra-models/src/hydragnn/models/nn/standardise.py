@@ -1,7 +1,7 @@
 """Per-feature standardisation by running statistics, the same function in training and inference.
 
-:class:`RunningStandardise` maps ``x [B, F]`` to ``(x - mean) / sqrt(var + eps)`` with ``mean`` and
-``var [F]`` buffers. Unlike ``BatchNorm1d`` in training mode, the output never uses the current
+:class:`RunningStandardise` maps ``x [B, F]`` to ``(x - mean) / sqrt(std^2 + eps)`` with ``mean`` and
+``std [F]`` buffers. Unlike ``BatchNorm1d`` in training mode, the output never uses the current
 batch's statistics: a row's output depends on that row and the buffers only, so batch == single
 and a padded batch gives the real rows exactly their unpadded outputs, in training as in
 evaluation, and a batch of one graph is fine. The forward never changes the buffers: the owner
@@ -12,6 +12,16 @@ buffer cannot be mutated), so both derivative engines, eager and compiled, train
 distributed run the statistics are those of all ranks' rows (one small all-reduce per step), so
 every rank keeps the same.
 Gradients do not flow through the statistics.
+
+The buffers hold the standard deviation, not the variance, and the forward takes
+``hypot(std, sqrt(eps))``: whenever the rows are finite in the model's dtype, so are the
+statistics (a variance of float32 rows beyond 1.8e19 would overflow). A row that is not finite
+does not move them (the training loop rejects or skips its batch; the statistics stay usable).
+
+Scale drift: the heads cannot see the scale of their input, so nothing in the loss stops the
+encoder's output from growing; some encoders (PNAEq, DimeNet at a high learning rate) let it grow
+by many orders of magnitude (docs/notes/upstream_configs_dead_heads.md). The training loop reports
+it (``hydragnn.train.health.HeadInputScale``).
 """
 
 from __future__ import annotations
@@ -32,16 +42,16 @@ def _distributed() -> bool:
 
 
 class RunningStandardise(nn.Module):
-    """``x [B, F] -> (x - running_mean) / sqrt(running_var + eps)``; :meth:`update` moves the buffers.
+    """``x [B, F] -> (x - running_mean) / sqrt(running_std^2 + eps)``; :meth:`update` moves the buffers.
 
     Args:
         width: F.
         momentum: weight of a new batch in the running statistics (after the first, which sets them).
-        eps: added to the variance.
+        eps: added to the variance (std^2).
     """
 
     running_mean: torch.Tensor  # [F] buffers
-    running_var: torch.Tensor
+    running_std: torch.Tensor
     num_batches_tracked: torch.Tensor  # [] int64
 
     def __init__(self, width: int, momentum: float = 0.1, eps: float = 1e-5) -> None:
@@ -51,16 +61,17 @@ class RunningStandardise(nn.Module):
         self.momentum = momentum
         self.eps = eps
         self.register_buffer("running_mean", torch.zeros(width))
-        self.register_buffer("running_var", torch.ones(width))
+        self.register_buffer("running_std", torch.ones(width))
         self.register_buffer("num_batches_tracked", torch.zeros((), dtype=torch.long))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mean, var = self.running_mean, self.running_var
-        return (x - mean.to(x.dtype)) * torch.rsqrt(var.to(x.dtype) + self.eps)
+        mean, std = self.running_mean.to(x.dtype), self.running_std.to(x.dtype)
+        return (x - mean) / torch.hypot(std, torch.full_like(std, self.eps**0.5))
 
     def update(self, x: torch.Tensor) -> None:
         """Move the statistics towards those of the rows ``x [B, F]`` of a training batch (of every
-        rank's rows together in a distributed run; no rows anywhere: no change).
+        rank's rows together in a distributed run; no finite rows anywhere: no change; a row with a
+        non-finite value is left out).
 
         The buffers are replaced by new tensors, never changed in place: the forward of this step
         (eager or compiled) may have saved them for its backward. It runs eagerly under
@@ -76,10 +87,12 @@ def _update_statistics(norm: RunningStandardise, x: torch.Tensor) -> None:
     """:meth:`RunningStandardise.update` (eager under ``torch.compile``, without gradient)."""
     with torch.no_grad():
         x = x.detach().to(torch.float64)  # moments in float64: E[x^2] - E[x]^2 without cancellation
+        finite = torch.isfinite(x).all(1, keepdim=True)  # [B, 1]: other rows do not count
+        x = torch.where(finite, x, 0.0)
         # count, sum and sum of squares of the rows, over every rank of a distributed run (each
         # rank calls update once per step, with or without rows), so every rank keeps the same
         # statistics: those of the global batch, as SyncBatchNorm's
-        moments = torch.cat([x.new_full((1,), float(x.shape[0])), x.sum(0), x.square().sum(0)])
+        moments = torch.cat([finite.sum(0).to(x.dtype), x.sum(0), x.square().sum(0)])
         if _distributed():
             torch.distributed.all_reduce(moments)
         width = x.shape[1]
@@ -88,14 +101,16 @@ def _update_statistics(norm: RunningStandardise, x: torch.Tensor) -> None:
             return
         batch_mean = total / count.clamp_min(1)
         batch_var = (squares / count.clamp_min(1) - batch_mean.square()).clamp_min(0)
+        batch_var = torch.where(count > 1, batch_var, norm.running_std.double().square())  # one row: no spread
+        # the first batch sets the statistics, later ones move them (mean and variance) by momentum;
+        # no rows: no change (tensor weights: no host sync); float64 until stored
+        w = torch.where(norm.num_batches_tracked == 0, 1.0, norm.momentum).double() * (count > 0)
+        mean = torch.lerp(norm.running_mean.double(), batch_mean, w)
+        std = torch.lerp(norm.running_std.double().square(), batch_var, w).sqrt()
         dtype = norm.running_mean.dtype
-        batch_mean, batch_var = batch_mean.to(dtype), batch_var.to(dtype)
-        batch_var = torch.where(count > 1, batch_var, norm.running_var)  # one row: no variance to learn
-        # the first batch sets the statistics, later ones move them by momentum; no rows: no change
-        # (tensor weights: no host sync)
-        w = torch.where(norm.num_batches_tracked == 0, 1.0, norm.momentum).to(dtype) * (count > 0)
-        norm.running_mean = torch.lerp(norm.running_mean, batch_mean, w)
-        norm.running_var = torch.lerp(norm.running_var, batch_var, w)
+        largest = torch.finfo(dtype).max  # the mean and std of finite rows fit unless they reach it
+        norm.running_mean = mean.clamp(-largest, largest).to(dtype)
+        norm.running_std = std.clamp_max(largest).to(dtype)
         norm.num_batches_tracked = norm.num_batches_tracked + (count > 0).long()
 
 
