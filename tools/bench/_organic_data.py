@@ -18,7 +18,8 @@ disjoint):
 Training molecules (12): CH4, C2H6, C2H4, H2O, NH3, HCN, H2CO (formaldehyde), CH3OH,
 CH3CH2OH (ethanol), H3CNH2 (methylamine), HCOOH (formic acid), CH3CHO (acetaldehyde).
 Unseen molecules (5): C3H8 (propane), CH3CN (acetonitrile), CH3COOH (acetic acid), CH3CONH2
-(acetamide), CH3CH2NH2 (ethylamine): larger, built from the bond types of the training set.
+(acetamide), CH3CH2NH2 (ethylamine): larger, built from the bond types of the training set;
+``--unseen wide`` adds 10 more (15, :data:`WIDE_UNSEEN_MOLECULES`).
 ``--quick``: train CH3OH and H3CNH2, unseen CH3CN, a few frames each (a smoke run of seconds).
 
 tblite is an extra of this benchmark only, not a dependency of any package:
@@ -30,7 +31,9 @@ same settings on the same machine and library build give identical files. A fold
 Usage::
 
     python tools/bench/_organic_data.py [--out DIR] [--frames 60] [--valid-frames 10]
-                                       [--test-frames 20] [--seed 0] [--quick] [--force]
+                                       [--test-frames 20] [--seed 0] [--temperature 300]
+                                       [--hot-temperature 600] [--unseen standard|wide]
+                                       [--quick] [--force]
 """
 
 from __future__ import annotations
@@ -67,6 +70,22 @@ TRAIN_MOLECULES: tuple[str, ...] = (
 """ASE G2 names of the molecules of train / valid / test / test_hot."""
 UNSEEN_MOLECULES: tuple[str, ...] = ("C3H8", "CH3CN", "CH3COOH", "CH3CONH2", "CH3CH2NH2")
 """ASE G2 names of the molecules of test_unseen (no formula in common with TRAIN_MOLECULES)."""
+WIDE_UNSEEN_MOLECULES: tuple[str, ...] = UNSEEN_MOLECULES + (
+    "C2H6CHOH",
+    "CH3COCH3",
+    "HCOOCH3",
+    "C2H6NH",
+    "isobutane",
+    "C3H6_Cs",
+    "trans-butane",
+    "CH3CH2OCH3",
+    "H2CCO",
+    "C3H9N",
+)
+"""``unseen="wide"``: 15 molecules, adding isopropanol, acetone, methyl formate, dimethylamine,
+isobutane, propene, butane, methyl ethyl ether, ketene and trimethylamine (branched chains, an
+ester, an ether, tertiary and secondary amines, a cumulated C=C=O: shapes the training set lacks)."""
+UNSEEN_SETS: dict[str, tuple[str, ...]] = {"standard": UNSEEN_MOLECULES, "wide": WIDE_UNSEEN_MOLECULES}
 QUICK_TRAIN: tuple[str, ...] = ("CH3OH", "H3CNH2")
 QUICK_UNSEEN: tuple[str, ...] = ("CH3CN",)
 
@@ -298,6 +317,7 @@ def _settings(
     temperature_K: float,
     hot_temperature_K: float,
     tblite_version: str,
+    unseen: str = "standard",
 ) -> dict:
     """Everything that determines the files (the cache key), JSON-normalised."""
     for key, value in (("frames", frames), ("valid_frames", valid_frames), ("test_frames", test_frames)):
@@ -306,13 +326,15 @@ def _settings(
     for key, value in (("temperature_K", temperature_K), ("hot_temperature_K", hot_temperature_K)):
         if not (np.isfinite(value) and value > 0):
             raise OrganicDataError(f"{key} must be a positive temperature, got {value!r}")
-    train, unseen = (QUICK_TRAIN, QUICK_UNSEEN) if quick else (TRAIN_MOLECULES, UNSEEN_MOLECULES)
+    if unseen not in UNSEEN_SETS:
+        raise OrganicDataError(f"unseen must be one of {sorted(UNSEEN_SETS)}, got {unseen!r}")
+    train, unseen_names = (QUICK_TRAIN, QUICK_UNSEEN) if quick else (TRAIN_MOLECULES, UNSEEN_SETS[unseen])
     return {
         "format": FORMAT,
         "quick": bool(quick),
         "seed": int(seed),
         "train_molecules": list(train),
-        "unseen_molecules": list(unseen),
+        "unseen_molecules": list(unseen_names),
         "frames_per_molecule": {
             "train": int(frames),
             "valid": int(valid_frames),
@@ -357,13 +379,15 @@ def make_organic_data(
     quick: bool = False,
     temperature_K: float = 300.0,
     hot_temperature_K: float = 600.0,
+    unseen: str = "standard",
     force: bool = False,
     progress: bool = True,
 ) -> dict:
     """Write (or reuse) the benchmark's data in ``out``.
 
     Counts are frames per molecule (``None``: 60 / 10 / 20, or 4 / 2 / 2 with ``quick``);
-    ``test_frames`` applies to test, test_hot and test_unseen alike. The folder is reused
+    ``test_frames`` applies to test, test_hot and test_unseen alike; ``unseen`` names the set of
+    unseen molecules (``"standard"``: 5, ``"wide"``: 15, :data:`UNSEEN_SETS`). The folder is reused
     untouched when its manifest records the same settings (tblite version included) and its files
     their recorded hashes, unless ``force``. Files are written atomically, the manifest last.
     With ``progress``, a line per trajectory (split, molecule, frames, seconds) goes to stderr.
@@ -388,6 +412,7 @@ def make_organic_data(
         temperature_K=temperature_K,
         hot_temperature_K=hot_temperature_K,
         tblite_version=tblite_version,
+        unseen=unseen,
     )
     folder = Path(out)
     files = {split: folder / f"{split}.xyz" for split in SPLITS}
@@ -472,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--temperature", type=float, default=300.0, help="K, train/valid/test/test_unseen")
     parser.add_argument("--hot-temperature", type=float, default=600.0, help="K, test_hot")
+    parser.add_argument("--unseen", choices=sorted(UNSEEN_SETS), default="standard", help="unseen molecules: 5 or 15")
     parser.add_argument("--quick", action="store_true", help="2 train molecules, 1 unseen, a few frames (seconds)")
     parser.add_argument("--force", action="store_true", help="regenerate even when the manifest matches")
     args = parser.parse_args(argv)
@@ -485,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
             quick=args.quick,
             temperature_K=args.temperature,
             hot_temperature_K=args.hot_temperature,
+            unseen=args.unseen,
             force=args.force,
         )
     except (ImportError, OrganicDataError) as err:

@@ -1,7 +1,7 @@
 """Transfer to unseen chemistry at a fixed CPU budget: HydraGNN and MACE on GFN2-xTB organic molecules.
 
     python tools/bench/organic_fit.py --mace-python PATH [--budget-s 720] [--workdir DIR] [--config ours.json]
-        [--seed 0] [--data DIR]
+        [--seed 0] [--data DIR] [--temperature 300] [--hot-temperature 600] [--unseen standard|wide]
 
 The data (``_organic_data.py``; tblite is a benchmark-only extra: ``pip install tblite==0.8.0``):
 Langevin-MD frames of 12 H/C/N/O molecules labelled by GFN2-xTB, with three test splits: the same
@@ -71,12 +71,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frames", type=int, default=None, help="training frames per molecule (data default)")
     parser.add_argument("--seed", type=int, default=0, help="HydraGNN's Training.seed; MACE gets --seed=SEED+1")
     parser.add_argument("--data", type=Path, default=None, help="the data folder (default WORKDIR/data; reused)")
+    parser.add_argument("--temperature", type=float, default=300.0, help="K of train/test/test_unseen MD (data)")
+    parser.add_argument("--hot-temperature", type=float, default=600.0, help="K of test_hot MD (data)")
+    parser.add_argument("--unseen", choices=sorted(organic.UNSEEN_SETS), default="standard", help="unseen set (data)")
     args = parser.parse_args(argv)
     args.workdir = args.workdir.resolve()  # the config names files, read relative to the config's folder
     data_dir = (args.data or args.workdir / "data").resolve()
 
     try:
-        made = organic.make_organic_data(data_dir, frames=args.frames)
+        made = organic.make_organic_data(
+            data_dir,
+            frames=args.frames,
+            temperature_K=args.temperature,
+            hot_temperature_K=args.hot_temperature,
+            unseen=args.unseen,
+        )
     except ImportError as exc:  # tblite is this benchmark's own extra, absent from the dev environment
         print(f"organic_fit: skipped: {exc}")
         return 0

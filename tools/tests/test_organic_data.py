@@ -78,6 +78,17 @@ def test_unseen_molecules_are_not_in_train(quick):
     assert len(unseen) == len(organic_data.UNSEEN_MOLECULES) and not train & unseen
 
 
+def test_the_wide_unseen_set_shares_no_formula_with_training_and_no_new_element():
+    wide = organic_data.UNSEEN_SETS["wide"]
+    assert len(set(wide)) == 15 and set(organic_data.UNSEEN_MOLECULES) < set(wide)
+    assert organic_data._check_molecules(organic_data.TRAIN_MOLECULES, wide) == ["H", "C", "N", "O"]
+    with pytest.raises(organic_data.OrganicDataError, match="unseen must be one of"):
+        organic_data._settings(
+            frames=1, valid_frames=1, test_frames=1, seed=0, quick=False, temperature_K=700.0,
+            hot_temperature_K=1200.0, tblite_version="0.8.0", unseen="everything",
+        )  # fmt: skip
+
+
 def test_splits_are_disjoint_frames(quick):
     positions = {split: [a.positions.tobytes() for a in _molecules(_frames(p))] for split, p in quick["files"].items()}
     seen = set()

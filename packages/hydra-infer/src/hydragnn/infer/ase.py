@@ -10,9 +10,10 @@ The total charge is read from ``atoms.info["charge"]`` for models with a charge 
 from ``atoms.info["spin"]`` for models with a spin input (0 when absent).
 Neighbour lists are kept with a Verlet skin (default 0.5 Å, see :mod:`.neighbors`): MD steps
 reuse them, with unchanged results, until an atom has moved more than half the skin.
-A committee served with ``uncertainty=True`` adds ``energy_uncertainty`` (eV) and
-``forces_uncertainty [N]`` (eV/Å); ``uncertainty_limit`` stops or flags a calculation whose
-largest force uncertainty passes a threshold (:mod:`.uncertainty`).
+A committee served with ``uncertainty=True`` adds ``energy_uncertainty`` (eV),
+``forces_uncertainty [N]`` (eV/Å) and, with per-atom energies, ``energies_uncertainty [N]`` (eV);
+``uncertainty_limit`` stops or flags a calculation whose largest force uncertainty passes a
+threshold (:mod:`.uncertainty`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class HydraASECalculator(Calculator):
         props = ["energy", "free_energy"]
         if self.hydra.uncertainty:
             props.append("energy_uncertainty")
+            if info.atomic_energy is not None:
+                props.append("energies_uncertainty")
         if info.forces is not None:
             props.append("forces")
             if self.hydra.uncertainty:
@@ -116,6 +119,10 @@ class HydraASECalculator(Calculator):
             self.results["energy_uncertainty"] = float(out["energy_uncertainty"][0])
         if "forces_uncertainty" in out:
             self.results["forces_uncertainty"] = out["forces_uncertainty"].detach().cpu().numpy().astype(np.float64)
+        if "atomic_energy_uncertainty" in out:
+            self.results["energies_uncertainty"] = (
+                out["atomic_energy_uncertainty"].detach().cpu().numpy().astype(np.float64)
+            )
         if "stress" in out:
             self.results["stress"] = full_3x3_to_voigt_6_stress(
                 out["stress"][0].detach().cpu().numpy().astype(np.float64)

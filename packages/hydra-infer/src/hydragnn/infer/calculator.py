@@ -84,8 +84,10 @@ class HydraCalculator:
         uncertainty: also return a committee's spread (``Architecture.committee`` >= 2) as
             ``energy_uncertainty [B]`` (eV: the members' standard deviation of the energy) and,
             with forces, ``forces_uncertainty [N]`` (eV/Å: per atom, the root mean square deviation
-            of the members' force vectors from their mean), from the same pass (the committee
-            runs every member anyway). Sets the committee's ``with_spread``.
+            of the members' force vectors from their mean) and, for a model with per-atom energies,
+            ``atomic_energy_uncertainty [N]`` (eV: the members' standard deviation of each atom's
+            energy), from the same pass (the committee runs every member anyway). Sets the
+            committee's ``with_spread``.
 
     Attributes:
         neighbor_stats: ``{"builds": int, "reuses": int}``, neighbour lists searched and reused.

@@ -145,20 +145,43 @@ class ExportedPotential:
         skin: Verlet skin (Å) of the neighbour list (default 0.5, as the other MD adapters).
         sha256: the file's expected SHA-256 (``hydragnn-export`` prints it); any other file is
             refused before it is loaded (an exported file runs code: see docs/lammps.md).
+        uncertainty_limit: as :class:`CalculatorPotential`'s, on the file's ``forces_uncertainty``
+            (a committee exported with ``--uncertainty``).
+
+    Raises:
+        InferenceError: a file without a virial, or a limit for a file without uncertainty.
     """
 
-    def __init__(self, path: str | os.PathLike, *, skin: float | None = None, sha256: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        skin: float | None = None,
+        sha256: str | None = None,
+        uncertainty_limit: Any = None,
+    ) -> None:
         from .export import ExportedModel
         from .neighbors import MD_SKIN
+        from .uncertainty import as_limit
 
         self.model = ExportedModel(path, skin=MD_SKIN if skin is None else skin, sha256=sha256)
         if "virial" not in self.model.metadata["outputs"]:
             raise InferenceError(f"potential: {path} gives no virial (re-export it with hydragnn-export)")
+        self.uncertainty_limit = as_limit(uncertainty_limit)
+        if self.uncertainty_limit is not None and "forces_uncertainty" not in self.model.metadata["outputs"]:
+            raise InferenceError(
+                f"uncertainty_limit: {path} gives no forces_uncertainty; export a committee with "
+                "hydragnn-export --uncertainty"
+            )
+        self.calls = 0
 
     def __call__(
         self, positions: np.ndarray, numbers: np.ndarray, cell: np.ndarray, pbc: np.ndarray
     ) -> tuple[float, np.ndarray, np.ndarray]:
         out = self.model(positions, numbers, cell, pbc)
+        self.calls += 1
+        if self.uncertainty_limit is not None:
+            self.uncertainty_limit.check(f"ExportedPotential, call {self.calls}", out["forces_uncertainty"])
         virial = out["virial"].detach().cpu().double().numpy() if pbc.any() else np.zeros((3, 3))
         return float(out["energy"]), out["forces"].detach().cpu().double().numpy(), virial
 

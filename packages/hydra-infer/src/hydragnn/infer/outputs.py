@@ -66,10 +66,17 @@ def _uncertainty(
     info: ModelInfo,
     scale: torch.Tensor | None,
 ) -> None:
-    """A committee's spread of the energy or forces as ``energy_uncertainty [B]`` (eV, the members'
-    standard deviation) or ``forces_uncertainty [N]`` (eV/Å, the root mean square deviation of the
-    members' force vectors from their mean, per atom); other outputs' spreads are not served."""
-    if name == info.energy:
+    """A committee's spread of the energy, forces or per-atom energies as ``energy_uncertainty [B]``
+    (eV, the members' standard deviation), ``forces_uncertainty [N]`` (eV/Å, the root mean square
+    deviation of the members' force vectors from their mean, per atom) or
+    ``atomic_energy_uncertainty [N]`` (eV, the members' standard deviation of each atom's energy:
+    metatomic's per-atom ``energy_uncertainty``); other outputs' spreads are not served."""
+    if name == info.atomic_energy:
+        value = spread.to(torch.float64).reshape(-1)
+        if scale is not None:
+            value = value * scale[call.batch]
+        results["atomic_energy_uncertainty"] = _per_atom_layout(value.to(spread.dtype), call)
+    elif name == info.energy:
         value = spread.to(torch.float64).reshape(-1)
         results["energy_uncertainty"] = (value * scale if scale is not None else value).to(spread.dtype)
     elif name == info.forces:

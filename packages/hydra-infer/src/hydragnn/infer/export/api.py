@@ -104,6 +104,7 @@ def export_model(
     head: str | None = None,
     charge: float | None = None,
     spin: float | None = None,
+    uncertainty: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> ExportReport:
     """Export an interatomic potential to ``path`` and check the file against the calculator.
@@ -120,6 +121,13 @@ def export_model(
         device: ``"cpu"`` or ``"cuda"``: where the file runs (the trace fixes it).
         head: the energy head to export, for a model with several.
         charge, spin: fixed values of the model's total-charge / spin inputs (engines pass none).
+        uncertainty: the model is a committee (``Architecture.committee`` >= 2, or
+            :class:`~hydragnn.models.Committee`); the file also gives its spread as
+            :class:`~hydragnn.infer.HydraCalculator` serves it with ``uncertainty=True``
+            (``energy_uncertainty``, ``forces_uncertainty [N]``, ``atomic_energy_uncertainty [N]``;
+            metatomic: its ``energy_uncertainty`` output, per atom when the model has per-atom
+            energies, which metatomic's ASE calculator and LAMMPS pair style compare with their
+            ``uncertainty_threshold``).
         progress: called with a line per step (the CLI prints them).
 
     Raises:
@@ -141,11 +149,17 @@ def export_model(
         raise ExportError(f"cannot export this model: {exc}") from None
     fixed = {k: float(v) for k, v in (("charge", charge), ("spin", spin)) if v is not None}
     problems = export_problems(model, info, fixed)
+    if uncertainty and not isinstance(model, Committee):
+        problems.append(
+            "uncertainty needs a committee (Architecture.committee >= 2): a single model has no spread to serve"
+        )
     if problems:
         raise ExportError("cannot export this model:\n  - " + "\n  - ".join(problems))
     spec = FORMATS[fmt]
-    meta = _metadata(model, info, fmt, fixed, head, model_or_artifact)
-    references = check_references(model, info, fixed)  # before the trace: a refusal costs no compile
+    meta = _metadata(model, info, fmt, fixed, head, model_or_artifact, uncertainty)
+    references = check_references(
+        model, info, fixed, uncertainty=uncertainty
+    )  # before the trace: a refusal costs no compile
     if fmt == "metatomic":
         from .metatomic import metatomic_torch
 
@@ -158,7 +172,9 @@ def export_model(
         # the engine differentiates the energy: trace the path a gradient flows through (without a
         # gradient, geometry takes shortcuts that are not differentiable at zero length: safe_norm)
         example[0].requires_grad_(True)
-    gm = trace(potential_function(model, info, graph_attr, gradients=spec["gradients"]), example)
+    gm = trace(
+        potential_function(model, info, graph_attr, gradients=spec["gradients"], uncertainty=uncertainty), example
+    )
     seconds["trace"] = time.perf_counter() - start
     say(
         f"traced in {seconds['trace']:.1f} s; writing {fmt}"
@@ -172,7 +188,7 @@ def export_model(
         seconds["write"] = time.perf_counter() - start
         start = time.perf_counter()
         tolerance = TOLERANCE[model.geometry_dtype]
-        errors = check_file(tmp, fmt, model, info, references=references, tolerance=tolerance)
+        errors = check_file(tmp, fmt, model, info, references=references, tolerance=tolerance, uncertainty=uncertainty)
         seconds["check"] = time.perf_counter() - start
         try:
             os.replace(tmp, path)
@@ -251,7 +267,13 @@ def _graph_attr(info: ModelInfo, fixed: Mapping[str, float], model: HydraModel) 
 
 
 def _metadata(
-    model: HydraModel, info: ModelInfo, fmt: str, fixed: Mapping[str, float], head: str | None, source: Any
+    model: HydraModel,
+    info: ModelInfo,
+    fmt: str,
+    fixed: Mapping[str, float],
+    head: str | None,
+    source: Any,
+    uncertainty: bool = False,
 ) -> dict[str, Any]:
     from hydragnn.infer import __version__
 
@@ -262,8 +284,13 @@ def _metadata(
         outputs[info.atomic_energy] = "atom"
     outputs.update({n: "atom" for n in info.node_outputs})
     outputs.update({n: "structure" for n in info.graph_outputs})
+    if uncertainty:
+        outputs |= {"energy_uncertainty": "structure", "forces_uncertainty": "atom"}
+        outputs |= {"atomic_energy_uncertainty": "atom"} if info.atomic_energy else {}
     if FORMATS[fmt]["gradients"] is False:
         outputs = {"energy": "structure"} | ({"atomic_energy": "atom"} if info.atomic_energy else {})
+        if uncertainty:  # metatomic's energy_uncertainty, per atom when it can be
+            outputs["energy_uncertainty"] = "atom" if info.atomic_energy else "structure"
     heads = model.energy_head_names
     attention = model.config.attention.engine
     return metadata(
@@ -281,6 +308,7 @@ def _metadata(
         fixed_inputs=dict(fixed),
         outputs=outputs,
         per_atom_energy=info.atomic_energy is not None,
+        uncertainty=uncertainty,
         atomic_energy_name=info.atomic_energy,
         name=f"HydraGNN {model.config.mpnn_type}",
     )
@@ -308,8 +336,10 @@ def check_structures(info: ModelInfo) -> list[Any]:
     return [molecule, periodic]
 
 
-def _reference(model: HydraModel, info: ModelInfo, atoms: Any, fixed: Mapping[str, float]) -> dict[str, np.ndarray]:
-    calc = HydraCalculator(model, skin=0.0)
+def _reference(
+    model: HydraModel, info: ModelInfo, atoms: Any, fixed: Mapping[str, float], uncertainty: bool
+) -> dict[str, np.ndarray]:
+    calc = HydraCalculator(model, skin=0.0, uncertainty=uncertainty)
     periodic = bool(atoms.pbc.any())
     out = calc(
         atoms.positions,
@@ -324,10 +354,14 @@ def _reference(model: HydraModel, info: ModelInfo, atoms: Any, fixed: Mapping[st
     result = {k: v.detach().cpu().double().numpy() for k, v in out.items()}
     for name in ("energy", *info.graph_outputs, *(["stress"] if periodic else [])):
         result[name] = result[name][0]  # one structure: drop the batch dimension, as the file does
+    if "energy_uncertainty" in result:
+        result["energy_uncertainty"] = result["energy_uncertainty"][0]
     return result
 
 
-def _exported(path: Path, fmt: str, atoms: Any, info: ModelInfo, device: str) -> dict[str, np.ndarray]:
+def _exported(
+    path: Path, fmt: str, atoms: Any, info: ModelInfo, device: str, uncertainty: bool = False
+) -> dict[str, np.ndarray]:
     """The written file's outputs for ``atoms``, loaded as its users load it."""
     if fmt == "metatomic":
         from .pyg_patch import pyg_index_select_restored
@@ -343,6 +377,8 @@ def _exported(path: Path, fmt: str, atoms: Any, info: ModelInfo, device: str) ->
                 from ase.stress import voigt_6_to_full_3x3_stress
 
                 out["stress"] = voigt_6_to_full_3x3_stress(atoms.get_stress())
+            if uncertainty:
+                out.update(_metatomic_uncertainty(calc, atoms, info.atomic_energy is not None))
             return out
     from .runtime import ExportedModel, structure_inputs
 
@@ -355,8 +391,18 @@ def _exported(path: Path, fmt: str, atoms: Any, info: ModelInfo, device: str) ->
     return out
 
 
+def _metatomic_uncertainty(calc: Any, atoms: Any, per_atom: bool) -> dict[str, np.ndarray]:
+    """The file's ``energy_uncertainty`` under the calculator's name (``atomic_energy_uncertainty``
+    per atom, ``energy_uncertainty`` per structure)."""
+    from metatomic.torch import ModelOutput
+
+    request = {"energy_uncertainty": ModelOutput(unit="eV", sample_kind="atom" if per_atom else "system")}
+    values = calc.run_model(atoms, request)["energy_uncertainty"].block().values.detach().cpu().double().numpy()
+    return {"atomic_energy_uncertainty": values.reshape(-1)} if per_atom else {"energy_uncertainty": values.reshape(())}
+
+
 def check_references(
-    model: HydraModel, info: ModelInfo, fixed: Mapping[str, float]
+    model: HydraModel, info: ModelInfo, fixed: Mapping[str, float], *, uncertainty: bool = False
 ) -> list[tuple[Any, dict[str, np.ndarray]]]:
     """:func:`check_structures` with the calculator's outputs for each, computed before any file is written.
 
@@ -366,7 +412,7 @@ def check_references(
     pairs = []
     for atoms in check_structures(info):
         try:
-            pairs.append((atoms, _reference(model, info, atoms, fixed)))
+            pairs.append((atoms, _reference(model, info, atoms, fixed, uncertainty)))
         except InferenceError as exc:
             raise ExportError(f"export check: the calculator refuses the check structure ({exc})") from None
     return pairs
@@ -380,6 +426,7 @@ def check_file(
     *,
     references: list[tuple[Any, dict[str, np.ndarray]]],
     tolerance: float,
+    uncertainty: bool = False,
 ) -> dict[str, float]:
     """Largest differences between the file and the calculator's ``references`` (:func:`check_references`).
 
@@ -391,7 +438,7 @@ def check_file(
     for atoms, ref in references:
         kind = "periodic cell" if atoms.pbc.any() else "molecule"
         try:
-            got = _exported(path, fmt, atoms, info, next(model.parameters()).device.type)
+            got = _exported(path, fmt, atoms, info, next(model.parameters()).device.type, uncertainty)
         except Exception as exc:  # the file's runtime raises its own types; the message says what
             first = " ".join(str(exc).split())[-400:]
             raise ExportError(
@@ -413,7 +460,10 @@ def check_file(
                     f"(tolerance {tolerance * scale:.3g}); the file was not written"
                 )
             worst[name] = max(worst.get(name, 0.0), diff)
-        for name in ("energy", "forces"):
+        required = ["energy", "forces"]
+        if uncertainty:
+            required.append("atomic_energy_uncertainty" if info.atomic_energy else "energy_uncertainty")
+        for name in required:
             if name not in got:
                 raise ExportError(f"export check ({kind}): the file gives no {name}")
     return worst

@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--head", default=None, help="the energy head of a model trained on several sources")
     parser.add_argument("--charge", type=float, default=None, help="fixed total charge, for a model with that input")
     parser.add_argument("--spin", type=float, default=None, help="fixed spin, for a model with that input")
+    parser.add_argument(
+        "--uncertainty",
+        action="store_true",
+        help="a committee's spread in the file too (energy_uncertainty, forces_uncertainty; metatomic: energy_uncertainty)",
+    )
     parser.add_argument("--version", action="version", version=_version())
     args = parser.parse_args(argv)
 
@@ -61,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             head=args.head,
             charge=args.charge,
             spin=args.spin,
+            uncertainty=args.uncertainty,
             progress=lambda line: print(line, flush=True),
         )
     except (ExportError, ArtifactError, ImportError) as exc:

@@ -12,7 +12,11 @@ dtype of the positions). A molecule passes a zero cell and ``pbc`` all false. Ou
 ``[]`` (eV), ``forces [N, 3]`` (eV/Å), ``stress [3, 3]`` (eV/Å³, ``(1/V) dE/d(strain)``, ASE's
 sign) and ``virial [3, 3]`` (eV, ``-V * stress``, LAMMPS's ``sum r f``), both zero without a cell
 volume; the per-atom energies and every other head, per atom ``[N]`` / ``[N, dim]`` and per
-structure ``[]`` / ``[dim]``, in the units :class:`~hydragnn.infer.HydraCalculator` returns.
+structure ``[]`` / ``[dim]``, in the units :class:`~hydragnn.infer.HydraCalculator` returns. A
+committee exported with ``uncertainty`` adds the members' spread as the calculator serves it
+(``energy_uncertainty []``, ``forces_uncertainty [N]`` with gradients, ``atomic_energy_uncertainty
+[N]`` for a model with per-atom energies): each member's energy is differentiated once, and the
+mean forces and stress are the members' means (the derivative of the mean energy, by linearity).
 
 The equations are the model's own (:func:`hydragnn.models.mlip.apply_strain` and
 :func:`~hydragnn.models.mlip.derivatives` around ``HydraModel.forward``, units from
@@ -31,7 +35,8 @@ from typing import Any, cast
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from hydragnn.models import HydraModel
+from hydragnn.models import Committee, HydraModel
+from hydragnn.models.committee import SPREAD_SUFFIX
 from hydragnn.models.mlip import apply_strain, derivatives
 
 from ..batching import model_batch
@@ -96,7 +101,7 @@ def export_problems(model: HydraModel, info: ModelInfo, graph_inputs: dict[str, 
 
 
 def potential_function(
-    model: HydraModel, info: ModelInfo, graph_attr: torch.Tensor | None, *, gradients: bool
+    model: HydraModel, info: ModelInfo, graph_attr: torch.Tensor | None, *, gradients: bool, uncertainty: bool = False
 ) -> Callable:
     """The exported function (module docstring) of ``model`` in eval mode.
 
@@ -107,6 +112,7 @@ def potential_function(
         gradients: compute forces, stress and virial in the graph (AOTInductor, TorchScript);
             ``False`` gives the energy and heads only, differentiable by the caller (metatomic,
             whose engines take forces and stress by autograd).
+        uncertainty: ``model`` is a :class:`~hydragnn.models.Committee`; add its spread.
     """
 
     def structure(positions, numbers, cell, pbc, edge_index, cell_shifts):
@@ -133,17 +139,34 @@ def potential_function(
             cell=strained,
             pbc=pbc.unsqueeze(0),
         )
-        raw = model(b, compute_forces=False, compute_stress=False)
+        energies: list[torch.Tensor] = []
+        raw: dict[Any, torch.Tensor]  # keyed by the model's names (info.stress may be None: never read)
+        if uncertainty:
+            raw, energies = _committee_outputs(cast(Committee, model), b, info)
+        else:
+            raw = model(b, compute_forces=False, compute_stress=False)
         volume = _volume(cell)
         if gradients:
-            forces, de_dstrain = derivatives(
-                raw[info.energy], pos, displacement, create_graph=False, retain_graph=False
-            )
+            if uncertainty:  # each member's derivatives: the spread of the forces, the mean of both
+                per_member = [
+                    derivatives(e, pos, displacement, create_graph=False, retain_graph=k < len(energies) - 1)
+                    for k, e in enumerate(energies)
+                ]
+                member_forces = torch.stack([f for f, _ in per_member])
+                forces = member_forces.mean(0)
+                raw[cast(str, info.forces) + SPREAD_SUFFIX] = member_forces.std(0, correction=0)
+                de_dstrain = torch.stack([cast(torch.Tensor, d) for _, d in per_member]).mean(0)
+            else:
+                forces, de_dstrain = derivatives(
+                    raw[info.energy], pos, displacement, create_graph=False, retain_graph=False
+                )
             raw[info.forces] = forces
             safe = torch.where(volume > 0, volume, torch.ones_like(volume))
             raw[info.stress] = (cast(torch.Tensor, de_dstrain) / safe * (volume > 0).to(safe.dtype)).reshape(1, 9)
         out = convert(raw, OneStructure(batch), info, detach=gradients)
         out["energy"] = out["energy"].reshape(())
+        if "energy_uncertainty" in out:
+            out["energy_uncertainty"] = out["energy_uncertainty"].reshape(())
         for name in info.graph_outputs:
             out[name] = out[name].reshape(out[name].shape[1:]) if out[name].dim() > 1 else out[name].reshape(())
         if gradients:
@@ -152,6 +175,19 @@ def potential_function(
         return out
 
     return structure
+
+
+def _committee_outputs(
+    committee: Committee, b: Any, info: ModelInfo
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    """The members' mean of every output (``Committee.forward``'s), the spread of the energy and of
+    the per-atom energies under ``"<name>@spread"``, and each member's energy ``[1, 1]``."""
+    members = committee.member_outputs(b, compute_forces=False, compute_stress=False)
+    raw = {name: torch.stack([m[name] for m in members]).mean(0) for name in members[0]}
+    for name in (info.energy, info.atomic_energy):
+        if name is not None:
+            raw[name + SPREAD_SUFFIX] = torch.stack([m[name] for m in members]).std(0, correction=0)
+    return raw, [m[cast(str, info.energy)] for m in members]
 
 
 def _volume(cell: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,11 @@ neighbour list (``requested_neighbor_lists``) with integer cell shifts, exactly 
 graph's inputs, and computes forces and stress itself by autograd through the energy (engines
 strain positions and cell, so the graph computes the pair shifts from the cell). Output:
 ``energy`` per structure and, for a model with per-atom energies, per atom (``sample_kind``
-``"atom"``, also what ``selected_atoms`` needs). The model's other heads are not offered here
-(metatomic has no standard names for them); the AOTInductor and TorchScript files carry them.
+``"atom"``, also what ``selected_atoms`` needs) and, for a committee exported with uncertainty,
+``energy_uncertainty`` (the members' spread, per atom when the energy is: what metatomic's ASE
+calculator and LAMMPS pair style compare with ``uncertainty_threshold``). The model's other
+heads are not offered here (metatomic has no standard names for them); the AOTInductor and
+TorchScript files carry them.
 
 PyG replaces ``torch.index_select`` at import with a Python function that TorchScript cannot
 compile, and metatensor scripts functions calling it when ``metatomic.torch`` is imported and
@@ -50,10 +53,14 @@ def write_metatomic(gm: torch.fx.GraphModule, path: Path | BinaryIO, meta: dict[
     with pyg_index_select_restored():
         from .metatomic_module import HydraGNNMetatomic
 
-        module = HydraGNNMetatomic(scriptable(gm), float(meta["cutoff"]), per_atom).eval()
-        energy = mta.ModelOutput(unit="eV", sample_kind="atom" if per_atom else "system")
+        uncertainty = bool(meta.get("uncertainty"))
+        module = HydraGNNMetatomic(scriptable(gm), float(meta["cutoff"]), per_atom, uncertainty).eval()
+        kind = "atom" if per_atom else "system"
+        outputs = {"energy": mta.ModelOutput(unit="eV", sample_kind=kind)}
+        if uncertainty:
+            outputs["energy_uncertainty"] = mta.ModelOutput(unit="eV", sample_kind=kind)
         capabilities = mta.ModelCapabilities(
-            outputs={"energy": energy},
+            outputs=outputs,
             atomic_types=[int(z) for z in meta["species"]],
             interaction_range=float(meta["interaction_range"]),
             length_unit="angstrom",
