@@ -181,3 +181,55 @@ def test_a_narrower_ghost_shell_is_refused(tmp_path):
     for rank in (0, 1):
         refused = (tmp_path / f"rank{rank}.txt").read_text().splitlines()
         assert len(refused) == 2 and all("needs a ghost shell of at least 10 Å" in r for r in refused), refused
+
+
+UNCERTAINTY_SCRIPT = """
+import json, sys
+from hydragnn.infer import ExtrapolationError, UncertaintyLimit
+from hydragnn.infer.lammps import attach_potential, open_lammps
+from hydragnn.infer.lammps_potentials import CalculatorPotential
+model, data, out = sys.argv[1], sys.argv[2], sys.argv[3]
+lmp = open_lammps(["-log", "none", "-screen", "none", "-nocite"])
+lmp.commands_string("units metal\\natom_style atomic\\natom_modify map yes")
+lmp.command(f"read_data {data}")
+fix = attach_potential(lmp, CalculatorPotential(model, uncertainty_limit=UncertaintyLimit(1e3, "flag")), elements=["Cu", "Au"])
+lmp.commands_string("velocity all create 600 5 mom yes rot no loop geom\\nfix md all nve\\ntimestep 0.001")
+lmp.command("run 2")
+largest, pe = fix.potential.uncertainty_limit.largest, lmp.get_thermo("pe")
+fix.potential.uncertainty_limit = UncertaintyLimit(largest / 2)
+try:
+    lmp.command("run 5")
+    message = ""
+except ExtrapolationError as exc:
+    message = str(exc) + " | " + " ".join(exc.__notes__)
+rank = lmp.extract_setting("world_rank")
+json.dump({"largest": largest, "pe": pe, "message": message, "step": lmp.extract_global("ntimestep")},
+          open(f"{out}/rank{rank}.json", "w"))
+"""
+
+
+@pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside the interpreter (the mpich wheel)")
+def test_a_committees_uncertainty_limit_stops_every_rank_at_the_same_step(tmp_path):
+    """A CalculatorPotential with an uncertainty limit on 2 ranks: the largest force spread equals the
+    1-rank calculator's, and a limit below it stops both ranks at the same step."""
+    model = save_artifact(tiny_model(committee=3), tmp_path / "committee.hydra", species=[29, 79])
+    data = tmp_path / "cuau.data"
+    ase.io.write(data, cuau("ortho"), format="lammps-data", specorder=["Cu", "Au"], masses=True)
+    script = tmp_path / "uncertainty.py"
+    script.write_text(UNCERTAINTY_SCRIPT)
+    results = {}
+    for ranks in (1, 2):
+        out = tmp_path / f"n{ranks}"
+        out.mkdir()
+        args = [MPIEXEC, "-n", str(ranks), sys.executable, str(script), str(model), str(data), str(out)]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        results[ranks] = [json.loads((out / f"rank{r}.json").read_text()) for r in range(ranks)]
+    one, two = results[1][0], results[2]
+    assert one["largest"] > 0 and "CalculatorPotential, call 4" in one["message"]
+    for rank, result in enumerate(two):
+        assert result["largest"] == pytest.approx(one["largest"], rel=1e-9)
+        assert result["pe"] == pytest.approx(one["pe"], abs=1e-9)
+        assert result["step"] == one["step"] == 2
+        assert f"DecomposedPotential, call 4, rank {rank}: the committee's force uncertainty" in result["message"]
+        assert "LAMMPS fix 'hydragnn' at step 2" in result["message"]

@@ -205,7 +205,8 @@ def test_weights_holding_nan_are_refused_naming_the_tensor(model, tmp_path):
 
 def test_architecture_too_large_for_its_weights_is_refused_before_allocating(model, tmp_path):
     """A 30000-wide architecture around a tiny model's weights (checksums forged) is refused from the
-    declared sizes; sizes each within the bounds whose products are not, by the allocation guard."""
+    declared sizes; sizes each within the bounds (1900-wide filters: about 300 MiB built, under the
+    guard's 1 GiB for derived constants such as MACE's) by the weights that do not fit them."""
     path = save_artifact(model, tmp_path / "m.hydra")
     _, manifest, weights = _parts(path)
     manifest["architecture"]["hidden_dim"] = 30000
@@ -214,8 +215,27 @@ def test_architecture_too_large_for_its_weights_is_refused_before_allocating(mod
         load_artifact(path)
     manifest["architecture"].update(hidden_dim=1900, num_radial=1900)  # 14 MiB filters, two per layer
     _write(path, manifest, weights)
-    with pytest.raises(ArtifactError, match="does not fit its weights.*allocate a tensor of shape.*allowed in all"):
+    with pytest.raises(ArtifactError, match="the weights do not fit the architecture"):
         load_artifact(path)
+
+
+def test_allocation_guard_counts_every_allocation_in_all():
+    from hydragnn.models.artifact import _AllocationGuard, _TooLarge
+
+    with pytest.raises(_TooLarge, match="allowed in all"), _AllocationGuard((2**20, 3 * 2**20)):
+        kept = [torch.zeros(2**18) for _ in range(4)]  # 1 MiB each: the fourth passes 3 MiB in all
+    with _AllocationGuard((2**20, 3 * 2**20)):
+        kept = [torch.zeros(2**18) for _ in range(3)]
+    assert len(kept) == 3
+
+
+def test_a_mace_at_mace_torchs_shape_loads_after_training(tmp_path):
+    """max_ell 3, correlation 3 (mace-torch's defaults): its symmetric-contraction constants are
+    derived, not stored (16.5 MiB per tensor, 227 MiB in all while built, for 1.6 MiB of weights);
+    the allocation guard refused the trained model before 2026-12-06."""
+    model = build("MACE", hidden_dim=32, num_conv_layers=2, max_ell=3, node_max_ell=0, correlation=3)
+    loaded = load_artifact(save_artifact(model, tmp_path / "mace.hydra"))
+    assert loaded.config.raw["max_ell"] == 3
 
 
 def test_newer_format_refused_naming_version(model, tmp_path):

@@ -15,6 +15,13 @@ encoder). :class:`DecomposedPotential` then returns, on every rank:
 * the virial ``sum_a x_a f_a`` over the rank's local and ghost atoms (translation invariant, as
   the gradients of a local energy sum to zero), summed over ranks.
 
+A committee with an uncertainty limit (a :class:`~.lammps_potentials.CalculatorPotential` given
+with ``uncertainty_limit``) differentiates each member's local energy: the member forces are
+reduced by atom ID together (one ``Allreduce`` over ``[K, max ID + 1, 3]``), the mean is applied,
+and the per-atom spread of the local atoms is checked against the limit with the largest value
+over all ranks (one more ``allreduce``), so every rank stops (or flags) at the same step; the
+error names the rank's own atoms above the threshold by LAMMPS atom ID.
+
 ``fix external`` expects the all-rank totals of energy and virial on every rank. The cost: the
 shell multiplies the atoms per rank by about ``(1 + 2 S / L)^3`` (``S`` the shell, ``L`` the
 sub-domain side), so more ranks pay only for large systems.
@@ -34,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InferenceError
-from .lammps_potentials import INSTALL_HINT, is_model
+from .lammps_potentials import INSTALL_HINT, CalculatorPotential, is_model
 
 __all__ = ["DecomposedPotential", "check_ghost_shell", "decomposed_potential", "local_potential"]
 
@@ -73,19 +80,32 @@ class DecomposedPotential:
     Args:
         calc_or_model: a ``HydraCalculator``, a ``HydraModel`` or a model artifact path.
         comm: the mpi4py communicator of the LAMMPS instance's ranks.
+        uncertainty_limit: a :class:`~.uncertainty.UncertaintyLimit` (or a threshold, eV/Å) on the
+            committee's per-atom force uncertainty (module docstring).
 
     Attributes:
         reach: the model's receptive field (Å); the ghost shell must be at least this plus the skin.
+        calls: evaluations so far (named by an uncertainty error).
 
     Raises:
-        InferenceError: the model is not a local potential (each reason named), or its energy is
-            normalised per structure.
+        InferenceError: the model is not a local potential (each reason named), its energy is
+            normalised per structure, or a limit is given for a model without a committee.
     """
 
-    def __init__(self, calc_or_model: Any, comm: Any) -> None:
+    def __init__(self, calc_or_model: Any, comm: Any, uncertainty_limit: Any = None) -> None:
+        from hydragnn.models import Committee
+
+        from .uncertainty import as_limit
+
         calc, self.reach = local_potential(calc_or_model, "potential: several MPI ranks need")
         self.model, self.info, self.comm = calc.model, calc.info, comm
         self.cutoff = float(self.info.cutoff)
+        self.uncertainty_limit = as_limit(uncertainty_limit)
+        if self.uncertainty_limit is not None and not isinstance(self.model, Committee):
+            raise InferenceError(
+                "uncertainty_limit: the model is not a committee (Architecture.committee >= 2): it has no spread"
+            )
+        self.calls = 0
 
     def __call__(
         self, positions: np.ndarray, numbers: np.ndarray, ids: np.ndarray, nlocal: int
@@ -107,10 +127,11 @@ class DecomposedPotential:
         from .batching import model_batch
 
         model = self.model
+        members = list(model.members) if self.uncertainty_limit is not None else [model]
         device = next(model.parameters()).device
         pos = torch.as_tensor(positions, dtype=model.geometry_dtype, device=device).requires_grad_(True)
-        local_energy = 0.0
-        forces = np.zeros_like(positions)
+        local_energies = [0.0] * len(members)
+        member_forces = np.zeros((len(members), *positions.shape))
         if positions.shape[0]:
             edge_index, _ = radius_graph(pos.detach(), self.cutoff)
             batch = model_batch(
@@ -121,18 +142,49 @@ class DecomposedPotential:
                 edge_index=edge_index,
                 num_graphs=1,
             )
-            local = atomic_energies(model, batch)[:nlocal].sum()
-            (grad,) = torch.autograd.grad(local, pos)
-            local_energy = float(local)
-            forces = -grad.detach().cpu().double().numpy()
+            for k, member in enumerate(members):
+                local = atomic_energies(member, batch)[:nlocal].sum()
+                (grad,) = torch.autograd.grad(local, pos)
+                local_energies[k] = float(local)
+                member_forces[k] = -grad.detach().cpu().double().numpy()
         top = self.comm.allreduce(int(ids.max()) if ids.size else 0, op=MPI.MAX)
-        by_id = np.zeros((top + 1, 3))
-        np.add.at(by_id, ids, forces)
+        by_id = np.zeros((len(members), top + 1, 3))
+        for k in range(len(members)):
+            np.add.at(by_id[k], ids, member_forces[k])
         self.comm.Allreduce(MPI.IN_PLACE, by_id, op=MPI.SUM)
+        forces = member_forces.mean(0)
         virial = np.ascontiguousarray(positions.T @ forces)
         self.comm.Allreduce(MPI.IN_PLACE, virial, op=MPI.SUM)
-        energy = self.comm.allreduce(local_energy, op=MPI.SUM)
-        return energy, by_id[ids[:nlocal]], virial
+        energy = self.comm.allreduce(float(np.mean(local_energies)), op=MPI.SUM)
+        self.calls += 1
+        local_forces = by_id[:, ids[:nlocal]]  # [K, nlocal, 3]
+        if self.uncertainty_limit is not None:
+            self._check(local_forces, ids[:nlocal], MPI)
+        return energy, local_forces.mean(0), virial
+
+    def _check(self, local_forces: np.ndarray, local_ids: np.ndarray, MPI: Any) -> None:
+        """Apply the limit to the local atoms' force spread ``[nlocal]`` with the largest value of all
+        ranks, so that every rank raises (or flags) at the same call."""
+        from .uncertainty import ExtrapolationError
+
+        limit = self.uncertainty_limit
+        assert limit is not None
+        spread = np.sqrt(((local_forces - local_forces.mean(0)) ** 2).sum(-1).mean(0))
+        largest = self.comm.allreduce(float(spread.max()) if spread.size else 0.0, op=MPI.MAX)
+        where = f"DecomposedPotential, call {self.calls}, rank {self.comm.Get_rank()}"
+        if spread.size and spread.max() > limit.threshold:
+            limit.check(where, spread, atom_ids=local_ids)  # raises under "stop"
+        elif largest > limit.threshold:  # another rank's atoms: stop (or flag) here too
+            if limit.action == "stop":
+                raise ExtrapolationError(
+                    f"{where}: the committee's force uncertainty reached {largest:.3g} eV/Å on another rank's atoms, "
+                    f"above the threshold {limit.threshold:g}: the model is extrapolating, so the run is stopped "
+                    "on every rank",
+                    largest,
+                    [],
+                )
+            limit.flagged.append((where, largest))
+        limit.largest = largest
 
 
 def decomposed_potential(lmp: Any, potential: Any, nprocs: int, skin: float) -> DecomposedPotential:
@@ -145,6 +197,9 @@ def decomposed_potential(lmp: Any, potential: Any, nprocs: int, skin: float) -> 
                 f"attach_potential: {potential} is an exported file, which runs on one rank; on {nprocs} ranks "
                 "give the model artifact (model.hydra) or a HydraCalculator"
             )
+    limit = None
+    if isinstance(potential, CalculatorPotential):  # its calculator, and its limit on every rank
+        potential, limit = potential.calc, potential.uncertainty_limit
     elif callable(potential) and not is_model(potential):
         raise InferenceError(
             f"attach_potential: a callable potential sees one rank's atoms only; on {nprocs} ranks give the "
@@ -156,7 +211,7 @@ def decomposed_potential(lmp: Any, potential: Any, nprocs: int, skin: float) -> 
         from mpi4py import MPI
     except ImportError as exc:
         raise InferenceError(f"attach_potential: {nprocs} MPI ranks need mpi4py: {INSTALL_HINT}") from exc
-    decomposed = DecomposedPotential(potential, MPI.COMM_WORLD)
+    decomposed = DecomposedPotential(potential, MPI.COMM_WORLD, limit)
     shell = decomposed.reach + float(skin)
     lmp._hydragnn_shell = None  # this call's own settings pass
     lmp.command(f"neighbor {float(skin)} bin")

@@ -16,7 +16,7 @@ with pyg_index_select_restored():
 
 
 def _tensor_map(
-    values: List[torch.Tensor], samples: List[torch.Tensor], names: List[str], name: str, device: torch.device
+    values: list[torch.Tensor], samples: list[torch.Tensor], names: list[str], name: str, device: torch.device
 ) -> TensorMap:  # noqa: UP006
     """One block of ``[rows, 1]`` values with their sample labels (``names``), property ``name``."""
     if len(values) > 0:
