@@ -239,7 +239,7 @@ def test_other_heads_and_fixed_charge(tmp_path):
 def test_a_model_of_other_species_exports(tmp_path, species):
     """A model trained without copper or gold (Ni-Al; carbon alone) exports and passes the check:
     the check structures hold only the model's species, which the calculator accepts."""
-    from hydragnn.infer.export.api import check_structures
+    from hydragnn.infer.export.check import check_structures
     from hydragnn.infer.model_info import model_info
 
     path = save_artifact(tiny_model(), tmp_path / "m.hydra", species=species)

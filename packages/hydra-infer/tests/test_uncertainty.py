@@ -163,3 +163,19 @@ def test_lammps_run_stops_at_the_step_where_the_committee_disagrees(committee, t
     assert "LAMMPS fix 'hydragnn' at step 2" in info.value.__notes__[0]
     lmp.close()
     committee.with_spread = False
+
+
+def test_per_atom_energy_uncertainty_is_the_members_spread_of_each_atoms_energy(committee, cuau_atoms):
+    """``atomic_energy_uncertainty`` (ASE: ``energies_uncertainty``): the members' standard
+    deviation of each atom's energy, each member through its own calculator."""
+    atoms = cuau_atoms[0].copy()
+    kwargs = dict(cell=atoms.cell.array, forces=True)
+    calcs = [HydraCalculator(m) for m in committee.members]
+    name = calcs[0].info.atomic_energy
+    members = [calc(atoms.positions, atoms.numbers, **kwargs) for calc in calcs]
+    want = torch.stack([o[name] for o in members]).std(0, correction=0)
+    got = HydraCalculator(committee, uncertainty=True)(atoms.positions, atoms.numbers, **kwargs)
+    torch.testing.assert_close(got["atomic_energy_uncertainty"], want)
+    atoms.calc = HydraASECalculator(committee, uncertainty=True)
+    np.testing.assert_allclose(atoms.calc.get_property("energies_uncertainty", atoms), want.numpy())
+    committee.with_spread = False

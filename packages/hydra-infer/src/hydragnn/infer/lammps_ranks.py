@@ -15,12 +15,8 @@ encoder). :class:`DecomposedPotential` then returns, on every rank:
 * the virial ``sum_a x_a f_a`` over the rank's local and ghost atoms (translation invariant, as
   the gradients of a local energy sum to zero), summed over ranks.
 
-A committee with an uncertainty limit (a :class:`~.lammps_potentials.CalculatorPotential` given
-with ``uncertainty_limit``) differentiates each member's local energy: the member forces are
-reduced by atom ID together (one ``Allreduce`` over ``[K, max ID + 1, 3]``), the mean is applied,
-and the per-atom spread of the local atoms is checked against the limit with the largest value
-over all ranks (one more ``allreduce``), so every rank stops (or flags) at the same step; the
-error names the rank's own atoms above the threshold by LAMMPS atom ID.
+A committee with an uncertainty limit reduces each member's forces the same way and decides on
+the largest spread over all ranks, so every rank stops at the same step (:meth:`DecomposedPotential._check`).
 
 ``fix external`` expects the all-rank totals of energy and virial on every rank. The cost: the
 shell multiplies the atoms per rank by about ``(1 + 2 S / L)^3`` (``S`` the shell, ``L`` the
@@ -163,8 +159,10 @@ class DecomposedPotential:
         return energy, local_forces.mean(0), virial
 
     def _check(self, local_forces: np.ndarray, local_ids: np.ndarray, MPI: Any) -> None:
-        """Apply the limit to the local atoms' force spread ``[nlocal]`` with the largest value of all
-        ranks, so that every rank raises (or flags) at the same call."""
+        """Apply the limit to the local atoms' force spread ``[nlocal]`` (from the members' forces
+        ``[K, nlocal, 3]``, reduced by atom ID in one ``Allreduce``) with the largest value of all
+        ranks (one ``allreduce``), so that every rank raises (or flags) at the same call; the
+        error names the rank's own atoms above the threshold by LAMMPS atom ID."""
         from .uncertainty import ExtrapolationError
 
         limit = self.uncertainty_limit

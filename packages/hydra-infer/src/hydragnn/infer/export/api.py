@@ -5,7 +5,7 @@ reasons it cannot be exported (:func:`.graph.export_problems`, refused before an
 traced graph (:mod:`.graph`), the file written beside its destination under a temporary name
 (:mod:`.formats`, :mod:`.metatomic`), then the check: the written file, loaded as its users load
 it, against :class:`~hydragnn.infer.HydraCalculator` on a molecule and a triclinic periodic cell
-of other sizes than the trace's. Only a file that passes replaces ``path``; nothing is left
+of other sizes than the trace's (:mod:`.check`). Only a file that passes replaces ``path``; nothing is left
 behind otherwise, so an export either gives a file that computes what the calculator computes
 or an :class:`~.graph.ExportError` saying why.
 """
@@ -21,18 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from hydragnn.data.io.atomic import destination_problem
 from hydragnn.models import Committee, HydraModel, load_artifact
 from hydragnn.models.execution import Execution
 
-from ..calculator import HydraCalculator
 from ..errors import InferenceError
 from ..model_info import ModelInfo, model_info
+from .check import check_file, check_references
 from .formats import FORMATS, metadata, write_aoti, write_torchscript
-from .graph import ExportError, check_species, export_problems, fcc_lattice, potential_function, trace
+from .graph import ExportError, export_problems, potential_function, trace
 from .runtime import example_inputs, file_sha256
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -148,33 +147,17 @@ def export_model(
     except InferenceError as exc:
         raise ExportError(f"cannot export this model: {exc}") from None
     fixed = {k: float(v) for k, v in (("charge", charge), ("spin", spin)) if v is not None}
-    problems = export_problems(model, info, fixed)
-    if uncertainty and not isinstance(model, Committee):
-        problems.append(
-            "uncertainty needs a committee (Architecture.committee >= 2): a single model has no spread to serve"
-        )
-    if problems:
-        raise ExportError("cannot export this model:\n  - " + "\n  - ".join(problems))
-    spec = FORMATS[fmt]
+    _refuse_problems(model, info, fixed, uncertainty)
     meta = _metadata(model, info, fmt, fixed, head, model_or_artifact, uncertainty)
-    references = check_references(
-        model, info, fixed, uncertainty=uncertainty
-    )  # before the trace: a refusal costs no compile
+    # before the trace: a refusal costs no compile
+    references = check_references(model, info, fixed, uncertainty=uncertainty)
     if fmt == "metatomic":
         from .metatomic import metatomic_torch
 
         metatomic_torch()  # a missing extra fails before the trace
     seconds: dict[str, float] = {}
     start = time.perf_counter()
-    graph_attr = _graph_attr(info, fixed, model)
-    example = example_inputs(info, model.geometry_dtype, torch.device(device))
-    if not spec["gradients"]:
-        # the engine differentiates the energy: trace the path a gradient flows through (without a
-        # gradient, geometry takes shortcuts that are not differentiable at zero length: safe_norm)
-        example[0].requires_grad_(True)
-    gm = trace(
-        potential_function(model, info, graph_attr, gradients=spec["gradients"], uncertainty=uncertainty), example
-    )
+    gm, example = _traced(model, info, fixed, fmt, device, uncertainty)
     seconds["trace"] = time.perf_counter() - start
     say(
         f"traced in {seconds['trace']:.1f} s; writing {fmt}"
@@ -207,6 +190,32 @@ def export_model(
         tolerance=tolerance,
         sha256=file_sha256(path),
     )
+
+
+def _refuse_problems(model: HydraModel, info: ModelInfo, fixed: Mapping[str, float], uncertainty: bool) -> None:
+    """Raise an ``ExportError`` listing every reason ``model`` cannot be exported (nothing: it can)."""
+    problems = export_problems(model, info, dict(fixed))
+    if uncertainty and not isinstance(model, Committee):
+        problems.append(
+            "uncertainty needs a committee (Architecture.committee >= 2): a single model has no spread to serve"
+        )
+    if problems:
+        raise ExportError("cannot export this model:\n  - " + "\n  - ".join(problems))
+
+
+def _traced(
+    model: HydraModel, info: ModelInfo, fixed: Mapping[str, float], fmt: str, device: str, uncertainty: bool
+) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+    """The traced function of format ``fmt`` (:func:`.graph.potential_function`) and its example inputs."""
+    gradients = FORMATS[fmt]["gradients"]
+    example = example_inputs(info, model.geometry_dtype, torch.device(device))
+    if not gradients:
+        # the engine differentiates the energy: trace the path a gradient flows through (without a
+        # gradient, geometry takes shortcuts that are not differentiable at zero length: safe_norm)
+        example[0].requires_grad_(True)
+    graph_attr = _graph_attr(info, fixed, model)
+    fn = potential_function(model, info, graph_attr, gradients=gradients, uncertainty=uncertainty)
+    return trace(fn, example), example
 
 
 def _serialised(fmt: str, gm: torch.fx.GraphModule, example: tuple[torch.Tensor, ...], meta: dict[str, Any]) -> bytes:
@@ -312,158 +321,3 @@ def _metadata(
         atomic_energy_name=info.atomic_energy,
         name=f"HydraGNN {model.config.mpnn_type}",
     )
-
-
-def check_structures(info: ModelInfo) -> list[Any]:
-    """A 7-atom molecule and a 12-atom triclinic periodic cell (the trace used a 32-atom cubic one).
-
-    Every atom is one of :func:`.graph.check_species` (the model's training species when it lists
-    them), so a model trained on any chemistry can be checked.
-    """
-    from ase import Atoms
-    from ase.build import bulk
-
-    first, second = check_species(info)
-    rng = np.random.default_rng(7)
-    molecule = Atoms(
-        numbers=[first, second, first, first, second, first, second],
-        positions=rng.normal(scale=1.2, size=(7, 3)) + np.array([0.0, 0.0, 0.0]),
-    )
-    periodic = bulk("Cu", "fcc", a=fcc_lattice(info.cutoff)) * (2, 2, 3)  # the primitive fcc cell: triclinic
-    periodic.numbers[:] = first
-    periodic.numbers[::3] = second  # every atom one of the model's species, whatever they are
-    periodic.rattle(0.08, seed=3)
-    return [molecule, periodic]
-
-
-def _reference(
-    model: HydraModel, info: ModelInfo, atoms: Any, fixed: Mapping[str, float], uncertainty: bool
-) -> dict[str, np.ndarray]:
-    calc = HydraCalculator(model, skin=0.0, uncertainty=uncertainty)
-    periodic = bool(atoms.pbc.any())
-    out = calc(
-        atoms.positions,
-        atoms.numbers,
-        cell=atoms.cell.array if periodic else None,
-        pbc=atoms.pbc if periodic else None,
-        forces=True,
-        stress=periodic,
-        charge=fixed.get("charge"),
-        spin=fixed.get("spin"),
-    )
-    result = {k: v.detach().cpu().double().numpy() for k, v in out.items()}
-    for name in ("energy", *info.graph_outputs, *(["stress"] if periodic else [])):
-        result[name] = result[name][0]  # one structure: drop the batch dimension, as the file does
-    if "energy_uncertainty" in result:
-        result["energy_uncertainty"] = result["energy_uncertainty"][0]
-    return result
-
-
-def _exported(
-    path: Path, fmt: str, atoms: Any, info: ModelInfo, device: str, uncertainty: bool = False
-) -> dict[str, np.ndarray]:
-    """The written file's outputs for ``atoms``, loaded as its users load it."""
-    if fmt == "metatomic":
-        from .pyg_patch import pyg_index_select_restored
-
-        with pyg_index_select_restored():
-            from metatomic_ase import MetatomicCalculator
-
-            calc = MetatomicCalculator(str(path), device=device)  # the device the file was exported for
-            atoms = atoms.copy()
-            atoms.calc = calc
-            out = {"energy": np.array(atoms.get_potential_energy()), "forces": atoms.get_forces()}
-            if atoms.pbc.any():
-                from ase.stress import voigt_6_to_full_3x3_stress
-
-                out["stress"] = voigt_6_to_full_3x3_stress(atoms.get_stress())
-            if uncertainty:
-                out.update(_metatomic_uncertainty(calc, atoms, info.atomic_energy is not None))
-            return out
-    from .runtime import ExportedModel, structure_inputs
-
-    exported = ExportedModel(path)
-    raw = exported.run(*structure_inputs(atoms, info.cutoff, exported.dtype, exported.device))
-    out = {k: v.detach().cpu().double().numpy() for k, v in raw.items()}
-    if not atoms.pbc.any():
-        out.pop("stress", None)
-    out.pop("virial", None)
-    return out
-
-
-def _metatomic_uncertainty(calc: Any, atoms: Any, per_atom: bool) -> dict[str, np.ndarray]:
-    """The file's ``energy_uncertainty`` under the calculator's name (``atomic_energy_uncertainty``
-    per atom, ``energy_uncertainty`` per structure)."""
-    from metatomic.torch import ModelOutput
-
-    request = {"energy_uncertainty": ModelOutput(unit="eV", sample_kind="atom" if per_atom else "system")}
-    values = calc.run_model(atoms, request)["energy_uncertainty"].block().values.detach().cpu().double().numpy()
-    return {"atomic_energy_uncertainty": values.reshape(-1)} if per_atom else {"energy_uncertainty": values.reshape(())}
-
-
-def check_references(
-    model: HydraModel, info: ModelInfo, fixed: Mapping[str, float], *, uncertainty: bool = False
-) -> list[tuple[Any, dict[str, np.ndarray]]]:
-    """:func:`check_structures` with the calculator's outputs for each, computed before any file is written.
-
-    Raises:
-        ExportError: the calculator refuses a check structure (the message says why).
-    """
-    pairs = []
-    for atoms in check_structures(info):
-        try:
-            pairs.append((atoms, _reference(model, info, atoms, fixed, uncertainty)))
-        except InferenceError as exc:
-            raise ExportError(f"export check: the calculator refuses the check structure ({exc})") from None
-    return pairs
-
-
-def check_file(
-    path: Path,
-    fmt: str,
-    model: HydraModel,
-    info: ModelInfo,
-    *,
-    references: list[tuple[Any, dict[str, np.ndarray]]],
-    tolerance: float,
-    uncertainty: bool = False,
-) -> dict[str, float]:
-    """Largest differences between the file and the calculator's ``references`` (:func:`check_references`).
-
-    Raises:
-        ExportError: an output missing from the file, or differing by more than ``tolerance``
-            (relative to the output's largest magnitude, at least 1).
-    """
-    worst: dict[str, float] = {}
-    for atoms, ref in references:
-        kind = "periodic cell" if atoms.pbc.any() else "molecule"
-        try:
-            got = _exported(path, fmt, atoms, info, next(model.parameters()).device.type, uncertainty)
-        except Exception as exc:  # the file's runtime raises its own types; the message says what
-            first = " ".join(str(exc).split())[-400:]
-            raise ExportError(
-                f"export check ({kind}): the written file fails ({type(exc).__name__}: ...{first}); it was not kept"
-            ) from exc
-        for name, value in got.items():
-            if name not in ref:
-                continue
-            expected = ref[name]
-            if value.shape != expected.shape:
-                raise ExportError(
-                    f"export check ({kind}): {name} has shape {value.shape}, the calculator's {expected.shape}"
-                )
-            diff = float(np.abs(value - expected).max()) if value.size else 0.0
-            scale = max(1.0, float(np.abs(expected).max()) if expected.size else 0.0)
-            if not diff <= tolerance * scale:
-                raise ExportError(
-                    f"export check ({kind}): {name} differs from the calculator's by {diff:.3g} "
-                    f"(tolerance {tolerance * scale:.3g}); the file was not written"
-                )
-            worst[name] = max(worst.get(name, 0.0), diff)
-        required = ["energy", "forces"]
-        if uncertainty:
-            required.append("atomic_energy_uncertainty" if info.atomic_energy else "energy_uncertainty")
-        for name in required:
-            if name not in got:
-                raise ExportError(f"export check ({kind}): the file gives no {name}")
-    return worst
