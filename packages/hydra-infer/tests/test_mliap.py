@@ -5,7 +5,9 @@ periodic cell: the cell's atoms (listed), their periodic images within the ghost
 pair within the cutoff with ``r_ij = x_j - x_i`` (ghost-ghost pairs included: ``EXISTS 1``), and
 it applies the pair forces as LAMMPS does (``f_i += f_ij``, ``f_j -= f_ij``, ghost forces to their
 owners, virial ``sum r_ij f_ij`` with LAMMPS's sign). Energy, forces and virial must equal the
-periodic calculator's. A LAMMPS with ML-IAP's Python coupling is not on PyPI, so no real one runs here.
+periodic calculator's. A LAMMPS with ML-IAP's Python coupling is not on PyPI, so no real one runs here. A committee's
+per-atom energy spread limits the run (stop before LAMMPS gets the forces, or flag), on one rank and
+with a stand-in communicator whose other rank is above the threshold.
 """
 
 from __future__ import annotations
@@ -113,3 +115,81 @@ def test_a_nan_pair_vector_stops_the_step_before_forces_are_applied():
         potential.compute_forces(data)
     assert 2 in info.value.atoms
     assert not data.f.any() and data.energy is None
+
+
+def _cell_data(potential, atoms):
+    positions, owner = cut_out(torch.as_tensor(atoms.positions), torch.as_tensor(atoms.cell.array), potential.reach)
+    elems = np.where(atoms.numbers[owner.numpy()] == 29, 0, 1)
+    return FakeData(positions.numpy(), elems, len(atoms), potential.cutoff), owner.numpy()
+
+
+@pytest.fixture(scope="module")
+def committee():
+    from hydragnn.models.testing import build
+
+    return build("SchNet", seed=0, committee=3, precision="fp64").requires_grad_(False)
+
+
+def test_a_committees_energy_spread_stops_the_step_before_forces_are_applied(committee):
+    """The limit reads the members' per-atom energy spread of the listed atoms: the calculator's
+    ``atomic_energy_uncertainty``; above it, nothing reaches LAMMPS and the atoms are named."""
+    from hydragnn.infer import ExtrapolationError
+
+    atoms = cuau("tri")
+    served = HydraCalculator(committee, uncertainty=True)(
+        atoms.positions, atoms.numbers, cell=atoms.cell.array, forces=True
+    )
+    spread = served["atomic_energy_uncertainty"].numpy()
+    threshold = float(np.quantile(spread, 0.9))
+    potential = HydraMLIAP(committee, elements=["Cu", "Au"], uncertainty_limit=threshold)
+    data, _ = _cell_data(potential, atoms)
+    with pytest.raises(
+        ExtrapolationError, match=r"HydraMLIAP, call 1: the committee's per-atom energy uncertainty reached .* eV, "
+    ) as info:
+        potential.compute_forces(data)
+    assert info.value.value == pytest.approx(float(spread.max()), rel=1e-9)
+    assert sorted(info.value.atoms) == sorted(np.flatnonzero(spread > threshold).tolist())
+    assert not data.f.any() and data.energy is None
+
+
+def test_flag_goes_on_with_the_committees_mean_and_agrees_across_ranks(committee):
+    """``"flag"`` applies the mean's forces and records the call; with a communicator, a rank
+    whose own atoms are below the threshold stops (or flags) when another rank's are above it."""
+    from hydragnn.infer import ExtrapolationError, UncertaintyLimit
+
+    atoms = cuau("tri")
+    limit = UncertaintyLimit(1e-12, action="flag", quantity="atomic_energy")
+    potential = HydraMLIAP(committee, elements=["Cu", "Au"], uncertainty_limit=limit)
+    data, owner = _cell_data(potential, atoms)
+    with pytest.warns(UserWarning, match="per-atom energy uncertainty"):
+        potential.compute_forces(data)
+    out = HydraCalculator(committee)(atoms.positions, atoms.numbers, cell=atoms.cell.array, forces=True)
+    forces = np.zeros((len(atoms), 3))
+    np.add.at(forces, owner, data.f)
+    np.testing.assert_allclose(forces, out["forces"].numpy(), atol=1e-10)
+    assert data.energy == pytest.approx(float(out["energy"][0]), abs=1e-10)
+    assert [where for where, _ in limit.flagged] == ["HydraMLIAP, call 1"]
+
+    class OtherRankAbove:  # the mpi4py calls check_across_ranks makes
+        def Get_rank(self):
+            return 0
+
+        def allgather(self, value):
+            return [value, 1e6]
+
+    potential = HydraMLIAP(committee, elements=["Cu", "Au"], uncertainty_limit=1e3, comm=OtherRankAbove())
+    data, _ = _cell_data(potential, atoms)
+    with pytest.raises(ExtrapolationError, match="HydraMLIAP, call 1, rank 0: .* on another rank's atoms"):
+        potential.compute_forces(data)
+    assert not data.f.any()
+
+
+def test_a_limit_needs_a_committee_and_the_energy_spread(committee):
+    from hydragnn.infer import UncertaintyLimit
+
+    with pytest.raises(InferenceError, match="uncertainty_limit needs a committee"):
+        HydraMLIAP(tiny_model(), elements=["Cu", "Au"], uncertainty_limit=0.1)
+    with pytest.raises(
+        InferenceError, match=r"pair_style mliap unified checks the per-atom energy uncertainty \(eV\); .*force"
+    ):
+        HydraMLIAP(committee, elements=["Cu", "Au"], uncertainty_limit=UncertaintyLimit(0.1))

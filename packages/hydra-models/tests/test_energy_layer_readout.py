@@ -12,6 +12,7 @@ from hydragnn.models.testing.graphs import collate, periodic_samples
 
 PAINN = register_variant("PAINN+energy_layer_readout", mpnn_type="PAINN", energy_layer_readout=True)
 SCHNET = register_variant("SchNet+energy_layer_readout", mpnn_type="SchNet", energy_layer_readout=True)
+MACE = register_variant("MACE+energy_layer_readout", mpnn_type="MACE", energy_layer_readout=True)
 
 
 @pytest.mark.parametrize("encoder_name", [PAINN, SCHNET])
@@ -23,7 +24,7 @@ def _batch():
     return collate(periodic_samples(CUTOFF)[:3])
 
 
-@pytest.mark.parametrize("name", [PAINN, SCHNET])
+@pytest.mark.parametrize("name", [PAINN, SCHNET, MACE])
 def test_each_layer_adds_its_linear_energy(name):
     """With the readouts zeroed the model is the plain one (same weights otherwise); one readout's
     weight adds exactly ``scale * w . h_l`` per atom, with ``h_l`` that layer's invariant output."""
@@ -65,3 +66,23 @@ def test_refused_where_there_is_no_layer_to_read(arch, message):
     raw = {"hidden_dim": 8, "num_conv_layers": 2, "enable_interatomic_potential": True, "energy_layer_readout": True}
     with pytest.raises(ModelConfigError, match=message):
         ModelConfig.from_dict({**raw, **arch})
+
+
+def test_every_encoder_that_accepts_the_key_reports_its_layers():
+    """An encoder the config lets take ``energy_layer_readout`` must report every conv layer's
+    features, else the key passes the config and fails in training (MACE did)."""
+    from hydragnn.models.encoders import ENCODERS
+
+    batch = _batch()
+    accepted = []
+    for name in sorted(ENCODERS):
+        try:
+            model = build(name, energy_layer_readout=True)
+        except ModelConfigError as exc:
+            assert "energy_layer_readout" in str(exc) or "interatomic" in str(exc), (name, str(exc))
+            continue
+        accepted.append(name)
+        with torch.no_grad():
+            out = model(batch)
+        assert torch.isfinite(out["energy"]).all(), name
+    assert {"MACE", "PAINN", "SchNet"} <= set(accepted)

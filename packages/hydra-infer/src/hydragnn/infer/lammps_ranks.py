@@ -96,7 +96,7 @@ class DecomposedPotential:
         calc, self.reach = local_potential(calc_or_model, "potential: several MPI ranks need")
         self.model, self.info, self.comm = calc.model, calc.info, comm
         self.cutoff = float(self.info.cutoff)
-        self.uncertainty_limit = as_limit(uncertainty_limit)
+        self.uncertainty_limit = as_limit(uncertainty_limit, "forces", "DecomposedPotential")
         if self.uncertainty_limit is not None and not isinstance(self.model, Committee):
             raise InferenceError(
                 "uncertainty_limit: the model is not a committee (Architecture.committee >= 2): it has no spread"
@@ -155,34 +155,20 @@ class DecomposedPotential:
         self.calls += 1
         local_forces = by_id[:, ids[:nlocal]]  # [K, nlocal, 3]
         if self.uncertainty_limit is not None:
-            self._check(local_forces, ids[:nlocal], MPI)
+            self._check(local_forces, ids[:nlocal])
         return energy, local_forces.mean(0), virial
 
-    def _check(self, local_forces: np.ndarray, local_ids: np.ndarray, MPI: Any) -> None:
+    def _check(self, local_forces: np.ndarray, local_ids: np.ndarray) -> None:
         """Apply the limit to the local atoms' force spread ``[nlocal]`` (from the members' forces
         ``[K, nlocal, 3]``, reduced by atom ID in one ``Allreduce``) with the largest value of all
-        ranks (one ``allreduce``), so that every rank raises (or flags) at the same call; the
-        error names the rank's own atoms above the threshold by LAMMPS atom ID."""
-        from .uncertainty import ExtrapolationError
+        ranks (:func:`~.uncertainty.check_across_ranks`); the error names the rank's own atoms
+        above the threshold by LAMMPS atom ID."""
+        from .uncertainty import check_across_ranks
 
-        limit = self.uncertainty_limit
-        assert limit is not None
+        assert self.uncertainty_limit is not None
         spread = np.sqrt(((local_forces - local_forces.mean(0)) ** 2).sum(-1).mean(0))
-        largest = self.comm.allreduce(float(spread.max()) if spread.size else 0.0, op=MPI.MAX)
         where = f"DecomposedPotential, call {self.calls}, rank {self.comm.Get_rank()}"
-        if spread.size and spread.max() > limit.threshold:
-            limit.check(where, spread, atom_ids=local_ids)  # raises under "stop"
-        elif largest > limit.threshold:  # another rank's atoms: stop (or flag) here too
-            if limit.action == "stop":
-                raise ExtrapolationError(
-                    f"{where}: the committee's force uncertainty reached {largest:.3g} eV/Å on another rank's atoms, "
-                    f"above the threshold {limit.threshold:g}: the model is extrapolating, so the run is stopped "
-                    "on every rank",
-                    largest,
-                    [],
-                )
-            limit.flagged.append((where, largest))
-        limit.largest = largest
+        check_across_ranks(self.uncertainty_limit, where, spread, self.comm, atom_ids=local_ids)
 
 
 def decomposed_potential(lmp: Any, potential: Any, nprocs: int, skin: float) -> DecomposedPotential:

@@ -23,6 +23,15 @@ reverse-communicates to the ghosts' owners. Only local models run this way
 (:func:`hydragnn.models.locality_problems`); the ghost shell must reach the model's receptive
 field, which :meth:`HydraMLIAP.lammps_commands` sets.
 
+A committee's spread limits the run as in the other engines, on the quantity a rank has whole:
+``HydraMLIAP(..., uncertainty_limit=0.05)`` stops (or, with an
+:class:`~hydragnn.infer.UncertaintyLimit` whose action is ``"flag"``, records) a step where the
+members' per-atom energies of the rank's atoms differ by more than the threshold (standard
+deviation, eV: ``quantity="atomic_energy"``). A rank sees only its pair forces, so the force
+spread of the other engines cannot be formed here. Given ``comm`` (the mpi4py communicator of the
+LAMMPS ranks), every rank stops or flags at the same step; without it, the rank that stops
+raises, which ends the LAMMPS run.
+
 What was run: the contract, with a stand-in for LAMMPS's data object against the periodic
 calculator (``tests/test_mliap.py``, in CI), and ``nox -s lammps-mliap``, which builds LAMMPS with
 the coupling and matches ``pair_style mliap unified`` on 1 and 2 ranks to the fix-external driver
@@ -51,22 +60,46 @@ class HydraMLIAP:
         potential: a model artifact path, a ``HydraModel`` or a ``HydraCalculator``.
         elements: the element of each LAMMPS atom type, in type order (``pair_coeff * * Cu Au``).
         skin: the neighbour skin (Å) added to the ghost shell by :meth:`lammps_commands`.
+        uncertainty_limit: a threshold (eV) or an :class:`~hydragnn.infer.UncertaintyLimit` with
+            ``quantity="atomic_energy"`` on the committee's per-atom energy spread (module docstring).
+        comm: the mpi4py communicator of the LAMMPS ranks, so that all stop at the same step.
+
+    Attributes:
+        calls: ``compute_forces`` calls so far (named by an uncertainty error).
 
     Raises:
-        InferenceError: the model is not local, its energy is normalised by data statistics, or an
-            element is unknown.
+        InferenceError: the model is not local, its energy is normalised by data statistics, an
+            element is unknown, or a limit is given for a model without a committee or on forces.
     """
 
     ndescriptors = 1
     nparams = 1
 
-    def __init__(self, potential: str | os.PathLike | Any, *, elements: Sequence[str], skin: float = 2.0) -> None:
+    def __init__(
+        self,
+        potential: str | os.PathLike | Any,
+        *,
+        elements: Sequence[str],
+        skin: float = 2.0,
+        uncertainty_limit: Any = None,
+        comm: Any = None,
+    ) -> None:
         from ase.data import atomic_numbers
 
+        from hydragnn.models import Committee
+
         from .lammps_ranks import local_potential
+        from .uncertainty import as_limit
 
         calc, self.reach = local_potential(potential, "HydraMLIAP: ML-IAP needs")
         self.model, self.info = calc.model, calc.info
+        self.uncertainty_limit = as_limit(uncertainty_limit, "atomic_energy", "pair_style mliap unified")
+        if self.uncertainty_limit is not None and not isinstance(self.model, Committee):
+            raise InferenceError(
+                "HydraMLIAP: uncertainty_limit needs a committee (Architecture.committee >= 2): one model has no spread"
+            )
+        self.comm = comm
+        self.calls = 0
         unknown = [e for e in elements if e not in atomic_numbers or e == "X"]
         if unknown or not elements:
             raise InferenceError(
@@ -108,11 +141,32 @@ class HydraMLIAP:
         pair_j = torch.as_tensor(np.asarray(data.pair_j, dtype=np.int64), device=device)
         rij = torch.as_tensor(np.asarray(data.rij), dtype=dtype, device=device).requires_grad_(True)
         nlocal = int(data.nlistatoms)
-        energy, atomic = local_energy(self.model, species, torch.stack([pair_j, pair_i]), rij, nlocal)
+        limit = self.uncertainty_limit
+        edges = torch.stack([pair_j, pair_i])
+        energy, atomic = local_energy(self.model, species, edges, rij, nlocal, members=limit is not None)
+        spread = None
+        if limit is not None:  # atomic: [K, N], each member's
+            spread = atomic[:, :nlocal].detach().std(0, correction=0).cpu().double().numpy()
+            atomic = atomic.mean(0)
         (pair_forces,) = torch.autograd.grad(energy, rij)
         where = "LAMMPS pair_style mliap unified"
         require_finite(where, {"atomic energies": atomic[:nlocal]}, {"energy": energy})
         require_finite_pairs(where, pair_forces, data.pair_i, data.pair_j)
-        data.energy = float(energy)
+        self.calls += 1
+        if spread is not None:  # before LAMMPS receives the forces
+            self._check(spread)
+        data.energy = float(energy.detach())
         data.eatoms = np.ascontiguousarray(atomic[:nlocal].detach().cpu().double().numpy())
         data.update_pair_forces(np.ascontiguousarray(pair_forces.detach().cpu().double().numpy()))
+
+    def _check(self, spread: np.ndarray) -> None:
+        """The limit on the listed atoms' energy spread ``[nlocal]``: across ranks with ``comm``."""
+        from .uncertainty import check_across_ranks
+
+        limit = self.uncertainty_limit
+        assert limit is not None
+        if self.comm is None:
+            limit.check(f"HydraMLIAP, call {self.calls}", spread)
+        else:
+            where = f"HydraMLIAP, call {self.calls}, rank {self.comm.Get_rank()}"
+            check_across_ranks(limit, where, spread, self.comm)

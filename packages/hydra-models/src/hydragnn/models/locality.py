@@ -93,9 +93,10 @@ def receptive_field(model: HydraModel | Committee) -> float:
     return reach
 
 
-def atomic_energies(model: HydraModel | Committee, batch: Any) -> torch.Tensor:
+def atomic_energies(model: HydraModel | Committee, batch: Any, *, members: bool = False) -> torch.Tensor:
     """``[N]`` per-atom energies of a prepared batch, in the model's energy units: each
-    structure's sum is the model's energy output (a committee's: the members' mean).
+    structure's sum is the model's energy output (a committee's: the members' mean). With
+    ``members``, ``[K, N]``: each member's (``K = 1`` for a single model), for their spread.
 
     Differentiable with respect to ``batch.pos`` (give it ``requires_grad`` for forces). The
     batch's own edges are used (``edge_index``, ``edge_shift``); a cut-out cluster passes none
@@ -119,6 +120,8 @@ def atomic_energies(model: HydraModel | Committee, batch: Any) -> torch.Tensor:
             getattr(batch, "edge_shift", None),
         )
         terms.append(atomic.reshape(-1))
+    if members:
+        return torch.stack(terms)
     return terms[0] if len(terms) == 1 else torch.stack(terms).mean(0)
 
 
@@ -128,10 +131,13 @@ def local_energy(
     edge_index: torch.Tensor,
     edge_vec: torch.Tensor,
     n_local: int,
+    *,
+    members: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(energy, atomic [N])``: the energy of atoms ``0 .. n_local - 1`` and every atom's energy,
     in the model's energy units, from an engine's pair list; differentiable in ``edge_vec``, so
-    ``autograd.grad(energy, edge_vec)`` gives the pair forces ``dE/d r_ij``.
+    ``autograd.grad(energy, edge_vec)`` gives the pair forces ``dE/d r_ij``. With ``members``,
+    ``atomic`` is each committee member's ``[K, N]`` (the energy is still their mean's).
 
     Args:
         species: ``[N]`` atomic numbers of the local atoms (first ``n_local``) and the ghosts.
@@ -165,5 +171,6 @@ def local_energy(
         edge_shift=edge_vec,
         batch=torch.zeros(n, dtype=torch.long, device=edge_vec.device),
     )
-    atomic = atomic_energies(model, batch)
-    return atomic[:n_local].sum(), atomic
+    atomic = atomic_energies(model, batch, members=members)
+    mean = atomic.mean(0) if members else atomic
+    return mean[:n_local].sum(), atomic

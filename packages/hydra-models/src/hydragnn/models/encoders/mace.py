@@ -172,8 +172,10 @@ class MACEEncoder(Encoder[MACEConfig]):
                 )
             else:
                 h = self._layer(layer, h, edge_sh, edge_radial, inputs.edge_index, node_attrs)
-            if self.mixers is not None:  # the first `hidden` channels are the 0e scalars
-                scalar = self.mix(layer, h_in[:, :hidden], h[:, :hidden], inputs)
+            # the first `hidden` channels are the 0e scalars; mix() also records them for the
+            # per-layer energy readout, so it runs with or without mixers
+            scalar = self.mix(layer, h_in[:, :hidden], h[:, :hidden], inputs)
+            if self.mixers is not None:
                 h = torch.cat([scalar, h[:, hidden:]], dim=-1)
 
         scalar = h[:, :hidden]
