@@ -91,6 +91,13 @@ def test_uncertainty_needs_a_committee_and_a_sensible_limit(model64, committee):
             UncertaintyLimit(bad)
     with pytest.raises(InferenceError, match=r"uncertainty action: expected one of \['stop', 'flag'\]"):
         UncertaintyLimit(0.1, "warn")
+    with pytest.raises(InferenceError, match=r"uncertainty quantity: expected one of \['forces', 'atomic_energy'\]"):
+        UncertaintyLimit(0.1, quantity="stress")
+    on_energies = UncertaintyLimit(0.1, quantity="atomic_energy")
+    with pytest.raises(
+        InferenceError, match=r"checks the force uncertainty \(eV/Å\); the limit is on the per-atom energy"
+    ):
+        HydraASECalculator(committee, uncertainty_limit=on_energies)
 
 
 def test_ase_md_stops_where_the_committee_disagrees(committee, cuau_atoms, tmp_path):
