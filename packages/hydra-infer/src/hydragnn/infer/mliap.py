@@ -23,19 +23,10 @@ reverse-communicates to the ghosts' owners. Only local models run this way
 (:func:`hydragnn.models.locality_problems`); the ghost shell must reach the model's receptive
 field, which :meth:`HydraMLIAP.lammps_commands` sets.
 
-A committee's spread limits the run as in the other engines, on the quantity a rank has whole:
-``HydraMLIAP(..., uncertainty_limit=0.05)`` stops (or, with an
-:class:`~hydragnn.infer.UncertaintyLimit` whose action is ``"flag"``, records) a step where the
-members' per-atom energies of the rank's atoms differ by more than the threshold (standard
-deviation, eV: ``quantity="atomic_energy"``). A rank sees only its pair forces, so the force
-spread of the other engines cannot be formed here. Given ``comm`` (the mpi4py communicator of the
-LAMMPS ranks), every rank stops or flags at the same step; without it, the rank that stops
-raises, which ends the LAMMPS run.
+A committee's ``uncertainty_limit`` reads the members' spread of each listed atom's energy (eV),
+the quantity a rank has whole (it sees only its pair forces; docs/lammps.md).
 
-What was run: the contract, with a stand-in for LAMMPS's data object against the periodic
-calculator (``tests/test_mliap.py``, in CI), and ``nox -s lammps-mliap``, which builds LAMMPS with
-the coupling and matches ``pair_style mliap unified`` on 1 and 2 ranks to the fix-external driver
-(1e-14 eV); not a Kokkos build.
+Tested: ``tests/test_mliap.py`` (a stand-in data object), ``nox -s lammps-mliap`` (a real build).
 """
 
 from __future__ import annotations
