@@ -288,12 +288,14 @@ def test_what_cannot_be_exported_is_refused(tmp_path, overrides, reason):
     [
         ("PAINN", {}),
         ("PAINN", {"energy_layer_readout": True}),
+        ("SchNet", {"zbl": True}),
         ("MACE", {"max_ell": 1, "node_max_ell": 1, "correlation": 2}),
         ("AllScAIP", {}),
     ],
 )
 def test_other_architectures_export(tmp_path, mpnn_type, overrides):
-    """Equivariant (PAINN, also with per-layer energy readouts), e3nn tensor products (MACE: its
+    """Equivariant (PAINN, also with per-layer energy readouts), the ZBL repulsion (float64 inside
+    a float32 model; the check's random clusters have close contacts), e3nn tensor products (MACE: its
     dense path branches on the row count and must not be traced) and fairchem's all-pairs encoder
     (AllScAIP): the export's own check against the calculator passes, on sizes other than the
     trace's."""

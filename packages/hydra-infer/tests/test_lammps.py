@@ -377,3 +377,32 @@ def test_a_callable_is_refused_on_several_ranks(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     for rank in (0, 1):
         assert "a callable potential sees one rank's atoms only" in (tmp_path / f"rank{rank}.txt").read_text()
+
+
+@pytest.mark.parametrize(("z1", "z2"), [(1, 1), (6, 8), (29, 79)])
+def test_zbl_pair_energy_is_lammps_pair_style_zbl(lmp_factory, z1, z2):
+    """``hydragnn.models.nn.zbl.zbl_pair_energy`` against LAMMPS's ``pair_style zbl`` on dimers:
+    below the inner switching radius LAMMPS's energy is ZBL plus a constant, so energy
+    differences and forces compare directly."""
+    import torch
+
+    from hydragnn.models.nn.zbl import zbl_pair_energy
+
+    def dimer(r: float) -> tuple[float, float]:
+        lmp = lmp_factory()
+        lmp.commands_string(
+            "boundary f f f\nregion b block -10 10 -10 10 -10 10\ncreate_box 2 b\n"
+            f"create_atoms 1 single 0 0 0\ncreate_atoms 2 single {r} 0 0\nmass * 1.0\n"
+            f"pair_style zbl 3.0 3.5\npair_coeff 1 1 {z1} {z1}\npair_coeff 2 2 {z2} {z2}\n"
+            f"pair_coeff 1 2 {z1} {z2}\nrun 0"
+        )
+        order = np.argsort(lmp.numpy.extract_atom("id")[:2])
+        return lmp.get_thermo("pe"), float(lmp.numpy.extract_atom("f")[:2][order][1, 0])
+
+    r = torch.tensor([0.4, 0.9, 1.7], dtype=torch.float64, requires_grad=True)
+    energy = zbl_pair_energy(torch.full((3,), z1), torch.full((3,), z2), r)
+    (grad,) = torch.autograd.grad(energy.sum(), r)
+    lammps = [dimer(float(d)) for d in r.detach()]
+    for k in range(3):
+        assert lammps[k][1] == pytest.approx(-float(grad[k]), rel=1e-12)  # the force on the second atom
+        assert lammps[k][0] - lammps[2][0] == pytest.approx(float(energy[k] - energy[2]), rel=1e-12, abs=1e-12)

@@ -146,6 +146,11 @@ class MLIPConfig:
             energy of its invariant node features (MACE's per-interaction readouts), so part of
             the energy stays a low-body-order function of the near neighbourhood; only with
             ``enabled`` and an encoder that supports layer mixing (not DimeNet).
+        zbl [false]: add the ZBL screened nuclear repulsion of close contacts to each atom's
+            energy (:mod:`hydragnn.models.nn.zbl`: switched off at the sum of the two covalent
+            radii, no parameters, no extra range), so that atoms pushed closer than any
+            training structure had them repel as nuclei do; any encoder carries it. Only with
+            ``enabled``; the energy is then in eV and lengths in Å.
     """
 
     enabled: bool = field(default=False, metadata={"json": "enable_interatomic_potential"})
@@ -161,16 +166,16 @@ class MLIPConfig:
     energy_scale: float = field(default=1.0, metadata=_POSITIVE)
     energy_heads: tuple[EnergyHeadSpec, ...] | None = field(default=None, metadata={"parse": _energy_heads})
     energy_layer_readout: bool = False
+    zbl: bool = False
 
     def __post_init__(self) -> None:
         if self.energy_heads is not None and not self.enabled:
             raise ModelConfigError(
                 f"{ROOT}.energy_heads: only for interatomic potentials (enable_interatomic_potential)"
             )
-        if self.energy_layer_readout and not self.enabled:
-            raise ModelConfigError(
-                f"{ROOT}.energy_layer_readout: only for interatomic potentials (enable_interatomic_potential)"
-            )
+        for key in ("energy_layer_readout", "zbl"):
+            if getattr(self, key) and not self.enabled:
+                raise ModelConfigError(f"{ROOT}.{key}: only for interatomic potentials (enable_interatomic_potential)")
 
     def head_specs(self) -> tuple[EnergyHeadSpec, ...]:
         """Every energy head with its reference energies, shift and scale filled from these

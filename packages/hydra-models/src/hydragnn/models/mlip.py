@@ -21,6 +21,7 @@ from .errors import ModelError
 from .heads import NodeHead
 from .heads_config import NodeHeadConfig
 from .nn.scatter import accumulate_dtype, scatter_sum
+from .nn.zbl import ZBLRepulsion
 
 VOIGT_ROWS = (0, 1, 2, 1, 0, 0)
 VOIGT_COLS = (0, 1, 2, 2, 2, 1)
@@ -54,6 +55,8 @@ class EnergyHead(nn.Module):
         layer_readouts: number of earlier conv layers read out linearly (``num_conv_layers - 1``
             with ``energy_layer_readout``, else 0): ``layers.i`` maps layer i's invariant
             features ``[N, H]`` to ``[N, K]``, added to the head's output before the scale.
+        zbl: add the ZBL repulsion (:class:`~hydragnn.models.nn.zbl.ZBLRepulsion`, eV) to every
+            atom's energy, after the reference, shift and scale (the same for every head).
     """
 
     shifts: torch.Tensor  # buffers of K > 1 heads
@@ -68,6 +71,7 @@ class EnergyHead(nn.Module):
         heads: Sequence[EnergyHeadSpec],
         trainable_reference: bool = False,
         layer_readouts: int = 0,
+        zbl: bool = False,
     ) -> None:
         super().__init__()
         self.names = [h.name for h in heads]
@@ -78,6 +82,7 @@ class EnergyHead(nn.Module):
             if layer_readouts
             else None
         )
+        self.repulsion = ZBLRepulsion() if zbl else None
         tables = [h.reference_energies for h in heads]
         self.reference: torch.Tensor | None
         if not any(tables):
@@ -160,6 +165,10 @@ class EnergyHead(nn.Module):
             atomic = atomic + self.shifts.to(acc)[k].unsqueeze(-1)
             if species is not None and self.reference is not None:
                 atomic = atomic + self.reference.to(acc)[k, species].unsqueeze(-1)
+        if self.repulsion is not None:
+            if inputs.edge_len is None:
+                raise ModelError("zbl: the ZBL repulsion needs positions (GraphInputs.edge_len is None)")
+            atomic = atomic + self.repulsion(inputs.x[:, 0].long(), inputs.edge_index, inputs.edge_len.to(acc))
         energy = scatter_sum(atomic, inputs.batch, inputs.num_graphs)
         return atomic, energy
 

@@ -165,6 +165,7 @@ class HydraModel(nn.Module):
                 config.mlip.head_specs(),
                 config.mlip.trainable_reference_energies,
                 layer_readouts=config.num_conv_layers - 1 if config.mlip.energy_layer_readout else 0,
+                zbl=config.mlip.zbl,
             )
             if self.mlip
             else None
