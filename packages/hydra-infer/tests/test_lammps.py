@@ -402,6 +402,7 @@ def test_zbl_pair_energy_is_lammps_pair_style_zbl(lmp_factory, z1, z2):
     r = torch.tensor([0.4, 0.9, 1.7], dtype=torch.float64, requires_grad=True)
     energy = zbl_pair_energy(torch.full((3,), z1), torch.full((3,), z2), r)
     (grad,) = torch.autograd.grad(energy.sum(), r)
+    energy = energy.detach()
     lammps = [dimer(float(d)) for d in r.detach()]
     for k in range(3):
         assert lammps[k][1] == pytest.approx(-float(grad[k]), rel=1e-12)  # the force on the second atom
