@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .radial import PolynomialCutoff
+
 __all__ = ["COULOMB_EV_ANGSTROM", "ZBLRepulsion", "zbl_pair_energy"]
 
 COULOMB_EV_ANGSTROM = 14.399645
@@ -59,7 +61,7 @@ class ZBLRepulsion(nn.Module):
         # in integer picometres (ASE's table is given to 0.01 Å): no dtype cast of the model rounds them
         picometres = torch.tensor([round(100 * float(r)) for r in covalent_radii], dtype=torch.int64)
         self.register_buffer("covalent_radii_pm", picometres, persistent=False)
-        self.p = int(p)
+        self.envelope = PolynomialCutoff(1.0, p=p)  # of r / (R_i + R_j), as DimeNet reads it
 
     def forward(self, species: torch.Tensor, edge_index: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
         dtype = length.dtype
@@ -70,14 +72,7 @@ class ZBLRepulsion(nn.Module):
         u = length / (radii.index_select(0, z_i) + radii.index_select(0, z_j))
         inside = (length > 0) & (u < 1.0)
         safe_r = torch.where(inside, length, torch.ones_like(length))
-        safe_u = torch.where(inside, u, torch.zeros_like(u))
-        p = self.p
-        envelope = (
-            1.0
-            - (p + 1.0) * (p + 2.0) / 2.0 * safe_u.pow(p)
-            + p * (p + 2.0) * safe_u.pow(p + 1)
-            - p * (p + 1.0) / 2.0 * safe_u.pow(p + 2)
-        )
+        envelope = self.envelope(torch.where(inside, u, torch.zeros_like(u)))
         pair = torch.where(inside, 0.5 * zbl_pair_energy(z_i, z_j, safe_r) * envelope, torch.zeros_like(length))
         out = torch.zeros(species.shape[0], dtype=length.dtype, device=length.device)
         return out.index_add(0, dst, pair).unsqueeze(-1).to(dtype)
