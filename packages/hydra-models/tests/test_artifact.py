@@ -177,6 +177,23 @@ def test_older_formats_are_still_read_as_they_were_written(version, batch, tmp_p
     assert manifest["architecture"]["output_heads"]["graph"]["input_norm"] == "none"
 
 
+def test_a_mace_with_mace_torchs_scales_round_trips(batch, tmp_path):
+    """``scales`` and ``residual_first_layer`` travel in the manifest: the loaded model computes
+    what the saved one did (the two scale settings compute different functions of one set of
+    weights, so a key lost on the way would show)."""
+    arch = {"hidden_dim": 8, "num_conv_layers": 2, "max_ell": 1}
+    model = build("MACE", seed=1, scales="mace-torch", residual_first_layer=True, **arch)
+    loaded = load_artifact(save_artifact(model, tmp_path / "m.hydra"))
+    assert loaded.config.raw["scales"] == "mace-torch" and loaded.config.raw["residual_first_layer"] is True
+    ref, out = model(batch), loaded(batch)
+    for key in ref:
+        assert torch.equal(ref[key], out[key]), key
+    unit = build("MACE", seed=1, residual_first_layer=True, **arch)
+    unit.load_state_dict(model.state_dict())
+    energy = next(iter(ref))
+    assert not torch.allclose(unit(batch)[energy], ref[energy])
+
+
 def test_the_current_format_standardises_graph_head_inputs(model, batch, tmp_path):
     """A model built now has the standardisation; its statistics travel in the artifact."""
     assert model.graph_heads is not None and model.graph_heads.input_norm is not None

@@ -54,6 +54,19 @@ CONFIGS = {
             max_ell=2, node_max_ell=0, correlation=2, avg_num_neighbors=4.0, radial_mlp_dim=8, elements=(1, 3, 5, 7)
         ),
     ),
+    # mace-torch's input scales, and the element-dependent residual from the first layer on
+    "mace_torch_res1": (
+        MACEEncoder,
+        MACEConfig(
+            max_ell=1,
+            node_max_ell=1,
+            correlation=2,
+            avg_num_neighbors=4.0,
+            radial_mlp_dim=8,
+            scales="mace-torch",
+            residual_first_layer=True,
+        ),
+    ),
 }
 BASIC = ["dimenet", "dimenet_padded", "mace"]  # the configs of the slower tests
 
@@ -440,6 +453,37 @@ def test_mace_elements_size_the_per_species_tables():
 def test_mace_defaults_are_the_small_published_model():
     config = MACEConfig()
     assert (config.max_ell, config.correlation, config.radial_mlp_dim, config.radial_mlp_layers) == (2, 3, 64, 3)
+
+
+def test_mace_first_layer_residual_is_an_added_element_dependent_term():
+    """``residual_first_layer`` adds ``skip_first(h0, one-hot)`` to the first layer and nothing
+    else: with its weights zeroed the encoder is the one without it, weight for weight."""
+    config = CONFIGS["mace_torch_res1"][1]
+    torch.manual_seed(0)
+    with_first = MACEEncoder(DIMS, config).double()
+    without = MACEEncoder(DIMS, dataclasses.replace(config, residual_first_layer=False)).double()
+    assert with_first.skip_first is not None and without.skip_first is None
+    state = {k: v for k, v in with_first.state_dict().items() if not k.startswith("skip_first.")}
+    without.load_state_dict(state, strict=True)
+    inputs = make_inputs(*molecules())
+    assert not torch.allclose(with_first(inputs).scalar, without(inputs).scalar)
+    with torch.no_grad():
+        with_first.skip_first.weight.zero_()
+    torch.testing.assert_close(with_first(inputs).scalar, without(inputs).scalar, rtol=0, atol=0)
+
+
+def test_mace_input_scales():
+    """``scales``: unit variance (hydra-models 0.2) unless ``"mace-torch"`` (the raw Bessel basis,
+    the one-hot unscaled, the embedding at variance 1 / rows) is asked for; others are refused."""
+    torch.manual_seed(0)
+    unit = MACEEncoder(DIMS, MACEConfig(elements=(1, 6, 7, 8), radial_mlp_dim=8))
+    mace_torch = MACEEncoder(DIMS, MACEConfig(elements=(1, 6, 7, 8), radial_mlp_dim=8, scales="mace-torch"))
+    assert (mace_torch.radial_scale, mace_torch.attrs_scale) == (1.0, 1.0)
+    assert unit.radial_scale == pytest.approx(RADIUS * (RADIUS / 2) ** 0.5) and unit.attrs_scale == 2.0
+    assert float(mace_torch.species.weight.detach().std()) == pytest.approx(0.5, rel=0.25)
+    assert float(unit.species.weight.detach().std()) == pytest.approx(1.0, rel=0.25)
+    with pytest.raises(ModelConfigError, match=r"Architecture.scales.*mace-torch"):
+        MACEConfig.from_dict({"scales": "unit-variance"})
 
 
 @pytest.mark.parametrize("name", ["dimenet", "dimenet_padded"])

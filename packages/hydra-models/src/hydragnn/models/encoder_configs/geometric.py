@@ -235,6 +235,20 @@ class MACEConfig(EncoderConfig):
             number below ``num_species`` (at 32 channels, 4 elements instead of 119 make the
             model about 7x smaller). An atom of another element gets no per-species weights;
             hydra-infer refuses elements the model was not trained on. Unset: every atomic number.
+        scales: the constant scales of the layers' inputs. ``"unit"`` (the default) scales the
+            Bessel basis ``sqrt(2/rc) sin(n pi d/rc) / d`` by ``rc sqrt(rc/2)`` and the species
+            one-hot by ``sqrt(rows)`` to unit variance, and starts the species embedding at
+            variance 1. ``"mace-torch"`` uses mace-torch's: the radial MLP reads the basis as it
+            is (values below about 1), the one-hot enters the element-dependent residual
+            unscaled, and the embedding starts at variance ``1 / rows`` (the one-hot times an
+            e3nn-normalised linear). Measured (docs/notes/organic_benchmark.md): with
+            ``residual_first_layer`` and mace-torch's training recipe it transfers better to
+            unseen molecules; on EMT Cu-Au it learns the forces more slowly (60 % worse after 27
+            epochs), hence not the default.
+        residual_first_layer: the element-dependent residual also in the first layer (mace-torch
+            0.3's default ``--interaction_first RealAgnosticResidualInteractionBlock``): a learned
+            per-element offset of the first layer's features, from the species embedding. Off,
+            the residual starts at the second layer (the MACE paper's layout).
     """
 
     max_ell: int = 2
@@ -245,6 +259,8 @@ class MACEConfig(EncoderConfig):
     radial_mlp_layers: int = 3
     envelope_exponent: int = 5
     elements: tuple[int, ...] | None = field(default=None, metadata={"parse": parse_elements})
+    scales: Literal["unit", "mace-torch"] = "unit"
+    residual_first_layer: bool = False
 
     def __post_init__(self) -> None:
         check_at_least("max_ell", self.max_ell)

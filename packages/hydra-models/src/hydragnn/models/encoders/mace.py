@@ -8,7 +8,8 @@ unless the config sets it); a many-body product of ``A``
 up to ``correlation`` copies with element-dependent weights
 (:class:`~hydragnn.models.nn.mace.ProductBasis`, a compact symmetric contraction: see its
 docstring for how it differs from MACE's U-matrix version); an element-dependent residual
-(``FullyConnectedTensorProduct(h, one-hot species)``, from the second layer on, as in MACE).
+(``FullyConnectedTensorProduct(h, one-hot species)``, from the second layer on, as in the MACE
+paper, or from the first with ``residual_first_layer``, as mace-torch 0.3 does by default).
 Node features are ``hidden_dim`` channels of each irrep ``0e, 1o, ..., node_max_ell``
 (``node_max_ell = 0``: scalars only, mace-torch's ``max_L=0``).
 Per-species tables have a row per atomic number below ``num_species``, or per listed
@@ -97,6 +98,10 @@ class MACEEncoder(Encoder[MACEConfig]):
             num_attrs = len(config.elements)
             row_of = torch.full((dims.num_species,), -1, dtype=torch.long)
             row_of[list(config.elements)] = torch.arange(num_attrs)
+        if self.species is not None and config.scales == "mace-torch":
+            # mace-torch's embedding: the one-hot times an e3nn linear, whose weights are N(0, 1)
+            # divided by sqrt(fan-in)
+            nn.init.normal_(self.species.weight, std=1.0 / math.sqrt(num_attrs))
         self.register_buffer("row_of", row_of, persistent=False)
         self.register_buffer("species_ids", torch.arange(num_attrs), persistent=False)
 
@@ -104,11 +109,14 @@ class MACEEncoder(Encoder[MACEConfig]):
         self.sh = o3.SphericalHarmonics(sh_irreps, normalize=False, normalization="component")
         self.radial_basis = BesselRBF(dims.radius, dims.num_radial)
         self.cutoff = PolynomialCutoff(dims.radius, p=config.envelope_exponent)
-        # BesselRBF is sqrt(2/rc) sin(n pi d/rc) / d; this makes it the dimensionless
-        # sin(n pi u) / u (u = d/rc), of order 1, so the radial MLP sees unit-scale inputs
-        self.radial_scale = float(dims.radius) * math.sqrt(float(dims.radius) / 2.0)
-        # the one-hot has variance 1/num_attrs; e3nn's normalisation expects unit variance
-        self.attrs_scale = math.sqrt(float(num_attrs))
+        # the constant input scales (MACEConfig.scales). "unit": BesselRBF, sqrt(2/rc) sin(n pi d/rc)
+        # / d, becomes the dimensionless sin(n pi u) / u (u = d/rc), of order 1, and the one-hot
+        # (variance 1/num_attrs) gets the unit variance e3nn's normalisation expects.
+        # "mace-torch": both as they are, so the radial MLP's SiLUs start near their linear range
+        # and the learned radial functions start as smooth combinations of the basis
+        unit = config.scales == "unit"
+        self.radial_scale = float(dims.radius) * math.sqrt(float(dims.radius) / 2.0) if unit else 1.0
+        self.attrs_scale = math.sqrt(float(num_attrs)) if unit else 1.0
 
         self.hidden_irreps = natural_irreps(hidden, config.node_max_ell)
         target_irreps = natural_irreps(hidden, config.max_ell)
@@ -132,12 +140,20 @@ class MACEEncoder(Encoder[MACEConfig]):
             self.products.append(ProductBasis(target_irreps, self.hidden_irreps, config.correlation, num_attrs))
             if layer > 0:  # element-dependent residual, from the second layer on (MACE)
                 self.skips.append(E3nnResidual(irreps_in, attrs_irreps, self.hidden_irreps))
+        # and in the first layer (MACEConfig.residual_first_layer): its own module, so that the
+        # state-dict keys of models without it are unchanged
+        first_in = irreps([(hidden, (0, 1))])
+        self.skip_first = (
+            E3nnResidual(first_in, attrs_irreps, self.hidden_irreps) if config.residual_first_layer else None
+        )
 
     def _layer(self, layer: int, h, edge_sh, edge_radial, edge_index, node_attrs):
         a = self.interactions[layer](h, edge_sh, edge_radial, edge_index)
         out = self.products[layer](a, node_attrs)
         if layer > 0:
             out = out + self.skips[layer - 1](h, node_attrs * self.attrs_scale)
+        elif self.skip_first is not None:
+            out = out + self.skip_first(h, node_attrs * self.attrs_scale)
         return out
 
     def forward(self, inputs: GraphInputs) -> NodeEmbedding:
