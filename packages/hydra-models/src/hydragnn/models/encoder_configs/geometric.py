@@ -241,10 +241,9 @@ class MACEConfig(EncoderConfig):
             variance 1. ``"mace-torch"`` uses mace-torch's: the radial MLP reads the basis as it
             is (values below about 1), the one-hot enters the element-dependent residual
             unscaled, and the embedding starts at variance ``1 / rows`` (the one-hot times an
-            e3nn-normalised linear). Measured (docs/notes/organic_benchmark.md): with
-            ``residual_first_layer`` and mace-torch's training recipe it transfers better to
-            unseen molecules; on EMT Cu-Au it learns the forces more slowly (60 % worse after 27
-            epochs), hence not the default.
+            e3nn-normalised linear). With ``residual_first_layer`` and mace-torch's training
+            recipe it transfers better to unseen molecules, and it learns metals' forces more
+            slowly, hence not the default (docs/notes/organic_benchmark.md).
         residual_first_layer: the element-dependent residual also in the first layer (mace-torch
             0.3's default ``--interaction_first RealAgnosticResidualInteractionBlock``): a learned
             per-element offset of the first layer's features, from the species embedding. Off,

@@ -4,10 +4,9 @@ Each layer: an equivariant convolution builds the atomic basis ``A_i`` (node fea
 ``Linear(h_j)`` times the edge spherical harmonics ``Y(r_ij)`` up to ``max_ell``, weighted
 per path and channel by a radial MLP on a Bessel basis with a polynomial cutoff, summed over
 neighbours and divided by the constant ``avg_num_neighbors``, the training set's mean in-degree
-unless the config sets it); a many-body product of ``A``
-up to ``correlation`` copies with element-dependent weights
-(:class:`~hydragnn.models.nn.mace.ProductBasis`, a compact symmetric contraction: see its
-docstring for how it differs from MACE's U-matrix version); an element-dependent residual
+unless the config sets it); a many-body product of ``A`` up to ``correlation`` copies with
+element-dependent weights (:class:`~hydragnn.models.nn.mace.ProductBasis`, a compact symmetric
+contraction: see its docstring for how it differs from MACE's U-matrix version); an element-dependent residual
 (``FullyConnectedTensorProduct(h, one-hot species)``, from the second layer on, as in the MACE
 paper, or from the first with ``residual_first_layer``, as mace-torch 0.3 does by default).
 Node features are ``hidden_dim`` channels of each irrep ``0e, 1o, ..., node_max_ell``
@@ -16,8 +15,7 @@ Per-species tables have a row per atomic number below ``num_species``, or per li
 ``elements`` (mace-torch's z table, which is what makes its models several times smaller).
 
 Defaults: ``max_ell = 2``, ``correlation = 3`` (body order 4), a 3 x 64 radial MLP, as in MACE's
-smaller published models (docs/notes/encoder_design.md).
-
+smaller published models (docs/notes/encoder_design.md); the input scales: ``MACEConfig.scales``.
 Output: ``scalar`` = the ``0e`` channels ``[N, hidden_dim]``, ``vector`` = the ``1o`` channels
 ``[N, 3, hidden_dim]`` in ``(x, y, z)`` order (e3nn 0.6's ``1o`` basis is already Cartesian),
 ``None`` with ``node_max_ell = 0``.
@@ -124,8 +122,9 @@ class MACEEncoder(Encoder[MACEConfig]):
         self.interactions = nn.ModuleList()
         self.products = nn.ModuleList()
         self.skips = nn.ModuleList()
+        first_in = irreps([(hidden, (0, 1))])  # the species embedding: scalars
         for layer in range(dims.num_conv_layers):
-            irreps_in = irreps([(hidden, (0, 1))]) if layer == 0 else self.hidden_irreps
+            irreps_in = first_in if layer == 0 else self.hidden_irreps
             self.interactions.append(
                 Interaction(
                     irreps_in,
@@ -142,7 +141,6 @@ class MACEEncoder(Encoder[MACEConfig]):
                 self.skips.append(E3nnResidual(irreps_in, attrs_irreps, self.hidden_irreps))
         # and in the first layer (MACEConfig.residual_first_layer): its own module, so that the
         # state-dict keys of models without it are unchanged
-        first_in = irreps([(hidden, (0, 1))])
         self.skip_first = (
             E3nnResidual(first_in, attrs_irreps, self.hidden_irreps) if config.residual_first_layer else None
         )
