@@ -93,6 +93,29 @@ def test_select_head_and_head_weights_reach_every_member():
         model.select_head("other")
 
 
+def test_changed_loss_weights_reach_every_members_loss():
+    """The second stage reweighs ``model.task_weights``; every member's training loss must follow
+    (until 0.2.1 only member 0's did, so the others never fitted the energies in stage two)."""
+    torch.manual_seed(3)
+    model = build(PAINN).train()
+    batch = _batch()
+    out = model(batch)
+    before = [
+        m.loss({n[: -len(MEMBERS_SUFFIX)]: v[k] for n, v in out.items() if n.endswith(MEMBERS_SUFFIX)}, batch)
+        for k, m in enumerate(model.members)
+    ]
+    energy = model.special["energy"]
+    old = dict(model.task_weights)
+    model.task_weights[energy] = old[energy] * 1000.0
+    for k, member in enumerate(model.members):
+        total, heads = member.loss(
+            {n[: -len(MEMBERS_SUFFIX)]: v[k] for n, v in out.items() if n.endswith(MEMBERS_SUFFIX)}, batch
+        )
+        torch.testing.assert_close(heads[energy], before[k][1][energy])
+        expected = before[k][0] + (1000.0 - 1.0) * old[energy] * heads[energy]
+        torch.testing.assert_close(total, expected)
+
+
 @pytest.mark.parametrize(("value", "message"), [(0, "committee"), (65, "committee"), (2.5, "committee")])
 def test_bad_committee_sizes_are_refused(value, message):
     with pytest.raises(ModelConfigError, match=message):

@@ -202,6 +202,36 @@ def test_second_stage_factors_keep_the_users_proportions(tmp_path, capsys):
         SecondStageConfig.from_dict({"energy_weight": 5.0, "energy_factor": 2.0}, "Training.SecondStage")
 
 
+def test_the_second_stage_reweighs_every_committee_member(tmp_path):
+    """A committee's second stage changes the loss of every member, not member 0's alone."""
+    from train_helpers import CUAU_VARIABLES, MLIP_ARCH
+
+    from hydragnn.data import Schema
+    from hydragnn.models import Committee, build_model
+    from hydragnn.models.committee import MEMBERS_SUFFIX
+
+    torch.manual_seed(0)
+    model = build_model({**MLIP_ARCH, "committee": 2}, Schema.from_dict(CUAU_VARIABLES))
+    assert isinstance(model, Committee)
+    start = dict(model.task_weights)
+    kw = {"SecondStage": {"enabled": True, "start": 0.5, "energy_factor": 10.0}}
+    train, val, test_loader = _loaders()
+    nn_config = config("mlip", epochs=2, **kw)["NeuralNetwork"]
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    train_validate_test(model, opt, train, val, test_loader, None, None, nn_config, "s", 0, run_dir=tmp_path)
+    energy = model.special["energy"]
+    batch = next(iter(train))
+    model.train()
+    out = model(batch)
+    for k, member in enumerate(model.members):
+        assert member.task_weights[energy] == pytest.approx(10 * start[energy])
+        total, heads = member.loss(
+            {n[: -len(MEMBERS_SUFFIX)]: v[k] for n, v in out.items() if n.endswith(MEMBERS_SUFFIX)}, batch
+        )
+        expected = sum(model.task_weights[n] * value for n, value in heads.items())
+        torch.testing.assert_close(total, expected)
+
+
 def test_a_head_worse_after_the_second_stage_is_named():
     from hydragnn.train.config_sections import SecondStageConfig
     from hydragnn.train.schedule import SecondStage

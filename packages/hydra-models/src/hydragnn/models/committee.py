@@ -68,6 +68,10 @@ class Committee(nn.Module):
         self.config = config
         one = member_config(config)
         self.members = nn.ModuleList(HydraModel(one, schema) for _ in range(config.committee))
+        # One loss-weight dict for all members: what changes the committee's ``task_weights`` (the
+        # second stage's reweighting) changes every member's loss, not member 0's alone.
+        for member in self._models[1:]:
+            member.task_weights = self.first.task_weights
         self.with_spread = False  # evaluation: also return each output's spread over the members
 
     @property
@@ -103,6 +107,7 @@ class Committee(nn.Module):
 
     @property
     def task_weights(self) -> dict[str, float]:
+        """The loss weights, one dict shared by every member (a change reaches all of them)."""
         return self.first.task_weights
 
     @property
