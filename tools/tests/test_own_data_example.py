@@ -49,3 +49,48 @@ def test_own_data_example(tmp_path):
     served = _run(str(EXAMPLE / "serve.py"), "run/model.hydra", "--steps", "5", cwd=tmp_path)
     assert "108-atom Cu-Au cell" in served.stdout and "NVE, 1 fs, 5 steps" in served.stdout
     shutil.rmtree(tmp_path / ".hydragnn_cache")
+
+
+def _molecule_frames(seed: int, count: int) -> list:
+    """``count`` rattled copies of small H/C/N/O molecules labelled by ASE's EMT (which has H, C,
+    N and O parameters), under the example's ``REF_*`` keys."""
+    import numpy as np
+    from ase.build import molecule
+    from ase.calculators.emt import EMT
+
+    rng = np.random.default_rng(seed)
+    names = ["CH4", "NH3", "H2O", "CH3OH", "HCN", "CH3CN"]
+    frames = []
+    for k in range(count):
+        atoms = molecule(names[k % len(names)])
+        atoms.positions += rng.normal(0.0, 0.05, atoms.positions.shape)
+        atoms.calc = EMT()
+        atoms.info["REF_energy"] = float(atoms.get_potential_energy())
+        atoms.arrays["REF_forces"] = atoms.get_forces().copy()
+        atoms.calc = None
+        frames.append(atoms)
+    return frames
+
+
+def test_molecules_recipe_trains_and_predicts(tmp_path):
+    """examples/own_data/molecules_mace.json (the MACE recipe for molecules, a committee of two)
+    on molecules of H, C, N and O: trains through ``hydragnn-train`` for two epochs, the second at
+    the recipe's second-stage weights, and the model it writes predicts the test file."""
+    import ase.io
+
+    for name, seed, count in (("train", 0, 24), ("valid", 1, 6), ("test", 2, 6)):
+        ase.io.write(tmp_path / f"{name}.xyz", _molecule_frames(seed, count), format="extxyz")
+    config = json.loads((EXAMPLE / "molecules_mace.json").read_text())
+    config["NeuralNetwork"]["Architecture"]["hidden_dim"] = 8
+    config["NeuralNetwork"]["Training"].update({"num_epoch": 2, "max_time_s": None})
+    config["NeuralNetwork"]["Training"]["SecondStage"]["start"] = 0.5
+    (tmp_path / "train.json").write_text(json.dumps(config))
+    train = _run("-m", "hydragnn.train.cli", "train.json", "--run-dir", "run", cwd=tmp_path)
+    assert "second stage from epoch 1" in train.stdout and "energy 1 -> 1000" in train.stdout
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert set(metrics["test"]["mae"]) == {"energy", "forces"}
+    code = "import sys; from hydragnn.train.cli import predict_main; sys.exit(predict_main())"
+    predicted = _run("-c", code, "run/model.hydra", "test.xyz", "--json", cwd=tmp_path)
+    result = json.loads(predicted.stdout.strip().splitlines()[-1])
+    assert abs(result["mae"]["forces"]["mae"] - metrics["test"]["mae"]["forces"]["mae"]) < 1e-5
+    shutil.rmtree(tmp_path / ".hydragnn_cache", ignore_errors=True)

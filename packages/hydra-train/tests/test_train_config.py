@@ -163,6 +163,7 @@ def test_legacy_early_stopping_and_checkpoint_keys():
         "multihead_graph.json",
         "conditioning_charge_spin.json",
         "own_data/train.json",
+        "own_data/molecules_mace.json",
         "fept_lsms.json",
     ],
 )
