@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hydragnn.models import Committee, HydraModel, ModelConfig, ModelConfigError, load_artifact, save_artifact
-from hydragnn.models.committee import MEMBERS_SUFFIX
+from hydragnn.models.committee import MEMBERS_SUFFIX, member_predictions
 from hydragnn.models.testing import CUTOFF, EncoderConformance, build, register_variant
 from hydragnn.models.testing.graphs import collate, periodic_samples
 
@@ -100,17 +100,12 @@ def test_changed_loss_weights_reach_every_members_loss():
     model = build(PAINN).train()
     batch = _batch()
     out = model(batch)
-    before = [
-        m.loss({n[: -len(MEMBERS_SUFFIX)]: v[k] for n, v in out.items() if n.endswith(MEMBERS_SUFFIX)}, batch)
-        for k, m in enumerate(model.members)
-    ]
+    before = [m.loss(member_predictions(out, k), batch) for k, m in enumerate(model.members)]
     energy = model.special["energy"]
     old = dict(model.task_weights)
     model.task_weights[energy] = old[energy] * 1000.0
     for k, member in enumerate(model.members):
-        total, heads = member.loss(
-            {n[: -len(MEMBERS_SUFFIX)]: v[k] for n, v in out.items() if n.endswith(MEMBERS_SUFFIX)}, batch
-        )
+        total, heads = member.loss(member_predictions(out, k), batch)
         torch.testing.assert_close(heads[energy], before[k][1][energy])
         expected = before[k][0] + (1000.0 - 1.0) * old[energy] * heads[energy]
         torch.testing.assert_close(total, expected)

@@ -208,7 +208,7 @@ def test_the_second_stage_reweighs_every_committee_member(tmp_path):
 
     from hydragnn.data import Schema
     from hydragnn.models import Committee, build_model
-    from hydragnn.models.committee import MEMBERS_SUFFIX
+    from hydragnn.models.committee import member_predictions
 
     torch.manual_seed(0)
     model = build_model({**MLIP_ARCH, "committee": 2}, Schema.from_dict(CUAU_VARIABLES))
@@ -225,9 +225,7 @@ def test_the_second_stage_reweighs_every_committee_member(tmp_path):
     out = model(batch)
     for k, member in enumerate(model.members):
         assert member.task_weights[energy] == pytest.approx(10 * start[energy])
-        total, heads = member.loss(
-            {n[: -len(MEMBERS_SUFFIX)]: v[k] for n, v in out.items() if n.endswith(MEMBERS_SUFFIX)}, batch
-        )
+        total, heads = member.loss(member_predictions(out, k), batch)
         expected = sum(model.task_weights[n] * value for n, value in heads.items())
         torch.testing.assert_close(total, expected)
 

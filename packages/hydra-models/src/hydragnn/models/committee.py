@@ -47,6 +47,12 @@ SPREAD_SUFFIX = "@spread"
 """Suffix of the evaluation-mode outputs holding the members' spread (with ``with_spread``)."""
 
 
+def member_predictions(outputs: Mapping[str, torch.Tensor], k: int) -> dict[str, torch.Tensor]:
+    """Member ``k``'s predictions in a training-mode committee output (its rows of every
+    ``"<name>@members"``), under the plain output names (what ``HydraModel.loss`` reads)."""
+    return {n[: -len(MEMBERS_SUFFIX)]: v[k] for n, v in outputs.items() if n.endswith(MEMBERS_SUFFIX)}
+
+
 def member_config(config: ModelConfig) -> ModelConfig:
     """The section of one member: ``config`` with ``committee`` 1 (also in ``raw``)."""
     raw = {k: v for k, v in config.raw.items() if k != "committee"}
@@ -173,12 +179,11 @@ class Committee(nn.Module):
     def loss(self, outputs: Mapping[str, torch.Tensor], batch: Data) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The mean of the members' losses when ``outputs`` holds their stacked predictions
         (training), else the loss of the mean prediction (:meth:`HydraModel.loss`)."""
-        stacked = {k[: -len(MEMBERS_SUFFIX)]: v for k, v in outputs.items() if k.endswith(MEMBERS_SUFFIX)}
-        if not stacked:
+        if not any(name.endswith(MEMBERS_SUFFIX) for name in outputs):
             return self.first.loss(outputs, batch)
         totals, parts = [], []
         for k, member in enumerate(self._models):
-            total, heads = member.loss({name: v[k] for name, v in stacked.items()}, batch)
+            total, heads = member.loss(member_predictions(outputs, k), batch)
             totals.append(total)
             parts.append(heads)
         count = len(self.members)
