@@ -86,7 +86,7 @@ def test_molecules_recipe_trains_and_predicts(tmp_path):
     config["NeuralNetwork"]["Training"]["SecondStage"]["start"] = 0.5
     (tmp_path / "train.json").write_text(json.dumps(config))
     train = _run("-m", "hydragnn.train.cli", "train.json", "--run-dir", "run", cwd=tmp_path)
-    assert "second stage from epoch 1" in train.stdout and "energy 1 -> 1000" in train.stdout
+    assert "second stage from epoch 1" in train.stdout and "energy 10 -> 1000" in train.stdout
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert set(metrics["test"]["mae"]) == {"energy", "forces"}
     code = "import sys; from hydragnn.train.cli import predict_main; sys.exit(predict_main())"
