@@ -75,7 +75,8 @@ def _molecule_frames(seed: int, count: int) -> list:
 def test_molecules_recipe_trains_and_predicts(tmp_path):
     """examples/own_data/molecules_mace.json (the MACE recipe for molecules, a committee of two)
     on molecules of H, C, N and O: trains through ``hydragnn-train`` for two epochs, the second at
-    the recipe's second-stage weights, and the model it writes predicts the test file."""
+    the recipe's second-stage weights; the model it writes predicts the test file and keeps the
+    recipe's 16-wide energy readout."""
     import ase.io
 
     for name, seed, count in (("train", 0, 24), ("valid", 1, 6), ("test", 2, 6)):
@@ -93,4 +94,10 @@ def test_molecules_recipe_trains_and_predicts(tmp_path):
     predicted = _run("-c", code, "run/model.hydra", "test.xyz", "--json", cwd=tmp_path)
     result = json.loads(predicted.stdout.strip().splitlines()[-1])
     assert abs(result["mae"]["forces"]["mae"] - metrics["test"]["mae"]["forces"]["mae"]) < 1e-5
+    from hydragnn.models.artifact import load_artifact
+
+    committee = load_artifact(tmp_path / "run" / "model.hydra")
+    for member in committee.members:  # the recipe's per-atom energy readout: one hidden layer of 16
+        widths = [(m.in_features, m.out_features) for m in member.energy_head.atom.net if hasattr(m, "in_features")]
+        assert widths == [(8, 16), (16, 1)]
     shutil.rmtree(tmp_path / ".hydragnn_cache", ignore_errors=True)
