@@ -94,10 +94,13 @@ def test_molecules_recipe_trains_and_predicts(tmp_path):
     predicted = _run("-c", code, "run/model.hydra", "test.xyz", "--json", cwd=tmp_path)
     result = json.loads(predicted.stdout.strip().splitlines()[-1])
     assert abs(result["mae"]["forces"]["mae"] - metrics["test"]["mae"]["forces"]["mae"]) < 1e-5
+    from torch import nn
+
     from hydragnn.models.artifact import load_artifact
 
     committee = load_artifact(tmp_path / "run" / "model.hydra")
     for member in committee.members:  # the recipe's per-atom energy readout: one hidden layer of 16
-        widths = [(m.in_features, m.out_features) for m in member.energy_head.atom.net if hasattr(m, "in_features")]
+        linear = [m for m in member.energy_head.atom.net if isinstance(m, nn.Linear)]
+        widths = [(m.in_features, m.out_features) for m in linear]
         assert widths == [(8, 16), (16, 1)]
     shutil.rmtree(tmp_path / ".hydragnn_cache", ignore_errors=True)
