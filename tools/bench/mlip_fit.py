@@ -12,7 +12,8 @@ energies as ``IsolatedAtom`` frames), then
    training fits the same budget (MACE has no wall-clock option; ``--mace-epochs`` overrides);
 3. evaluates each model through its ASE calculator, with the same code, on an in-distribution
    test file and on larger out-of-distribution cells, and prints energy (meV/atom) and force
-   (meV/Å) MAEs next to the training wall time.
+   (meV/Å) MAEs next to the training wall time. ``evaluate`` also groups the errors by each frame's
+   ``molecule`` info key when the file has one, and scores each member of a HydraGNN committee.
 
 Usage::
 
@@ -65,27 +66,50 @@ EMA, loss weights, second stage; docs/notes/mlip_fit.md and docs/notes/organic_b
 the settings measured)."""
 
 EVAL = r"""
-import json, sys, time
+import collections, json, sys, time
 import numpy as np, ase.io
 kind, model, path = sys.argv[1:4]
 if kind == "hydra":
-    from hydragnn.infer import HydraASECalculator
+    from hydragnn.infer import HydraASECalculator, HydraCalculator
+    from hydragnn.models import load_artifact
     calc = HydraASECalculator(model)
+    loaded = load_artifact(model)
+    members = [HydraASECalculator(HydraCalculator(m)) for m in getattr(loaded, "members", ())]
 else:
     from mace.calculators import MACECalculator
     calc = MACECalculator(model_paths=model, device="cpu", default_dtype="float64")
-de, df, n_atoms = [], [], 0
-t0 = time.perf_counter()
-for atoms in ase.io.iread(path, index=":"):
-    ref_e, ref_f = float(atoms.info["REF_energy"]), np.asarray(atoms.arrays["REF_forces"])
-    atoms.calc = calc
-    de.append(abs(atoms.get_potential_energy() - ref_e) / len(atoms))
-    df.append(np.abs(atoms.get_forces() - ref_f).reshape(-1))
-    n_atoms += len(atoms)
-seconds = time.perf_counter() - t0
-df = np.concatenate(df)
-print(json.dumps({"e_mae": 1000 * float(np.mean(de)), "f_mae": 1000 * float(np.mean(df)),
-                  "f_rmse": 1000 * float(np.sqrt(np.mean(df ** 2))), "structures": len(de), "seconds": seconds}))
+    members = []
+frames = list(ase.io.iread(path, index=":"))
+def errors(calc):
+    t0 = time.perf_counter()
+    de, df = [], []  # signed energy error per atom (eV), force component errors (eV/A) per frame
+    for atoms in frames:
+        atoms = atoms.copy()
+        ref_e, ref_f = float(atoms.info["REF_energy"]), np.asarray(atoms.arrays["REF_forces"])
+        atoms.calc = calc
+        de.append((atoms.get_potential_energy() - ref_e) / len(atoms))
+        df.append((atoms.get_forces() - ref_f).reshape(-1))
+    return np.array(de), df, time.perf_counter() - t0
+de, df, seconds = errors(calc)
+flat = np.abs(np.concatenate(df))
+out = {"e_mae": 1000 * float(np.mean(np.abs(de))), "f_mae": 1000 * float(np.mean(flat)),
+       "f_rmse": 1000 * float(np.sqrt(np.mean(flat ** 2))), "structures": len(de), "seconds": seconds}
+groups = collections.defaultdict(list)
+for i, atoms in enumerate(frames):
+    if "molecule" in atoms.info:
+        groups[str(atoms.info["molecule"])].append(i)
+if groups:
+    out["per_molecule"] = {name: {"e_bias": 1000 * float(np.mean(de[rows])), "e_mae": 1000 * float(np.mean(np.abs(de[rows]))),
+                                  "f_mae": 1000 * float(np.mean(np.abs(np.concatenate([df[i] for i in rows]))))}
+                           for name, rows in groups.items()}
+if members:
+    runs = [errors(m)[:2] for m in members]
+    out["members"] = [{"e_mae": 1000 * float(np.mean(np.abs(e))), "f_mae": 1000 * float(np.mean(np.abs(np.concatenate(f))))}
+                      for e, f in runs]
+    (e0, f0), (e1, f1) = runs[0], runs[1]
+    out["members_error_correlation"] = {"energy": float(np.corrcoef(e0, e1)[0, 1]),
+                                        "forces": float(np.corrcoef(np.concatenate(f0), np.concatenate(f1))[0, 1])}
+print(json.dumps(out))
 """
 
 
