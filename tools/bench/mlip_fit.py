@@ -13,7 +13,7 @@ energies as ``IsolatedAtom`` frames), then
 3. evaluates each model through its ASE calculator, with the same code, on an in-distribution
    test file and on larger out-of-distribution cells, and prints energy (meV/atom) and force
    (meV/Å) MAEs next to the training wall time. ``evaluate`` also groups the errors by each frame's
-   ``molecule`` info key when the file has one, and scores each member of a HydraGNN committee.
+   ``molecule`` info key when the file has one, and on request scores each member of a committee.
 
 Usage::
 
@@ -68,17 +68,17 @@ the settings measured)."""
 EVAL = r"""
 import collections, json, sys, time
 import numpy as np, ase.io
-kind, model, path = sys.argv[1:4]
+kind, model, path, per_member = sys.argv[1:5]
+members = []
 if kind == "hydra":
     from hydragnn.infer import HydraASECalculator, HydraCalculator
-    from hydragnn.models import load_artifact
     calc = HydraASECalculator(model)
-    loaded = load_artifact(model)
-    members = [HydraASECalculator(HydraCalculator(m)) for m in getattr(loaded, "members", ())]
+    if per_member == "1":  # the artifact read once more, for its members' own calculators
+        from hydragnn.models import load_artifact
+        members = [HydraASECalculator(HydraCalculator(m)) for m in getattr(load_artifact(model), "members", ())]
 else:
     from mace.calculators import MACECalculator
     calc = MACECalculator(model_paths=model, device="cpu", default_dtype="float64")
-    members = []
 frames = list(ase.io.iread(path, index=":"))
 def errors(calc):
     t0 = time.perf_counter()
@@ -143,9 +143,11 @@ def _env(threads: int) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_WAIT_POLICY": "PASSIVE", "HYDRAGNN_PROGRESS": "plain"}
 
 
-def evaluate(python: str, kind: str, model: Path, file: Path, threads: int) -> dict:
+def evaluate(python: str, kind: str, model: Path, file: Path, threads: int, members: bool = False) -> dict:
+    """MAEs of ``model`` on ``file`` (``per_molecule`` when the frames carry ``molecule``); with
+    ``members``, a HydraGNN committee's members are scored too (K more passes over the file)."""
     out = subprocess.run(
-        [python, "-c", EVAL, kind, str(model), str(file)],
+        [python, "-c", EVAL, kind, str(model), str(file), "1" if members else "0"],
         capture_output=True,
         text=True,
         env=_env(threads),

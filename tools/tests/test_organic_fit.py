@@ -49,7 +49,7 @@ def test_evaluate_groups_errors_by_molecule_and_scores_each_member(tmp_path):
     model = save_artifact(committee, tmp_path / "c.hydra", species=[29, 79])
     # the committee predicts 20 meV/atom above the labels of "a", 5 below those of "b"
     path = _labelled(tmp_path, HydraCalculator(model), {"a": (2, 0.020), "b": (3, -0.005)})
-    scores = mlip_fit.evaluate(sys.executable, "hydra", model, path, 1)
+    scores = mlip_fit.evaluate(sys.executable, "hydra", model, path, 1, members=True)
 
     assert scores["structures"] == 5
     molecules = scores["per_molecule"]
